@@ -1,0 +1,85 @@
+//===- DistAttrs.td - dist dialect attributes and types ----*- tablegen -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_DIALECT_DIST_IR_DISTATTRS_TD
+#define FSDP_DIALECT_DIST_IR_DISTATTRS_TD
+
+include "fsdp/Dialect/Dist/IR/DistDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/IR/EnumAttr.td"
+
+def Dist_ReductionKind : I32EnumAttr<"ReductionKind",
+    "how a collective combines values", [
+    I32EnumAttrCase<"sum", 0>,
+    I32EnumAttrCase<"avg", 1>,
+    I32EnumAttrCase<"max", 2>
+  ]> {
+  let cppNamespace = "::fsdp::dist";
+  let genSpecializedAttr = 0;
+}
+
+def Dist_ReductionKindAttr : EnumAttr<Dist_Dialect, Dist_ReductionKind,
+                                      "reduction"> {
+  let assemblyFormat = "$value";
+}
+
+def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
+  let mnemonic = "sharding";
+  let summary = "How a tensor is laid out over a mesh";
+  let description = [{
+    For each tensor dimension, the ordered list of mesh axes that split it
+    (major to minor: `[dp_shard, tp]` means the dim is cut into
+    `|dp_shard| · |tp|` blocks, block `i_dp · |tp| + i_tp` on rank
+    `(i_dp, i_tp)`); an empty list means the dim is whole on every rank.
+    `partial` lists the axes over which the value is an unreduced sum: the
+    true value is the sum of the ranks' values along those axes. An axis is
+    used at most once. Axes not mentioned replicate the value.
+
+    ```mlir
+    // A [V, H] embedding table: rows split over dp_shard, columns over tp.
+    #dist.sharding<@mesh, [[dp_shard], [tp]]>
+    // A row-parallel output before its reduction.
+    #dist.sharding<@mesh, [[], [], []], partial = [tp]>
+    ```
+  }];
+  let parameters = (ins
+    "::mlir::FlatSymbolRefAttr":$mesh,
+    // One ArrayAttr of StringAttr axis names per tensor dimension.
+    "::mlir::ArrayAttr":$dims,
+    // StringAttr axis names.
+    "::mlir::ArrayAttr":$partial
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The axes that split dimension `dim`.
+    llvm::SmallVector<llvm::StringRef> getDimAxes(unsigned dim) const;
+    /// The axes over which the value is a partial sum.
+    llvm::SmallVector<llvm::StringRef> getPartialAxes() const;
+    /// Checks the sharding against `mesh` for a tensor of `type`: the rank,
+    /// and that every axis exists in the mesh.
+    llvm::LogicalResult verifyFor(::mlir::Operation *mesh,
+                                  ::mlir::RankedTensorType type,
+                                  llvm::function_ref<::mlir::InFlightDiagnostic()>
+                                      emitError) const;
+  }];
+}
+
+def Dist_FutureType : TypeDef<Dist_Dialect, "Future"> {
+  let mnemonic = "future";
+  let summary = "The pending result of an asynchronous collective";
+  let description = [{
+    `!dist.future<tensor<...>>` is returned by a collective started
+    asynchronously; `dist.wait` turns it into the tensor. Each future is
+    waited on exactly once.
+  }];
+  let parameters = (ins "::mlir::RankedTensorType":$valueType);
+  let assemblyFormat = "`<` $valueType `>`";
+}
+
+#endif // FSDP_DIALECT_DIST_IR_DISTATTRS_TD

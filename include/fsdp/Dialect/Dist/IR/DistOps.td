@@ -1,0 +1,200 @@
+//===- DistOps.td - dist dialect operations ----------------*- tablegen -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_DIALECT_DIST_IR_DISTOPS_TD
+#define FSDP_DIALECT_DIST_IR_DISTOPS_TD
+
+include "fsdp/Dialect/Dist/IR/DistDialect.td"
+include "fsdp/Dialect/Dist/IR/DistAttrs.td"
+include "fsdp/Dialect/Dist/IR/DistInterfaces.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+class Dist_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Dist_Dialect, mnemonic, traits>;
+
+def Dist_TensorOrFuture : AnyTypeOf<[AnyRankedTensor, Dist_FutureType]>;
+
+//===----------------------------------------------------------------------===//
+// Mesh and sharding
+//===----------------------------------------------------------------------===//
+
+def Dist_MeshOp : Dist_Op<"mesh", [Symbol]> {
+  let summary = "A device mesh with named axes";
+  let description = [{
+    Declares the logical arrangement of ranks: named axes with sizes, the
+    last axis varying fastest (rank = row-major index of the coordinates).
+    TP is conventionally innermost so that its collectives stay within a
+    node.
+
+    ```mlir
+    dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 2)
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axes,
+                       DenseI64ArrayAttr:$shape);
+  let assemblyFormat = "$sym_name `(` custom<MeshShape>($axes, $shape) `)` attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The size of axis `name`, if the mesh has it.
+    std::optional<int64_t> getAxisSize(llvm::StringRef name);
+    /// The number of ranks: the product of all axis sizes.
+    int64_t getNumRanks();
+  }];
+}
+
+def Dist_AnnotateOp : Dist_Op<"annotate", [
+    Pure, AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Attaches a sharding to a value of the global program";
+  let description = [{
+    States that `input` is laid out as `sharding` from here on. Sharding
+    passes insert these; partitioning turns them into local shapes and
+    collectives. The value itself is unchanged.
+
+    ```mlir
+    %w1 = dist.annotate %w sharding <@mesh, [[tp], []]> : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, Dist_ShardingAttr:$sharding);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input `sharding` $sharding attr-dict `:` type($input)";
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// A collective on `input` over the group spanned by `mesh_axes` of `mesh`.
+/// Its result is the tensor, or a `!dist.future` of it when started
+/// asynchronously.
+class Dist_CollectiveOp<string mnemonic, dag extraArgs, string extraFormat,
+                        list<Trait> traits = []>
+    : Dist_Op<mnemonic, !listconcat(traits, [
+          DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+          DeclareOpInterfaceMethods<Dist_CollectiveOpInterface>])> {
+  let arguments = !con((ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                            StrArrayAttr:$mesh_axes), extraArgs);
+  let results = (outs Dist_TensorOrFuture:$result);
+  let assemblyFormat = "$input `on` custom<MeshAxes>($mesh, $mesh_axes) "
+      # extraFormat # " attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return verifyCollective(*this);
+    }
+    ::llvm::LogicalResult
+    $cppClass::verifySymbolUses(::mlir::SymbolTableCollection &symbolTable) {
+      return verifyCollectiveSymbolUses(*this, symbolTable);
+    }
+  }];
+}
+
+def Dist_AllGatherOp : Dist_CollectiveOp<"all_gather",
+    (ins I64Attr:$gather_dim), "`dim` $gather_dim"> {
+  let summary = "Concatenate the group's tensors along `gather_dim`";
+  let description = [{
+    Each rank contributes its tensor; the result, identical on every rank of
+    the group, is their concatenation in group order along `gather_dim`.
+
+    ```mlir
+    %full = dist.all_gather %shard on @mesh[dp_shard] dim 0
+        : tensor<16x64xf32> -> tensor<32x64xf32>
+    ```
+  }];
+}
+
+def Dist_ReduceScatterOp : Dist_CollectiveOp<"reduce_scatter",
+    (ins Dist_ReductionKindAttr:$reduction, I64Attr:$scatter_dim),
+    "$reduction `dim` $scatter_dim"> {
+  let summary = "Reduce across the group, each rank keeping one slice";
+  let description = [{
+    The group's tensors are combined elementwise with `reduction`; rank `i`
+    of the group keeps block `i` of the result along `scatter_dim`, whose
+    size must divide by the group size. The transpose of `all_gather`.
+
+    ```mlir
+    %g = dist.reduce_scatter %grad on @mesh[dp_shard] sum dim 0
+        : tensor<32x64xf32> -> tensor<16x64xf32>
+    ```
+  }];
+}
+
+def Dist_AllReduceOp : Dist_CollectiveOp<"all_reduce",
+    (ins Dist_ReductionKindAttr:$reduction), "$reduction"> {
+  let summary = "Combine the group's tensors elementwise on every rank";
+  let description = [{
+    ```mlir
+    %s = dist.all_reduce %partial on @mesh[tp] sum
+        : tensor<2x16x64xf32> -> tensor<2x16x64xf32>
+    ```
+  }];
+}
+
+def Dist_AllToAllOp : Dist_CollectiveOp<"all_to_all",
+    (ins I64Attr:$split_dim, I64Attr:$concat_dim),
+    "`split` $split_dim `concat` $concat_dim"> {
+  let summary = "Exchange blocks: split one dim across the group, join another";
+  let description = [{
+    Each rank cuts its tensor into group-size blocks along `split_dim` and
+    sends block `j` to group member `j`; the received blocks are joined in
+    group order along `concat_dim`. Its inverse swaps the two dims.
+
+    ```mlir
+    %y = dist.all_to_all %x on @mesh[cp] split 2 concat 1
+        : tensor<2x8x4x16xf32> -> tensor<2x16x2x16xf32>
+    ```
+  }];
+}
+
+def Dist_PermuteOp : Dist_CollectiveOp<"permute",
+    (ins I64Attr:$offset), "`offset` $offset"> {
+  let summary = "Ring shift: send to the group member `offset` places on";
+  let description = [{
+    Group member `i` sends its tensor to member `(i + offset) mod n` and
+    receives from `(i - offset) mod n`. The building block of ring
+    attention and of decomposed (async) tensor parallelism.
+
+    ```mlir
+    %next = dist.permute %kv on @mesh[cp] offset 1
+        : tensor<2x8x2x16xf32> -> tensor<2x8x2x16xf32>
+    ```
+  }];
+}
+
+def Dist_BroadcastOp : Dist_CollectiveOp<"broadcast",
+    (ins I64Attr:$root), "`root` $root"> {
+  let summary = "Copy the tensor of group member `root` to the whole group";
+  let description = [{
+    ```mlir
+    %w = dist.broadcast %w0 on @mesh[dp_replicate] root 0
+        : tensor<64x64xf32> -> tensor<64x64xf32>
+    ```
+  }];
+}
+
+def Dist_WaitOp : Dist_Op<"wait", [
+    TypesMatchWith<"result is the future's value type", "future", "result",
+                   "::llvm::cast<::fsdp::dist::FutureType>($_self).getValueType()">]> {
+  let summary = "Complete an asynchronous collective";
+  let description = [{
+    Blocks (on the device stream, not the host) until the collective that
+    produced `future` has finished, and yields its tensor.
+
+    ```mlir
+    %f = dist.all_gather %w on @mesh[dp_shard] dim 0
+        : tensor<16x64xf32> -> !dist.future<tensor<32x64xf32>>
+    %full = dist.wait %f : !dist.future<tensor<32x64xf32>>
+    ```
+  }];
+  let arguments = (ins Dist_FutureType:$future);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$future attr-dict `:` type($future)";
+}
+
+#endif // FSDP_DIALECT_DIST_IR_DISTOPS_TD

@@ -1,0 +1,21 @@
+//===- NNOps.h - nn dialect operations --------------------------*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_DIALECT_NN_IR_NNOPS_H
+#define FSDP_DIALECT_NN_IR_NNOPS_H
+
+#include "fsdp/Dialect/NN/IR/NNDialect.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#define GET_OP_CLASSES
+#include "fsdp/Dialect/NN/IR/NNOps.h.inc"
+
+#endif // FSDP_DIALECT_NN_IR_NNOPS_H

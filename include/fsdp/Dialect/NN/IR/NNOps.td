@@ -1,0 +1,323 @@
+//===- NNOps.td - nn dialect operations --------------------*- tablegen -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_DIALECT_NN_IR_NNOPS_TD
+#define FSDP_DIALECT_NN_IR_NNOPS_TD
+
+include "fsdp/Dialect/NN/IR/NNDialect.td"
+include "fsdp/Dialect/NN/IR/NNAttrs.td"
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def NN_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
+def NN_IndexTensor : RankedTensorOf<[I32, I64]>;
+def NN_AnyTensor : RankedTensorOf<[F32, BF16, F16, I32, I64]>;
+
+/// The module path an op came from; tensor-parallel plans match on it.
+defvar NN_Path = (ins OptionalAttr<StrAttr>:$path);
+
+//===----------------------------------------------------------------------===//
+// Base classes
+//===----------------------------------------------------------------------===//
+
+/// Every nn op is pure and infers its result types; the verifier checks the
+/// written result types against the inferred ones. Ops derived directly from
+/// this class write their rule in C++ (`inferReturnTypes`).
+class NN_Op<string mnemonic, list<Trait> traits = []>
+    : Op<NN_Dialect, mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor])>;
+
+/// An op whose result has its operands' type; ODS writes the inference.
+class NN_SameTypeOp<string mnemonic, list<Trait> traits = []>
+    : Op<NN_Dialect, mnemonic, !listconcat(traits, [
+          Pure, SameOperandsAndResultType, InferTypeOpInterface])>;
+
+class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
+    : NN_SameTypeOp<mnemonic, traits> {
+  let arguments = !con((ins NN_FloatTensor:$input), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
+    : NN_Op<mnemonic, traits> {
+  let arguments = !con((ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding and linear algebra
+//===----------------------------------------------------------------------===//
+
+def NN_EmbeddingOp : NN_Op<"embedding"> {
+  let summary = "Table lookup: rows of `table` selected by integer ids";
+  let description = [{
+    `table` is `[V, H]`, `ids` any shape `[...]` of i32/i64; the result is
+    `[..., H]`. Ids outside `[0, V)` are a runtime error.
+
+    ```mlir
+    %x = nn.embedding %table, %ids
+        : (tensor<128x64xf32>, tensor<2x16xi64>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = !con((ins NN_FloatTensor:$table, NN_IndexTensor:$ids), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$table `,` $ids attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_LinearOp : NN_Op<"linear"> {
+  let summary = "PyTorch `nn.Linear`: `input · weightᵀ + bias`";
+  let description = [{
+    `input` is `[..., K]`, `weight` `[N, K]` (PyTorch's out-by-in layout),
+    the optional `bias` `[N]`; the result is `[..., N]`.
+
+    ```mlir
+    %y = nn.linear %x, %w, %b {path = "model.layers.0.self_attn.q_proj"}
+        : (tensor<2x16x64xf32>, tensor<32x64xf32>, tensor<32xf32>)
+        -> tensor<2x16x32xf32>
+    ```
+  }];
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
+                            Optional<NN_FloatTensor>:$bias), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_MatmulOp : NN_Op<"matmul"> {
+  let summary = "Matrix product of a batch of rows with one matrix";
+  let description = [{
+    `lhs` is `[..., M, K]` (rank >= 2), `rhs` is `[K, N]`; the result is
+    `[..., M, N]`. `transpose_a` / `transpose_b` swap the last two dims of
+    the operand first, which is what backward passes need
+    (`dA = dC · Bᵀ`). Hugging Face `Conv1D` (GPT-2) is this op.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs,
+                            UnitAttr:$transpose_a, UnitAttr:$transpose_b),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_BatchMatmulOp : NN_Op<"batch_matmul"> {
+  let summary = "Batched matrix product with equal batch dimensions";
+  let description = [{
+    `lhs` is `[b..., M, K]`, `rhs` `[b..., K, N]` with the same rank (>= 3)
+    and equal batch dims; the result is `[b..., M, N]`. `transpose_a` /
+    `transpose_b` swap the last two dims of the operand first.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs,
+                            UnitAttr:$transpose_a, UnitAttr:$transpose_b),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+def NN_AddOp : NN_BinaryOp<"add", [Commutative]> {
+  let summary = "Elementwise sum with NumPy trailing-dimension broadcast";
+}
+def NN_SubOp : NN_BinaryOp<"sub"> {
+  let summary = "Elementwise difference with NumPy trailing-dimension broadcast";
+}
+def NN_MulOp : NN_BinaryOp<"mul", [Commutative]> {
+  let summary = "Elementwise product with NumPy trailing-dimension broadcast";
+}
+
+def NN_NegOp : NN_UnaryOp<"neg"> {
+  let summary = "Elementwise negation";
+}
+
+def NN_ScaleOp : NN_SameTypeOp<"scale"> {
+  let summary = "Multiplication by a constant: `input · factor`";
+  let arguments = !con((ins NN_FloatTensor:$input, F64Attr:$factor), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
+}
+
+def NN_SiluOp : NN_UnaryOp<"silu"> {
+  let summary = "SiLU / swish: `x · sigmoid(x)`";
+}
+
+def NN_GeluOp : NN_SameTypeOp<"gelu"> {
+  let summary = "GELU, exact (`erf`) or with the `tanh` approximation";
+  let arguments = !con((ins NN_FloatTensor:$input,
+                            DefaultValuedStrAttr<StrAttr, "none">:$approximate),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization, rotary embedding, attention, softmax
+//===----------------------------------------------------------------------===//
+
+def NN_RMSNormOp : NN_Op<"rms_norm"> {
+  let summary = "RMS norm over the last dim: `x / sqrt(mean(x²) + eps) · weight`";
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
+                            F64Attr:$eps), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$input `,` $weight attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_LayerNormOp : NN_Op<"layer_norm"> {
+  let summary = "Layer norm over the last dim with weight and optional bias";
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
+                            Optional<NN_FloatTensor>:$bias, F64Attr:$eps),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_RotaryOp : NN_Op<"rotary"> {
+  let summary = "Rotary position embedding (rotate-half convention)";
+  let description = [{
+    `input` is `[B, S, N, D]` (D even), `positions` `[B, S]` integers. With
+    `inv_freq[i] = theta^(-2i/D)` and `a = pos · inv_freq`, the result is
+    `concat(x1·cos a − x2·sin a, x2·cos a + x1·sin a)` for the halves
+    `x1, x2` of the last dim, as Hugging Face's `apply_rotary_pos_emb`.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$input, NN_IndexTensor:$positions,
+                            F64Attr:$theta), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$input `,` $positions attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_AttentionOp : NN_Op<"attention"> {
+  let summary = "Scaled dot-product attention, grouped-query capable";
+  let description = [{
+    `query` `[B, S, Nq, D]`, `key` `[B, Skv, Nkv, D]`, `value`
+    `[B, Skv, Nkv, Dv]` with `Nq % Nkv == 0` (query head `h` reads KV head
+    `h / (Nq / Nkv)`); the result is `[B, S, Nq, Dv]`. `scale` defaults to
+    `1/sqrt(D)`. With `causal`, query `i` sees keys `j <= i`; a
+    `sliding_window` `W` (which requires `causal`) further needs `i - j < W`.
+
+    ```mlir
+    %o = nn.attention %q, %k, %v {causal}
+        : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
+        -> tensor<2x16x4x16xf32>
+    ```
+  }];
+  let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
+                            NN_FloatTensor:$value, UnitAttr:$causal,
+                            OptionalAttr<I64Attr>:$sliding_window,
+                            OptionalAttr<F64Attr>:$scale), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_SoftmaxOp : NN_SameTypeOp<"softmax"> {
+  let summary = "Softmax along `dim` (negative counts from the end)";
+  let arguments = !con((ins NN_FloatTensor:$input, I64Attr:$dim), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input `dim` $dim attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def NN_ReshapeOp : NN_Op<"reshape"> {
+  let summary = "Reinterpret a tensor with another static shape";
+  let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$shape),
+                       NN_Path);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat =
+      "$input `to` $shape attr-dict `:` type($input) `->` type($result)";
+}
+
+def NN_TransposeOp : NN_Op<"transpose"> {
+  let summary = "Permute dimensions: result dim `i` is input dim `perm[i]`";
+  let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$perm),
+                       NN_Path);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat =
+      "$input `perm` $perm attr-dict `:` type($input) `->` type($result)";
+}
+
+def NN_SliceOp : NN_Op<"slice"> {
+  let summary = "The range `[start, start + size)` of one dimension";
+  let arguments = !con((ins NN_AnyTensor:$input, I64Attr:$dim, I64Attr:$start,
+                            I64Attr:$size), NN_Path);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `dim` $dim `start` $start `size` $size attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def NN_SplitOp : NN_Op<"split"> {
+  let summary = "Cut one dimension into consecutive pieces of the given sizes";
+  let arguments = !con((ins NN_AnyTensor:$input, I64Attr:$dim,
+                            DenseI64ArrayAttr:$sizes), NN_Path);
+  let results = (outs Variadic<NN_AnyTensor>:$results);
+  let assemblyFormat = [{
+    $input `dim` $dim `sizes` $sizes attr-dict `:` type($input) `->` type($results)
+  }];
+}
+
+def NN_ConcatOp : NN_Op<"concat"> {
+  let summary = "Join tensors along one dimension";
+  let arguments = !con((ins Variadic<NN_AnyTensor>:$inputs, I64Attr:$dim),
+                       NN_Path);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = [{
+    $inputs `dim` $dim attr-dict `:` functional-type($inputs, results)
+  }];
+}
+
+def NN_CastOp : NN_Op<"cast"> {
+  let summary = "Convert a float tensor to another float element type";
+  let arguments = !con((ins NN_FloatTensor:$input, TypeAttr:$dtype), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$input `to` $dtype attr-dict `:` type($input) `->` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def NN_CrossEntropyOp : NN_Op<"cross_entropy"> {
+  let summary = "Softmax cross-entropy against integer labels";
+  let description = [{
+    `logits` `[..., V]`, `labels` `[...]` (i32/i64). Each position
+    contributes `-log softmax(logits)[label]`; positions whose label equals
+    `ignore_index` contribute nothing and are not counted. `reduction` is
+    `mean` (sum / counted positions), `sum` (a scalar, the form the training
+    step divides by the global token count), or `none` (`[...]`, f32).
+  }];
+  let arguments = !con((ins NN_FloatTensor:$logits, NN_IndexTensor:$labels,
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                            DefaultValuedStrAttr<StrAttr, "mean">:$reduction),
+                       NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat =
+      "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
+}
+
+#endif // FSDP_DIALECT_NN_IR_NNOPS_TD

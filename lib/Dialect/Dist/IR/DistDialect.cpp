@@ -1,0 +1,171 @@
+//===- DistDialect.cpp - The dist dialect, attributes and types -----------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/Dist/IR/DistDialect.h"
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace fsdp::dist;
+
+#include "fsdp/Dialect/Dist/IR/DistEnums.cpp.inc"
+#include "fsdp/Dialect/Dist/IR/DistOpsDialect.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "fsdp/Dialect/Dist/IR/DistAttrs.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "fsdp/Dialect/Dist/IR/DistOpsTypes.cpp.inc"
+
+void DistDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "fsdp/Dialect/Dist/IR/DistOps.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "fsdp/Dialect/Dist/IR/DistAttrs.cpp.inc"
+      >();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "fsdp/Dialect/Dist/IR/DistOpsTypes.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// ShardingAttr
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Parses `[a, b, ...]` of bare axis names into an ArrayAttr of strings.
+ParseResult parseAxisList(AsmParser &parser, ArrayAttr &result) {
+  SmallVector<Attribute> axes;
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+        std::string name;
+        if (parser.parseKeywordOrString(&name))
+          return failure();
+        axes.push_back(StringAttr::get(parser.getContext(), name));
+        return success();
+      }))
+    return failure();
+  result = ArrayAttr::get(parser.getContext(), axes);
+  return success();
+}
+
+void printAxisList(AsmPrinter &printer, ArrayAttr axes) {
+  printer << "[";
+  llvm::interleaveComma(axes, printer, [&](Attribute axis) {
+    printer.printKeywordOrString(cast<StringAttr>(axis).getValue());
+  });
+  printer << "]";
+}
+
+SmallVector<StringRef> axisNames(ArrayAttr axes) {
+  return llvm::map_to_vector(
+      axes, [](Attribute a) { return cast<StringAttr>(a).getValue(); });
+}
+} // namespace
+
+Attribute ShardingAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  FlatSymbolRefAttr mesh;
+  SmallVector<Attribute> dims;
+  ArrayAttr partial = ArrayAttr::get(parser.getContext(), {});
+  if (parser.parseLess() || parser.parseAttribute(mesh) || parser.parseComma() ||
+      parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+        ArrayAttr axes;
+        if (parseAxisList(parser, axes))
+          return failure();
+        dims.push_back(axes);
+        return success();
+      }))
+    return {};
+  if (succeeded(parser.parseOptionalComma()) &&
+      (parser.parseKeyword("partial") || parser.parseEqual() ||
+       parseAxisList(parser, partial)))
+    return {};
+  if (parser.parseGreater())
+    return {};
+  return getChecked([&] { return parser.emitError(loc); },
+                    parser.getContext(), mesh,
+                    ArrayAttr::get(parser.getContext(), dims), partial);
+}
+
+void ShardingAttr::print(AsmPrinter &printer) const {
+  printer << "<" << getMesh() << ", [";
+  llvm::interleaveComma(getDims(), printer, [&](Attribute dim) {
+    printAxisList(printer, cast<ArrayAttr>(dim));
+  });
+  printer << "]";
+  if (!getPartial().empty()) {
+    printer << ", partial = ";
+    printAxisList(printer, getPartial());
+  }
+  printer << ">";
+}
+
+LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   FlatSymbolRefAttr mesh, ArrayAttr dims,
+                                   ArrayAttr partial) {
+  if (!mesh)
+    return emitError() << "sharding needs a mesh symbol";
+  llvm::StringSet<> used;
+  auto useAxes = [&](Attribute list) -> LogicalResult {
+    auto axes = dyn_cast<ArrayAttr>(list);
+    if (!axes)
+      return emitError() << "expected a list of mesh axes, got " << list;
+    for (Attribute axis : axes) {
+      auto name = dyn_cast<StringAttr>(axis);
+      if (!name)
+        return emitError() << "expected a mesh axis name, got " << axis;
+      if (!used.insert(name.getValue()).second)
+        return emitError() << "mesh axis '" << name.getValue()
+                           << "' is used more than once";
+    }
+    return success();
+  };
+  for (Attribute dim : dims)
+    if (failed(useAxes(dim)))
+      return failure();
+  return useAxes(partial);
+}
+
+SmallVector<StringRef> ShardingAttr::getDimAxes(unsigned dim) const {
+  return axisNames(cast<ArrayAttr>(getDims()[dim]));
+}
+
+SmallVector<StringRef> ShardingAttr::getPartialAxes() const {
+  return axisNames(getPartial());
+}
+
+LogicalResult
+ShardingAttr::verifyFor(Operation *meshOp, RankedTensorType type,
+                        function_ref<InFlightDiagnostic()> emitError) const {
+  auto mesh = dyn_cast_or_null<MeshOp>(meshOp);
+  if (!mesh)
+    return emitError() << "'" << getMesh().getValue()
+                       << "' does not name a dist.mesh";
+  if (static_cast<int64_t>(getDims().size()) != type.getRank())
+    return emitError() << "sharding has " << getDims().size()
+                       << " dims but the tensor " << type << " has rank "
+                       << type.getRank();
+  auto check = [&](ArrayAttr axes) -> LogicalResult {
+    for (StringRef axis : axisNames(axes))
+      if (!mesh.getAxisSize(axis))
+        return emitError() << "mesh '" << mesh.getSymName()
+                           << "' has no axis '" << axis << "'";
+    return success();
+  };
+  for (Attribute dim : getDims())
+    if (failed(check(cast<ArrayAttr>(dim))))
+      return failure();
+  return check(getPartial());
+}

@@ -1,0 +1,499 @@
+//===- NNOps.cpp - nn dialect operations: shape and dtype rules -----------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Every nn op infers its result types here. The same code verifies parsed IR
+// (the inferred types must equal the written ones) and gives the graph
+// importer its result types, so a shape error reads the same either way.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+
+#include "mlir/Dialect/Traits.h"
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace fsdp::nn;
+
+namespace {
+/// Emits "'<op>' op <message>" at `loc` (when there is one) and fails.
+template <typename OpTy, typename... Args>
+LogicalResult reject(std::optional<Location> loc, Args &&...args) {
+  return emitOptionalError(loc, "'", OpTy::getOperationName(), "' op ",
+                           std::forward<Args>(args)...);
+}
+
+RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// Float operands of one op must share their element type.
+template <typename OpTy>
+LogicalResult sameElementType(std::optional<Location> loc, StringRef what,
+                              Value a, Value b) {
+  if (!b || tensorOf(a).getElementType() == tensorOf(b).getElementType())
+    return success();
+  return reject<OpTy>(loc, what, " element type ",
+                      tensorOf(b).getElementType(), " differs from ",
+                      tensorOf(a).getElementType());
+}
+
+/// Maps `dim` in [-rank, rank) to [0, rank).
+template <typename OpTy>
+FailureOr<int64_t> normalizeDim(std::optional<Location> loc, int64_t dim,
+                                int64_t rank) {
+  if (dim < -rank || dim >= rank) {
+    (void)reject<OpTy>(loc, "dim ", dim, " is out of range for rank ", rank);
+    return failure();
+  }
+  return dim < 0 ? dim + rank : dim;
+}
+
+/// The last two dims of `type`, swapped when `transposed`.
+std::pair<int64_t, int64_t> matrixDims(RankedTensorType type, bool transposed) {
+  ArrayRef<int64_t> shape = type.getShape();
+  int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  return transposed ? std::make_pair(cols, rows) : std::make_pair(rows, cols);
+}
+
+/// Result of an elementwise binary op with trailing-dimension broadcast.
+template <typename OpTy>
+LogicalResult inferBroadcast(std::optional<Location> loc, Value lhs, Value rhs,
+                             SmallVectorImpl<Type> &results) {
+  if (failed(sameElementType<OpTy>(loc, "rhs", lhs, rhs)))
+    return failure();
+  SmallVector<int64_t> shape;
+  if (!OpTrait::util::getBroadcastedShape(tensorOf(lhs).getShape(),
+                                          tensorOf(rhs).getShape(), shape))
+    return reject<OpTy>(loc, "operands ", lhs.getType(), " and ",
+                        rhs.getType(), " are not broadcast-compatible");
+  results.push_back(
+      RankedTensorType::get(shape, tensorOf(lhs).getElementType()));
+  return success();
+}
+
+/// Checks a norm's per-feature operand (weight or bias) against the input.
+template <typename OpTy>
+LogicalResult checkFeatureVector(std::optional<Location> loc, StringRef what,
+                                 Value input, Value vec) {
+  if (!vec)
+    return success();
+  RankedTensorType in = tensorOf(input), v = tensorOf(vec);
+  if (in.getRank() < 1)
+    return reject<OpTy>(loc, "input must have rank >= 1");
+  if (v.getRank() != 1 || v.getDimSize(0) != in.getShape().back())
+    return reject<OpTy>(loc, what, " must be [", in.getShape().back(),
+                        "] to match the input's last dim, got ", v);
+  return sameElementType<OpTy>(loc, what, input, vec);
+}
+
+template <typename OpTy>
+LogicalResult inferSame(Value input, SmallVectorImpl<Type> &results) {
+  results.push_back(input.getType());
+  return success();
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Embedding and linear algebra
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  RankedTensorType table = tensorOf(adaptor.getTable());
+  if (table.getRank() != 2)
+    return reject<EmbeddingOp>(loc, "table must be [V, H], got ", table);
+  SmallVector<int64_t> shape(tensorOf(adaptor.getIds()).getShape());
+  shape.push_back(table.getDimSize(1));
+  results.push_back(RankedTensorType::get(shape, table.getElementType()));
+  return success();
+}
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  RankedTensorType weight = tensorOf(adaptor.getWeight());
+  if (input.getRank() < 1)
+    return reject<LinearOp>(loc, "input must have rank >= 1");
+  if (weight.getRank() != 2)
+    return reject<LinearOp>(loc, "weight must be [N, K], got ", weight);
+  if (weight.getDimSize(1) != input.getShape().back())
+    return reject<LinearOp>(loc, "weight ", weight,
+                            " does not match the input's last dim ",
+                            input.getShape().back(),
+                            " (weight is [out, in])");
+  if (failed(sameElementType<LinearOp>(loc, "weight", adaptor.getInput(),
+                                       adaptor.getWeight())))
+    return failure();
+  if (Value bias = adaptor.getBias()) {
+    RankedTensorType b = tensorOf(bias);
+    if (b.getRank() != 1 || b.getDimSize(0) != weight.getDimSize(0))
+      return reject<LinearOp>(loc, "bias must be [", weight.getDimSize(0),
+                              "], got ", b);
+    if (failed(sameElementType<LinearOp>(loc, "bias", adaptor.getInput(),
+                                         bias)))
+      return failure();
+  }
+  SmallVector<int64_t> shape(input.getShape());
+  shape.back() = weight.getDimSize(0);
+  results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  RankedTensorType lhs = tensorOf(adaptor.getLhs());
+  RankedTensorType rhs = tensorOf(adaptor.getRhs());
+  if (lhs.getRank() < 2)
+    return reject<MatmulOp>(loc, "lhs must have rank >= 2, got ", lhs);
+  if (rhs.getRank() != 2)
+    return reject<MatmulOp>(loc, "rhs must have rank 2, got ", rhs,
+                            " (use nn.batch_matmul for batched operands)");
+  if (failed(sameElementType<MatmulOp>(loc, "rhs", adaptor.getLhs(),
+                                       adaptor.getRhs())))
+    return failure();
+  auto [m, k] = matrixDims(lhs, adaptor.getTransposeA());
+  auto [k2, n] = matrixDims(rhs, adaptor.getTransposeB());
+  if (k != k2)
+    return reject<MatmulOp>(loc, "contraction dims differ: lhs has ", k,
+                            ", rhs has ", k2);
+  SmallVector<int64_t> shape(lhs.getShape().drop_back(2));
+  shape.append({m, n});
+  results.push_back(RankedTensorType::get(shape, lhs.getElementType()));
+  return success();
+}
+
+LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &results) {
+  RankedTensorType lhs = tensorOf(adaptor.getLhs());
+  RankedTensorType rhs = tensorOf(adaptor.getRhs());
+  if (lhs.getRank() < 3 || lhs.getRank() != rhs.getRank())
+    return reject<BatchMatmulOp>(
+        loc, "operands must have the same rank >= 3, got ", lhs, " and ", rhs);
+  if (lhs.getShape().drop_back(2) != rhs.getShape().drop_back(2))
+    return reject<BatchMatmulOp>(loc, "batch dims differ: ", lhs, " vs ",
+                                 rhs);
+  if (failed(sameElementType<BatchMatmulOp>(loc, "rhs", adaptor.getLhs(),
+                                            adaptor.getRhs())))
+    return failure();
+  auto [m, k] = matrixDims(lhs, adaptor.getTransposeA());
+  auto [k2, n] = matrixDims(rhs, adaptor.getTransposeB());
+  if (k != k2)
+    return reject<BatchMatmulOp>(loc, "contraction dims differ: lhs has ", k,
+                                 ", rhs has ", k2);
+  SmallVector<int64_t> shape(lhs.getShape().drop_back(2));
+  shape.append({m, n});
+  results.push_back(RankedTensorType::get(shape, lhs.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+LogicalResult AddOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &results) {
+  return inferBroadcast<AddOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
+                               results);
+}
+
+LogicalResult SubOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &results) {
+  return inferBroadcast<SubOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
+                               results);
+}
+
+LogicalResult MulOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &results) {
+  return inferBroadcast<MulOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
+                               results);
+}
+
+LogicalResult GeluOp::verify() {
+  StringRef approximate = getApproximate();
+  if (approximate != "none" && approximate != "tanh")
+    return emitOpError("approximate must be \"none\" or \"tanh\", got \"")
+           << approximate << "\"";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization, rotary embedding, attention, softmax
+//===----------------------------------------------------------------------===//
+
+LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  if (adaptor.getEps().convertToDouble() < 0.0)
+    return reject<RMSNormOp>(loc, "eps must be >= 0");
+  if (failed(checkFeatureVector<RMSNormOp>(loc, "weight", adaptor.getInput(),
+                                           adaptor.getWeight())))
+    return failure();
+  return inferSame<RMSNormOp>(adaptor.getInput(), results);
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  if (adaptor.getEps().convertToDouble() < 0.0)
+    return reject<LayerNormOp>(loc, "eps must be >= 0");
+  if (failed(checkFeatureVector<LayerNormOp>(
+          loc, "weight", adaptor.getInput(), adaptor.getWeight())) ||
+      failed(checkFeatureVector<LayerNormOp>(loc, "bias", adaptor.getInput(),
+                                             adaptor.getBias())))
+    return failure();
+  return inferSame<LayerNormOp>(adaptor.getInput(), results);
+}
+
+LogicalResult RotaryOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  RankedTensorType pos = tensorOf(adaptor.getPositions());
+  if (input.getRank() != 4)
+    return reject<RotaryOp>(loc, "input must be [B, S, N, D], got ", input);
+  if (input.getDimSize(3) % 2 != 0)
+    return reject<RotaryOp>(loc, "head dim ", input.getDimSize(3),
+                            " must be even");
+  if (pos.getShape() != input.getShape().take_front(2))
+    return reject<RotaryOp>(loc, "positions must be [", input.getDimSize(0),
+                            ", ", input.getDimSize(1), "], got ", pos);
+  if (!(adaptor.getTheta().convertToDouble() > 0.0))
+    return reject<RotaryOp>(loc, "theta must be > 0");
+  return inferSame<RotaryOp>(adaptor.getInput(), results);
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  RankedTensorType q = tensorOf(adaptor.getQuery());
+  RankedTensorType k = tensorOf(adaptor.getKey());
+  RankedTensorType v = tensorOf(adaptor.getValue());
+  if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4)
+    return reject<AttentionOp>(loc, "query, key and value must be "
+                                    "[B, S, N, D], got ",
+                               q, ", ", k, ", ", v);
+  if (failed(sameElementType<AttentionOp>(loc, "key", adaptor.getQuery(),
+                                          adaptor.getKey())) ||
+      failed(sameElementType<AttentionOp>(loc, "value", adaptor.getQuery(),
+                                          adaptor.getValue())))
+    return failure();
+  if (k.getDimSize(0) != q.getDimSize(0) || v.getDimSize(0) != q.getDimSize(0))
+    return reject<AttentionOp>(loc, "batch sizes differ");
+  if (k.getDimSize(1) != v.getDimSize(1) || k.getDimSize(2) != v.getDimSize(2))
+    return reject<AttentionOp>(loc, "key ", k, " and value ", v,
+                               " must agree on sequence and head count");
+  if (k.getDimSize(3) != q.getDimSize(3))
+    return reject<AttentionOp>(loc, "query head dim ", q.getDimSize(3),
+                               " differs from key head dim ", k.getDimSize(3));
+  if (q.getDimSize(2) % k.getDimSize(2) != 0)
+    return reject<AttentionOp>(loc, "query heads ", q.getDimSize(2),
+                               " are not a multiple of key/value heads ",
+                               k.getDimSize(2));
+  if (std::optional<int64_t> window = adaptor.getSlidingWindow()) {
+    if (*window < 1)
+      return reject<AttentionOp>(loc, "sliding_window must be >= 1, got ",
+                                 *window);
+    if (!adaptor.getCausal())
+      return reject<AttentionOp>(loc, "sliding_window requires causal");
+  }
+  if (std::optional<APFloat> scale = adaptor.getScale())
+    if (!(scale->convertToDouble() > 0.0))
+      return reject<AttentionOp>(loc, "scale must be > 0");
+  results.push_back(RankedTensorType::get(
+      {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), v.getDimSize(3)},
+      q.getElementType()));
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  return normalizeDim<SoftmaxOp>(getLoc(), getDim(), getInput().getType().getRank());
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  ArrayRef<int64_t> shape = adaptor.getShape();
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 1)
+      return reject<ReshapeOp>(loc, "shape entries must be >= 1, got ", d);
+    count *= d;
+  }
+  if (count != input.getNumElements())
+    return reject<ReshapeOp>(loc, "shape has ", count, " elements but ",
+                             input, " has ", input.getNumElements());
+  results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  ArrayRef<int64_t> perm = adaptor.getPerm();
+  if (static_cast<int64_t>(perm.size()) != input.getRank())
+    return reject<TransposeOp>(loc, "perm has ", perm.size(),
+                               " entries for rank ", input.getRank());
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= input.getRank() || seen[p])
+      return reject<TransposeOp>(loc, "perm is not a permutation of [0, ",
+                                 input.getRank(), ")");
+    seen[p] = true;
+    shape.push_back(input.getDimSize(p));
+  }
+  results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  FailureOr<int64_t> dim =
+      normalizeDim<SliceOp>(loc, adaptor.getDim(), input.getRank());
+  if (failed(dim))
+    return failure();
+  int64_t start = adaptor.getStart(), size = adaptor.getSize();
+  if (start < 0 || size < 1 || start + size > input.getDimSize(*dim))
+    return reject<SliceOp>(loc, "range [", start, ", ", start + size,
+                           ") is not inside dim ", *dim, " of size ",
+                           input.getDimSize(*dim));
+  SmallVector<int64_t> shape(input.getShape());
+  shape[*dim] = size;
+  results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  FailureOr<int64_t> dim =
+      normalizeDim<SplitOp>(loc, adaptor.getDim(), input.getRank());
+  if (failed(dim))
+    return failure();
+  ArrayRef<int64_t> sizes = adaptor.getSizes();
+  if (sizes.empty())
+    return reject<SplitOp>(loc, "needs at least one size");
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size < 1)
+      return reject<SplitOp>(loc, "sizes must be >= 1, got ", size);
+    total += size;
+  }
+  if (total != input.getDimSize(*dim))
+    return reject<SplitOp>(loc, "sizes sum to ", total, " but dim ", *dim,
+                           " has size ", input.getDimSize(*dim));
+  for (int64_t size : sizes) {
+    SmallVector<int64_t> shape(input.getShape());
+    shape[*dim] = size;
+    results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  }
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty())
+    return reject<ConcatOp>(loc, "needs at least one input");
+  RankedTensorType first = tensorOf(inputs.front());
+  FailureOr<int64_t> dim =
+      normalizeDim<ConcatOp>(loc, adaptor.getDim(), first.getRank());
+  if (failed(dim))
+    return failure();
+  SmallVector<int64_t> shape(first.getShape());
+  for (Value input : inputs.drop_front()) {
+    RankedTensorType t = tensorOf(input);
+    if (t.getRank() != first.getRank() ||
+        t.getElementType() != first.getElementType())
+      return reject<ConcatOp>(loc, "input ", t, " does not match ", first);
+    for (int64_t d = 0; d < first.getRank(); ++d)
+      if (d != *dim && t.getDimSize(d) != first.getDimSize(d))
+        return reject<ConcatOp>(loc, "input ", t, " differs from ", first,
+                                " outside dim ", *dim);
+    shape[*dim] += t.getDimSize(*dim);
+  }
+  results.push_back(RankedTensorType::get(shape, first.getElementType()));
+  return success();
+}
+
+LogicalResult CastOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type> &results) {
+  Type dtype = adaptor.getDtype();
+  if (!dtype.isF32() && !dtype.isBF16() && !dtype.isF16())
+    return reject<CastOp>(loc, "dtype must be f32, bf16 or f16, got ", dtype);
+  results.push_back(tensorOf(adaptor.getInput()).clone(dtype));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context,
+                                               std::optional<Location> loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &results) {
+  RankedTensorType logits = tensorOf(adaptor.getLogits());
+  RankedTensorType labels = tensorOf(adaptor.getLabels());
+  if (logits.getRank() < 1)
+    return reject<CrossEntropyOp>(loc, "logits must have rank >= 1");
+  if (labels.getShape() != logits.getShape().drop_back())
+    return reject<CrossEntropyOp>(loc, "labels ", labels,
+                                  " must have the logits' shape without the "
+                                  "class dim, logits are ",
+                                  logits);
+  StringRef reduction = adaptor.getReduction();
+  Type f32 = Float32Type::get(context);
+  if (reduction == "none")
+    results.push_back(RankedTensorType::get(labels.getShape(), f32));
+  else if (reduction == "mean" || reduction == "sum")
+    results.push_back(RankedTensorType::get({}, f32));
+  else
+    return reject<CrossEntropyOp>(
+        loc, "reduction must be \"mean\", \"sum\" or \"none\", got \"",
+        reduction, "\"");
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "fsdp/Dialect/NN/IR/NNOps.cpp.inc"

@@ -1,0 +1,21 @@
+//===- InitAll.cpp - Register every fsdp-mlir dialect and pass ------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/InitAll.h"
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+void fsdp::registerAllDialects(mlir::DialectRegistry &registry) {
+  registry.insert<fsdp::nn::NNDialect, fsdp::dist::DistDialect,
+                  mlir::func::FuncDialect>();
+}
+
+void fsdp::registerAllPasses() { mlir::registerTransformsPasses(); }

@@ -1,0 +1,27 @@
+# -*- Python -*-
+# lit configuration for the fsdp-mlir regression tests.
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "FSDP"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test", ".json"]
+config.excludes = ["Inputs", "models", "CMakeLists.txt", "README.md",
+                   "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.fsdp_obj_root, "test")
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%models", os.path.join(config.fsdp_src_root,
+                                                      "test", "models")))
+# FileCheck variables do not leak between CHECK-LABEL blocks.
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.add_tool_substitutions(
+    ["fsdp-opt", "fsdp-translate", "fsdp-graphgen"],
+    [config.fsdp_tools_dir, config.llvm_tools_dir])

@@ -1,0 +1,21 @@
+//===- fsdp-translate.cpp - Translations in and out of fsdp-mlir ----------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// mlir-translate with `--import-graph` (graph.json to nn ops) and
+// `--param-table`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Import/GraphImport.h"
+
+#include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
+
+int main(int argc, char **argv) {
+  fsdp::registerGraphTranslations();
+  return mlir::failed(
+      mlir::mlirTranslateMain(argc, argv, "fsdp-mlir translation driver\n"));
+}
