@@ -33,6 +33,10 @@ using Shape = std::vector<int64_t>;
 /// overflow int64_t.
 constexpr int64_t kMaxDim = INT32_MAX;
 
+/// The graph holds every layer's nodes in memory; real models have at most a
+/// few hundred layers, so a larger count is taken for a typo.
+constexpr int64_t kMaxLayers = 4096;
+
 /// Renders a JSON value for a diagnostic, shortened when long.
 std::string describe(const json &value) {
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -63,15 +67,16 @@ public:
     return &*it;
   }
 
-  /// A required integer field in [minValue, kMaxDim].
-  int64_t getInt(const char *key, int64_t minValue = 1) {
+  /// A required integer field in [minValue, maxValue].
+  int64_t getInt(const char *key, int64_t minValue = 1,
+                 int64_t maxValue = kMaxDim) {
     const json *value = lookup(key);
     if (!value) {
       fail(object.contains(key) ? "field '" + name(key) + "' must not be null"
                                 : "missing field '" + name(key) + "'");
       return minValue;
     }
-    return checkInt(key, *value, minValue);
+    return checkInt(key, *value, minValue, maxValue);
   }
 
   /// An optional integer field in [minValue, kMaxDim].
@@ -151,16 +156,20 @@ public:
   std::string error;
 
 private:
-  int64_t checkInt(const char *key, const json &value, int64_t minValue) {
+  int64_t checkInt(const char *key, const json &value, int64_t minValue,
+                   int64_t maxValue = kMaxDim) {
     if (!value.is_number_integer()) {
       fail("field '" + name(key) + "' must be an integer, got " +
            describe(value));
       return minValue;
     }
+    std::string tooLarge = "field '" + name(key) + "' is too large, got " +
+                           describe(value) + " (at most " +
+                           std::to_string(maxValue) + ")";
     // Unsigned values above INT64_MAX must not wrap into range.
     if (value.is_number_unsigned() &&
-        value.get<uint64_t>() > static_cast<uint64_t>(kMaxDim)) {
-      fail("field '" + name(key) + "' is too large, got " + describe(value));
+        value.get<uint64_t>() > static_cast<uint64_t>(maxValue)) {
+      fail(tooLarge);
       return minValue;
     }
     int64_t number = value.get<int64_t>();
@@ -171,8 +180,8 @@ private:
            ", got " + describe(value));
       return minValue;
     }
-    if (number > kMaxDim) {
-      fail("field '" + name(key) + "' is too large, got " + describe(value));
+    if (number > maxValue) {
+      fail(tooLarge);
       return minValue;
     }
     return number;
@@ -306,7 +315,7 @@ void readLlamaLike(const json &config, ConfigReader &reader,
   model.vocab = reader.getInt("vocab_size");
   model.hidden = reader.getInt("hidden_size");
   model.intermediate = reader.getInt("intermediate_size");
-  model.layers = reader.getInt("num_hidden_layers");
+  model.layers = reader.getInt("num_hidden_layers", 1, kMaxLayers);
   model.heads = reader.getInt("num_attention_heads");
   model.kvHeads =
       reader.getOptionalInt("num_key_value_heads").value_or(model.heads);
@@ -397,7 +406,7 @@ void readLlamaLike(const json &config, ConfigReader &reader,
 void readGPT2(ConfigReader &reader, ModelConfig &model) {
   model.vocab = reader.getInt("vocab_size");
   model.hidden = reader.getInt("n_embd");
-  model.layers = reader.getInt("n_layer");
+  model.layers = reader.getInt("n_layer", 1, kMaxLayers);
   model.heads = reader.getInt("n_head");
   model.maxPositions = reader.getInt("n_positions");
   model.intermediate =
@@ -437,7 +446,9 @@ void readGPT2(ConfigReader &reader, ModelConfig &model) {
 // GraphBuilder
 //===----------------------------------------------------------------------===//
 
-ojson normalInit(double std) { return {{"kind", "normal"}, {"std", std}}; }
+ojson normalInit(double stddev) {
+  return {{"kind", "normal"}, {"std", stddev}};
+}
 ojson onesInit() { return {{"kind", "ones"}}; }
 ojson zerosInit() { return {{"kind", "zeros"}}; }
 
@@ -446,6 +457,7 @@ class GraphBuilder {
 public:
   explicit GraphBuilder(std::string dtype) : dtype(std::move(dtype)) {}
 
+  /// Adds a data input.
   void addInput(const std::string &name, const Shape &shape,
                 const char *inputDtype) {
     inputs.push_back({{"name", name}, {"shape", shape}, {"dtype", inputDtype}});
@@ -462,8 +474,8 @@ public:
   /// Adds `<module>.weight` [out, in] and, with `bias`, `<module>.bias` [out]
   /// for an nn.Linear.
   void addLinearParameters(const std::string &module, int64_t in, int64_t out,
-                           bool bias, double std) {
-    addParameter(module + ".weight", {out, in}, normalInit(std));
+                           bool bias, double stddev) {
+    addParameter(module + ".weight", {out, in}, normalInit(stddev));
     if (bias)
       addParameter(module + ".bias", {out}, zerosInit());
   }
@@ -490,11 +502,13 @@ public:
                    module);
   }
 
+  /// A reshape node; `module` is the module whose forward reshapes.
   std::string addReshape(const std::string &name, const std::string &x,
                          const Shape &shape, const std::string &module) {
     return addNode(name, "reshape", {x}, {{"shape", shape}}, module);
   }
 
+  /// Assembles the document; the builder is empty afterwards.
   ojson finish(const std::string &model, ojson outputs) {
     ojson graph = ojson::object();
     graph["format"] = "fsdp-graph";
@@ -529,13 +543,13 @@ ojson finishCausalLM(GraphBuilder &builder, const ModelConfig &model,
 ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
   const int64_t b = options.batch, s = options.seq, h = model.hidden;
   const int64_t n = model.heads, kv = model.kvHeads, d = model.headDim;
-  const double std = model.initStd;
+  const double initStd = model.initStd;
   GraphBuilder builder(options.dtype);
   for (const char *input : {"input_ids", "position_ids", "labels"})
     builder.addInput(input, {b, s}, "i64");
 
   builder.addParameter("model.embed_tokens.weight", {model.vocab, h},
-                       normalInit(std));
+                       normalInit(initStd));
   std::string x = builder.addNode("model.embed_tokens", "embedding",
                                   {"model.embed_tokens.weight", "input_ids"},
                                   ojson::object(), "model.embed_tokens");
@@ -546,22 +560,24 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
     const std::string mlp = layer + ".mlp";
 
     // Parameters in the order the layer's __init__ registers them.
-    builder.addLinearParameters(attn + ".q_proj", h, n * d, model.qkvBias, std);
+    builder.addLinearParameters(attn + ".q_proj", h, n * d, model.qkvBias,
+                                initStd);
     builder.addLinearParameters(attn + ".k_proj", h, kv * d, model.qkvBias,
-                                std);
+                                initStd);
     builder.addLinearParameters(attn + ".v_proj", h, kv * d, model.qkvBias,
-                                std);
-    builder.addLinearParameters(attn + ".o_proj", n * d, h, model.outBias, std);
+                                initStd);
+    builder.addLinearParameters(attn + ".o_proj", n * d, h, model.outBias,
+                                initStd);
     if (model.qkNorm) {
       builder.addParameter(attn + ".q_norm.weight", {d}, onesInit());
       builder.addParameter(attn + ".k_norm.weight", {d}, onesInit());
     }
     builder.addLinearParameters(mlp + ".gate_proj", h, model.intermediate,
-                                model.mlpBias, std);
+                                model.mlpBias, initStd);
     builder.addLinearParameters(mlp + ".up_proj", h, model.intermediate,
-                                model.mlpBias, std);
+                                model.mlpBias, initStd);
     builder.addLinearParameters(mlp + ".down_proj", model.intermediate, h,
-                                model.mlpBias, std);
+                                model.mlpBias, initStd);
     builder.addParameter(layer + ".input_layernorm.weight", {h}, onesInit());
     builder.addParameter(layer + ".post_attention_layernorm.weight", {h},
                          onesInit());
@@ -624,7 +640,7 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
   std::string head = "model.embed_tokens.weight";
   if (!model.tieEmbeddings) {
     head = "lm_head.weight";
-    builder.addParameter(head, {model.vocab, h}, normalInit(std));
+    builder.addParameter(head, {model.vocab, h}, normalInit(initStd));
   }
   std::string logits = builder.addNode("lm_head", "linear", {x, head},
                                        ojson::object(), "lm_head");
@@ -636,9 +652,9 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
 ojson buildGPT2(const ModelConfig &model, const GraphGenOptions &options) {
   const int64_t b = options.batch, s = options.seq, h = model.hidden;
   const int64_t n = model.heads, d = model.headDim;
-  const double std = model.initStd;
+  const double initStd = model.initStd;
   // GPT-2 scales the residual output projections by 1/sqrt(2 * n_layer).
-  const double projStd = std / std::sqrt(2.0 * model.layers);
+  const double projStd = initStd / std::sqrt(2.0 * model.layers);
   GraphBuilder builder(options.dtype);
   for (const char *input : {"input_ids", "position_ids", "labels"})
     builder.addInput(input, {b, s}, "i64");
@@ -664,9 +680,9 @@ ojson buildGPT2(const ModelConfig &model, const GraphGenOptions &options) {
   };
 
   builder.addParameter("transformer.wte.weight", {model.vocab, h},
-                       normalInit(std));
+                       normalInit(initStd));
   builder.addParameter("transformer.wpe.weight", {model.maxPositions, h},
-                       normalInit(std));
+                       normalInit(initStd));
   std::string tokens = builder.addNode("transformer.wte", "embedding",
                                        {"transformer.wte.weight", "input_ids"},
                                        ojson::object(), "transformer.wte");
@@ -684,7 +700,7 @@ ojson buildGPT2(const ModelConfig &model, const GraphGenOptions &options) {
     const std::string mlp = layer + ".mlp";
 
     std::string normed = addLayerNorm(layer + ".ln_1", x);
-    addConv1DParameters(attn + ".c_attn", h, 3 * h, std);
+    addConv1DParameters(attn + ".c_attn", h, 3 * h, initStd);
     addConv1DParameters(attn + ".c_proj", h, h, projStd);
     std::string qkv = addConv1D(attn + ".c_attn", normed);
     std::string split =
@@ -714,7 +730,7 @@ ojson buildGPT2(const ModelConfig &model, const GraphGenOptions &options) {
                         ojson::object(), layer);
 
     normed = addLayerNorm(layer + ".ln_2", x);
-    addConv1DParameters(mlp + ".c_fc", h, model.intermediate, std);
+    addConv1DParameters(mlp + ".c_fc", h, model.intermediate, initStd);
     addConv1DParameters(mlp + ".c_proj", model.intermediate, h, projStd);
     std::string m = addConv1D(mlp + ".c_fc", normed);
     m = builder.addNode(mlp + ".act", "gelu", {m},
@@ -728,7 +744,7 @@ ojson buildGPT2(const ModelConfig &model, const GraphGenOptions &options) {
   std::string head = "transformer.wte.weight";
   if (!model.tieEmbeddings) {
     head = "lm_head.weight";
-    builder.addParameter(head, {model.vocab, h}, normalInit(std));
+    builder.addParameter(head, {model.vocab, h}, normalInit(initStd));
   }
   std::string logits = builder.addNode("lm_head", "linear", {x, head},
                                        ojson::object(), "lm_head");

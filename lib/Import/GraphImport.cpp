@@ -20,7 +20,6 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
-#include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -50,17 +49,28 @@ const StringRef kSplit[] = {"dim", "sizes"};
 const StringRef kDtype[] = {"dtype"};
 
 const OpInfo kOps[] = {
-    {"embedding", 2, 2, {}},      {"linear", 2, 3, {}},
-    {"matmul", 2, 2, {}},         {"batch_matmul", 2, 2, {}},
-    {"add", 2, 2, {}},            {"sub", 2, 2, {}},
-    {"mul", 2, 2, {}},            {"neg", 1, 1, {}},
-    {"scale", 1, 1, kFactor},     {"silu", 1, 1, {}},
-    {"gelu", 1, 1, {}},           {"rms_norm", 2, 2, kEps},
-    {"layer_norm", 2, 3, kEps},   {"rotary", 2, 2, kTheta},
-    {"attention", 3, 3, {}},      {"softmax", 1, 1, kDim},
-    {"reshape", 1, 1, kShape},    {"transpose", 1, 1, kPerm},
-    {"slice", 1, 1, kSlice},      {"split", 1, 1, kSplit},
-    {"concat", 1, kVariadic, kDim}, {"cast", 1, 1, kDtype},
+    {"embedding", 2, 2, {}},
+    {"linear", 2, 3, {}},
+    {"matmul", 2, 2, {}},
+    {"batch_matmul", 2, 2, {}},
+    {"add", 2, 2, {}},
+    {"sub", 2, 2, {}},
+    {"mul", 2, 2, {}},
+    {"neg", 1, 1, {}},
+    {"scale", 1, 1, kFactor},
+    {"silu", 1, 1, {}},
+    {"gelu", 1, 1, {}},
+    {"rms_norm", 2, 2, kEps},
+    {"layer_norm", 2, 3, kEps},
+    {"rotary", 2, 2, kTheta},
+    {"attention", 3, 3, {}},
+    {"softmax", 1, 1, kDim},
+    {"reshape", 1, 1, kShape},
+    {"transpose", 1, 1, kPerm},
+    {"slice", 1, 1, kSlice},
+    {"split", 1, 1, kSplit},
+    {"concat", 1, kVariadic, kDim},
+    {"cast", 1, 1, kDtype},
     {"cross_entropy", 2, 2, {}},
 };
 
@@ -95,9 +105,7 @@ private:
     emitError(loc) << message;
     return failure();
   }
-  LogicalResult fail(const Twine &message) {
-    return fail(fileLoc(0), message);
-  }
+  LogicalResult fail(const Twine &message) { return fail(fileLoc(0), message); }
 
   /// A location in the file: the line of the first occurrence of `needle`
   /// after `from`, or the file itself.
@@ -135,7 +143,8 @@ FileLineColLoc GraphImporter::fileLoc(size_t offset) {
   StringRef before = text.take_front(offset);
   unsigned line = before.count('\n') + 1;
   size_t lineStart = before.rfind('\n');
-  unsigned col = offset - (lineStart == StringRef::npos ? 0 : lineStart + 1) + 1;
+  unsigned col =
+      offset - (lineStart == StringRef::npos ? 0 : lineStart + 1) + 1;
   return FileLineColLoc::get(context, filename, line, col);
 }
 
@@ -157,19 +166,20 @@ Type GraphImporter::parseDtype(const json &value, bool allowInt) {
 }
 
 FailureOr<SmallVector<int64_t>>
-GraphImporter::parseShape(const json &value, const Twine &where,
-                          Location loc) {
+GraphImporter::parseShape(const json &value, const Twine &where, Location loc) {
   if (!value.is_array()) {
-    (void)fail(loc, where + ": field 'shape' must be an array of positive "
-                            "integers, got " +
+    (void)fail(loc, where +
+                        ": field 'shape' must be an array of positive "
+                        "integers, got " +
                         jsonTypeName(value));
     return failure();
   }
   SmallVector<int64_t> shape;
   for (const json &d : value) {
     if (!d.is_number_integer() || d.get<int64_t>() < 1) {
-      (void)fail(loc, where + ": field 'shape' must hold positive integers, "
-                              "got " +
+      (void)fail(loc, where +
+                          ": field 'shape' must hold positive integers, "
+                          "got " +
                           d.dump());
       return failure();
     }
@@ -181,8 +191,8 @@ GraphImporter::parseShape(const json &value, const Twine &where,
 LogicalResult GraphImporter::checkName(const json &entry, const Twine &where,
                                        Location loc, std::string &name) {
   if (!entry.is_object())
-    return fail(loc, where + ": expected an object, got " +
-                         jsonTypeName(entry));
+    return fail(loc,
+                where + ": expected an object, got " + jsonTypeName(entry));
   auto it = entry.find("name");
   if (it == entry.end())
     return fail(loc, where + ": missing field 'name'");
@@ -196,9 +206,8 @@ LogicalResult GraphImporter::checkName(const json &entry, const Twine &where,
   return success();
 }
 
-FailureOr<Attribute> GraphImporter::parseInit(const json &init,
-                                              const Twine &where,
-                                              Location loc) {
+FailureOr<Attribute>
+GraphImporter::parseInit(const json &init, const Twine &where, Location loc) {
   auto bad = [&](const Twine &msg) -> FailureOr<Attribute> {
     (void)fail(loc, where + ": field 'init': " + msg);
     return failure();
@@ -239,7 +248,8 @@ FailureOr<Attribute> GraphImporter::parseInit(const json &init,
       return bad("unknown field '" + key + "' for kind '" +
                  kindIt->get<std::string>() + "'");
   if (*kind == fsdp::nn::InitKind::normal &&
-      (failed(number("mean", 0.0, a)) || failed(number("std", std::nullopt, b))))
+      (failed(number("mean", 0.0, a)) ||
+       failed(number("std", std::nullopt, b))))
     return failure();
   if (*kind == fsdp::nn::InitKind::uniform &&
       (failed(number("low", std::nullopt, a)) ||
@@ -287,10 +297,10 @@ LogicalResult GraphImporter::importTensors(const json &root,
         return fail(loc, where + ": missing field 'dtype'");
       Type dtype = parseDtype(entry["dtype"], /*allowInt=*/!isParam);
       if (!dtype)
-        return fail(loc, where + ": field 'dtype' must be one of " +
-                             (isParam ? "f32, bf16, f16"
-                                      : "f32, bf16, f16, i32, i64") +
-                             ", got " + entry["dtype"].dump());
+        return fail(
+            loc, where + ": field 'dtype' must be one of " +
+                     (isParam ? "f32, bf16, f16" : "f32, bf16, f16, i32, i64") +
+                     ", got " + entry["dtype"].dump());
       NamedAttrList attrs;
       if (isParam) {
         attrs.append(fsdp::nn::NNDialect::kParamAttrName,
@@ -335,9 +345,8 @@ FailureOr<Value> GraphImporter::lookup(StringRef ref, const Twine &where,
     return failure();
   }
   if (resultIndex >= it->second.size()) {
-    (void)fail(loc, where + ": '" + name + "' has " +
-                        Twine(it->second.size()) + " result(s), no result " +
-                        Twine(resultIndex));
+    (void)fail(loc, where + ": '" + name + "' has " + Twine(it->second.size()) +
+                        " result(s), no result " + Twine(resultIndex));
     return failure();
   }
   return it->second[resultIndex];
@@ -368,8 +377,8 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
   if (!opIt->is_string())
     return fail(loc, where + ": field 'op' must be a string");
   std::string opName = opIt->get<std::string>();
-  const OpInfo *info = llvm::find_if(
-      kOps, [&](const OpInfo &op) { return op.name == opName; });
+  const OpInfo *info =
+      llvm::find_if(kOps, [&](const OpInfo &op) { return op.name == opName; });
   if (info == std::end(kOps))
     return fail(loc, where + ": field 'op': unknown op '" + opName + "'");
   where += " (op '" + opName + "')";
@@ -382,13 +391,12 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
     return fail(loc, where + ": field 'inputs' must be an array of names");
   size_t numInputs = inputsIt->size();
   if (numInputs < info->minOperands || numInputs > info->maxOperands) {
-    std::string expected =
-        info->minOperands == info->maxOperands
-            ? std::to_string(info->minOperands)
-        : info->maxOperands == kVariadic
-            ? "at least " + std::to_string(info->minOperands)
-            : std::to_string(info->minOperands) + " or " +
-                  std::to_string(info->maxOperands);
+    std::string expected = info->minOperands == info->maxOperands
+                               ? std::to_string(info->minOperands)
+                           : info->maxOperands == kVariadic
+                               ? "at least " + std::to_string(info->minOperands)
+                               : std::to_string(info->minOperands) + " or " +
+                                     std::to_string(info->maxOperands);
     return fail(loc, where + ": field 'inputs' has " + Twine(numInputs) +
                          " entries, expected " + expected);
   }
@@ -484,10 +492,9 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
         opError = diag.str();
       return success();
     });
-    auto *infer = mlirName.getInterface<InferTypeOpInterface>();
-    inferred = infer->inferReturnTypes(
-        context, opLoc, operands, attrs.getDictionary(context),
-        OpaqueProperties(nullptr), RegionRange(), resultTypes);
+    auto *rule = mlirName.getInterface<fsdp::nn::ShapeRuleOpInterface>();
+    inferred = rule->inferResultTypes(
+        context, opLoc, operands, attrs.getDictionary(context), resultTypes);
     if (succeeded(inferred)) {
       OperationState state(opLoc, mlirName);
       state.addOperands(operands);
@@ -570,8 +577,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
 
   const json &outputs = root["outputs"];
   if (outputs.empty())
-    return (void)fail("field 'outputs' must name at least one value"),
-           nullptr;
+    return (void)fail("field 'outputs' must name at least one value"), nullptr;
   SmallVector<Value> results;
   SmallVector<DictionaryAttr> resultAttrs;
   size_t outCursor = findQuoted("outputs", 0);
@@ -579,9 +585,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     const json &out = outputs[i];
     std::string where = ("outputs[" + Twine(i) + "]").str();
     Location loc = fileLoc(outCursor);
-    if (!out.is_object() || !out.contains("name") ||
-        !out["name"].is_string() || !out.contains("value") ||
-        !out["value"].is_string())
+    if (!out.is_object() || !out.contains("name") || !out["name"].is_string() ||
+        !out.contains("value") || !out["value"].is_string())
       return (void)fail(loc, where + ": expected {\"name\": string, "
                                      "\"value\": string}"),
              nullptr;

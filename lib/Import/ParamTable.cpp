@@ -57,8 +57,8 @@ LogicalResult printParamTable(Operation *op, raw_ostream &os) {
     int64_t total = 0, bytes = 0;
     size_t width = 4;
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-      auto name =
-          func.getArgAttrOfType<StringAttr>(i, fsdp::nn::NNDialect::kParamAttrName);
+      auto name = func.getArgAttrOfType<StringAttr>(
+          i, fsdp::nn::NNDialect::kParamAttrName);
       if (!name)
         continue;
       auto type = cast<RankedTensorType>(func.getArgument(i).getType());
@@ -67,17 +67,17 @@ LogicalResult printParamTable(Operation *op, raw_ostream &os) {
                (type.getElementType().getIntOrFloatBitWidth() / 8);
       std::string dtype;
       llvm::raw_string_ostream(dtype) << type.getElementType();
-      rows.push_back({name.getValue().str(), shapeString(type), dtype,
-                      initString(func.getArgAttr(
-                          i, fsdp::nn::NNDialect::kInitAttrName)),
-                      std::to_string(type.getNumElements())});
+      rows.push_back(
+          {name.getValue().str(), shapeString(type), dtype,
+           initString(func.getArgAttr(i, fsdp::nn::NNDialect::kInitAttrName)),
+           std::to_string(type.getNumElements())});
       width = std::max(width, name.getValue().size());
     }
     if (rows.empty())
       continue;
     any = true;
-    auto model = func->getAttrOfType<StringAttr>(
-        fsdp::nn::NNDialect::kModelAttrName);
+    auto model =
+        func->getAttrOfType<StringAttr>(fsdp::nn::NNDialect::kModelAttrName);
     os << "parameters of @" << func.getSymName();
     if (model)
       os << " (" << model.getValue() << ")";
@@ -93,8 +93,8 @@ LogicalResult printParamTable(Operation *op, raw_ostream &os) {
          << llvm::left_justify(row[2], 5) << "  "
          << llvm::left_justify(row[3], 22) << "  "
          << llvm::right_justify(row[4], 12) << "\n";
-    os << "total: " << rows.size() << " tensors, " << total
-       << " parameters, " << bytes << " bytes\n";
+    os << "total: " << rows.size() << " tensors, " << total << " parameters, "
+       << bytes << " bytes\n";
   }
   if (!any)
     return module.emitError("no function has nn.param arguments");

@@ -18,6 +18,6 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   fsdp::registerAllDialects(registry);
   fsdp::registerAllPasses();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "fsdp-mlir optimizer driver\n", registry));
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "fsdp-mlir optimizer driver\n", registry));
 }

@@ -79,7 +79,8 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
   FlatSymbolRefAttr mesh;
   SmallVector<Attribute> dims;
   ArrayAttr partial = ArrayAttr::get(parser.getContext(), {});
-  if (parser.parseLess() || parser.parseAttribute(mesh) || parser.parseComma() ||
+  if (parser.parseLess() || parser.parseAttribute(mesh) ||
+      parser.parseComma() ||
       parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
         ArrayAttr axes;
         if (parseAxisList(parser, axes))
@@ -94,9 +95,8 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
     return {};
   if (parser.parseGreater())
     return {};
-  return getChecked([&] { return parser.emitError(loc); },
-                    parser.getContext(), mesh,
-                    ArrayAttr::get(parser.getContext(), dims), partial);
+  return getChecked([&] { return parser.emitError(loc); }, parser.getContext(),
+                    mesh, ArrayAttr::get(parser.getContext(), dims), partial);
 }
 
 void ShardingAttr::print(AsmPrinter &printer) const {
@@ -160,8 +160,8 @@ ShardingAttr::verifyFor(Operation *meshOp, RankedTensorType type,
   auto check = [&](ArrayAttr axes) -> LogicalResult {
     for (StringRef axis : axisNames(axes))
       if (!mesh.getAxisSize(axis))
-        return emitError() << "mesh '" << mesh.getSymName()
-                           << "' has no axis '" << axis << "'";
+        return emitError() << "mesh '" << mesh.getSymName() << "' has no axis '"
+                           << axis << "'";
     return success();
   };
   for (Attribute dim : getDims())

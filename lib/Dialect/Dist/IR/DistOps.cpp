@@ -99,8 +99,8 @@ LogicalResult MeshOp::verify() {
     if (!seen.insert(name).second)
       return emitOpError("has axis '") << name << "' more than once";
     if (size < 1)
-      return emitOpError("axis '") << name << "' has size " << size
-                                   << ", expected >= 1";
+      return emitOpError("axis '")
+             << name << "' has size " << size << ", expected >= 1";
   }
   return success();
 }
@@ -123,8 +123,7 @@ int64_t MeshOp::getNumRanks() {
 // AnnotateOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult
-AnnotateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+LogicalResult AnnotateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   Operation *mesh = symbolTable.lookupNearestSymbolFrom(
       *this, getSharding().getMesh().getAttr());
   return getSharding().verifyFor(mesh, getInput().getType(),
@@ -188,8 +187,7 @@ LogicalResult checkDim(Operation *op, StringRef what, int64_t dim,
                        RankedTensorType type) {
   if (dim < 0 || dim >= type.getRank())
     return op->emitOpError() << what << " " << dim
-                             << " is out of range for rank "
-                             << type.getRank();
+                             << " is out of range for rank " << type.getRank();
   return success();
 }
 
@@ -206,9 +204,8 @@ LogicalResult checkResult(CollectiveOpInterface op,
 }
 
 /// The input shape with `dim` multiplied by `mul` and divided by `div`.
-FailureOr<SmallVector<int64_t>> scaledShape(CollectiveOpInterface op,
-                                            int64_t dim, int64_t mul,
-                                            int64_t div) {
+FailureOr<SmallVector<int64_t>>
+scaledShape(CollectiveOpInterface op, int64_t dim, int64_t mul, int64_t div) {
   SmallVector<int64_t> shape(op.getInput().getType().getShape());
   if (shape[dim] % div != 0) {
     op->emitOpError("dim ") << dim << " of size " << shape[dim]
@@ -225,8 +222,8 @@ FailureOr<SmallVector<int64_t>> scaledShape(CollectiveOpInterface op,
 //===----------------------------------------------------------------------===//
 
 LogicalResult AllGatherOp::verifyGroupShape(int64_t groupSize) {
-  if (failed(checkDim(*this, "gather_dim", getGatherDim(),
-                      getInput().getType())))
+  if (failed(
+          checkDim(*this, "gather_dim", getGatherDim(), getInput().getType())))
     return failure();
   FailureOr<SmallVector<int64_t>> shape =
       scaledShape(*this, getGatherDim(), groupSize, 1);

@@ -53,8 +53,7 @@ std::optional<std::pair<StringRef, StringRef>> initFieldNames(InitKind kind) {
 } // namespace
 
 LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                               InitKind kind, APFloat aValue,
-                               APFloat bValue) {
+                               InitKind kind, APFloat aValue, APFloat bValue) {
   double a = aValue.convertToDouble(), b = bValue.convertToDouble();
   if (kind == InitKind::normal && !(b > 0.0))
     return emitError() << "normal initializer needs std > 0, got " << b;
@@ -89,15 +88,14 @@ Attribute InitAttr::parse(AsmParser &parser, Type) {
   }
   if (parser.parseGreater())
     return {};
-  return getChecked([&] { return parser.emitError(loc); },
-                    parser.getContext(), *kind, APFloat(values[0]),
-                    APFloat(values[1]));
+  return getChecked([&] { return parser.emitError(loc); }, parser.getContext(),
+                    *kind, APFloat(values[0]), APFloat(values[1]));
 }
 
 void InitAttr::print(AsmPrinter &printer) const {
   printer << "<" << stringifyInitKind(getKind());
   if (auto names = initFieldNames(getKind()))
-    printer << ", " << names->first << " = " << getA().convertToDouble()
-            << ", " << names->second << " = " << getB().convertToDouble();
+    printer << ", " << names->first << " = " << getA().convertToDouble() << ", "
+            << names->second << " = " << getB().convertToDouble();
   printer << ">";
 }

@@ -19,6 +19,8 @@
 using namespace mlir;
 using namespace fsdp::nn;
 
+#include "fsdp/Dialect/NN/IR/NNInterfaces.cpp.inc"
+
 namespace {
 /// Emits "'<op>' op <message>" at `loc` (when there is one) and fails.
 template <typename OpTy, typename... Args>
@@ -37,9 +39,8 @@ LogicalResult sameElementType(std::optional<Location> loc, StringRef what,
                               Value a, Value b) {
   if (!b || tensorOf(a).getElementType() == tensorOf(b).getElementType())
     return success();
-  return reject<OpTy>(loc, what, " element type ",
-                      tensorOf(b).getElementType(), " differs from ",
-                      tensorOf(a).getElementType());
+  return reject<OpTy>(loc, what, " element type ", tensorOf(b).getElementType(),
+                      " differs from ", tensorOf(a).getElementType());
 }
 
 /// Maps `dim` in [-rank, rank) to [0, rank).
@@ -69,8 +70,8 @@ LogicalResult inferBroadcast(std::optional<Location> loc, Value lhs, Value rhs,
   SmallVector<int64_t> shape;
   if (!OpTrait::util::getBroadcastedShape(tensorOf(lhs).getShape(),
                                           tensorOf(rhs).getShape(), shape))
-    return reject<OpTy>(loc, "operands ", lhs.getType(), " and ",
-                        rhs.getType(), " are not broadcast-compatible");
+    return reject<OpTy>(loc, "operands ", lhs.getType(), " and ", rhs.getType(),
+                        " are not broadcast-compatible");
   results.push_back(
       RankedTensorType::get(shape, tensorOf(lhs).getElementType()));
   return success();
@@ -98,14 +99,33 @@ LogicalResult inferSame(Value input, SmallVectorImpl<Type> &results) {
 }
 } // namespace
 
+LogicalResult fsdp::nn::verifyShapeRule(Operation *op) {
+  SmallVector<Type> inferred;
+  if (failed(cast<ShapeRuleOpInterface>(op).inferResultTypes(
+          op->getContext(), op->getLoc(), op->getOperands(),
+          op->getAttrDictionary(), inferred)))
+    return failure();
+  if (TypeRange(inferred) == op->getResultTypes())
+    return success();
+  InFlightDiagnostic diag = op->emitOpError("result type");
+  if (op->getNumResults() != 1)
+    diag << "s";
+  diag << " ";
+  llvm::interleaveComma(op->getResultTypes(), diag);
+  diag << " differ" << (op->getNumResults() == 1 ? "s" : "")
+       << " from the inferred ";
+  llvm::interleaveComma(inferred, diag);
+  return diag;
+}
+
 //===----------------------------------------------------------------------===//
 // Embedding and linear algebra
 //===----------------------------------------------------------------------===//
 
-LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
-                                            std::optional<Location> loc,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &results) {
+LogicalResult EmbeddingOp::inferTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &results) {
   RankedTensorType table = tensorOf(adaptor.getTable());
   if (table.getRank() != 2)
     return reject<EmbeddingOp>(loc, "table must be [V, H], got ", table);
@@ -115,10 +135,9 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult LinearOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor adaptor,
-                                         SmallVectorImpl<Type> &results) {
+LogicalResult LinearOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                   Adaptor adaptor,
+                                   SmallVectorImpl<Type> &results) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   RankedTensorType weight = tensorOf(adaptor.getWeight());
   if (input.getRank() < 1)
@@ -128,8 +147,7 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *,
   if (weight.getDimSize(1) != input.getShape().back())
     return reject<LinearOp>(loc, "weight ", weight,
                             " does not match the input's last dim ",
-                            input.getShape().back(),
-                            " (weight is [out, in])");
+                            input.getShape().back(), " (weight is [out, in])");
   if (failed(sameElementType<LinearOp>(loc, "weight", adaptor.getInput(),
                                        adaptor.getWeight())))
     return failure();
@@ -138,8 +156,8 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *,
     if (b.getRank() != 1 || b.getDimSize(0) != weight.getDimSize(0))
       return reject<LinearOp>(loc, "bias must be [", weight.getDimSize(0),
                               "], got ", b);
-    if (failed(sameElementType<LinearOp>(loc, "bias", adaptor.getInput(),
-                                         bias)))
+    if (failed(
+            sameElementType<LinearOp>(loc, "bias", adaptor.getInput(), bias)))
       return failure();
   }
   SmallVector<int64_t> shape(input.getShape());
@@ -148,10 +166,9 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor adaptor,
-                                         SmallVectorImpl<Type> &results) {
+LogicalResult MatmulOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                   Adaptor adaptor,
+                                   SmallVectorImpl<Type> &results) {
   RankedTensorType lhs = tensorOf(adaptor.getLhs());
   RankedTensorType rhs = tensorOf(adaptor.getRhs());
   if (lhs.getRank() < 2)
@@ -173,18 +190,17 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *,
-                                              std::optional<Location> loc,
-                                              Adaptor adaptor,
-                                              SmallVectorImpl<Type> &results) {
+LogicalResult BatchMatmulOp::inferTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
   RankedTensorType lhs = tensorOf(adaptor.getLhs());
   RankedTensorType rhs = tensorOf(adaptor.getRhs());
   if (lhs.getRank() < 3 || lhs.getRank() != rhs.getRank())
     return reject<BatchMatmulOp>(
         loc, "operands must have the same rank >= 3, got ", lhs, " and ", rhs);
   if (lhs.getShape().drop_back(2) != rhs.getShape().drop_back(2))
-    return reject<BatchMatmulOp>(loc, "batch dims differ: ", lhs, " vs ",
-                                 rhs);
+    return reject<BatchMatmulOp>(loc, "batch dims differ: ", lhs, " vs ", rhs);
   if (failed(sameElementType<BatchMatmulOp>(loc, "rhs", adaptor.getLhs(),
                                             adaptor.getRhs())))
     return failure();
@@ -203,28 +219,55 @@ LogicalResult BatchMatmulOp::inferReturnTypes(MLIRContext *,
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-LogicalResult AddOp::inferReturnTypes(MLIRContext *,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+LogicalResult AddOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &results) {
   return inferBroadcast<AddOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
                                results);
 }
 
-LogicalResult SubOp::inferReturnTypes(MLIRContext *,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+LogicalResult SubOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &results) {
   return inferBroadcast<SubOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
                                results);
 }
 
-LogicalResult MulOp::inferReturnTypes(MLIRContext *,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+LogicalResult MulOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &results) {
   return inferBroadcast<MulOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
                                results);
+}
+
+LogicalResult NegOp::inferTypes(MLIRContext *, std::optional<Location>,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &results) {
+  return inferSame<NegOp>(adaptor.getInput(), results);
+}
+
+LogicalResult SiluOp::inferTypes(MLIRContext *, std::optional<Location>,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &results) {
+  return inferSame<SiluOp>(adaptor.getInput(), results);
+}
+
+LogicalResult ScaleOp::inferTypes(MLIRContext *, std::optional<Location>,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
+  return inferSame<ScaleOp>(adaptor.getInput(), results);
+}
+
+LogicalResult GeluOp::inferTypes(MLIRContext *, std::optional<Location>,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &results) {
+  return inferSame<GeluOp>(adaptor.getInput(), results);
+}
+
+LogicalResult SoftmaxOp::inferTypes(MLIRContext *, std::optional<Location>,
+                                    Adaptor adaptor,
+                                    SmallVectorImpl<Type> &results) {
+  return inferSame<SoftmaxOp>(adaptor.getInput(), results);
 }
 
 LogicalResult GeluOp::verify() {
@@ -239,10 +282,9 @@ LogicalResult GeluOp::verify() {
 // Normalization, rotary embedding, attention, softmax
 //===----------------------------------------------------------------------===//
 
-LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
+LogicalResult RMSNormOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                    Adaptor adaptor,
+                                    SmallVectorImpl<Type> &results) {
   if (adaptor.getEps().convertToDouble() < 0.0)
     return reject<RMSNormOp>(loc, "eps must be >= 0");
   if (failed(checkFeatureVector<RMSNormOp>(loc, "weight", adaptor.getInput(),
@@ -251,24 +293,23 @@ LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *,
   return inferSame<RMSNormOp>(adaptor.getInput(), results);
 }
 
-LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
-                                            std::optional<Location> loc,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &results) {
+LogicalResult LayerNormOp::inferTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &results) {
   if (adaptor.getEps().convertToDouble() < 0.0)
     return reject<LayerNormOp>(loc, "eps must be >= 0");
-  if (failed(checkFeatureVector<LayerNormOp>(
-          loc, "weight", adaptor.getInput(), adaptor.getWeight())) ||
+  if (failed(checkFeatureVector<LayerNormOp>(loc, "weight", adaptor.getInput(),
+                                             adaptor.getWeight())) ||
       failed(checkFeatureVector<LayerNormOp>(loc, "bias", adaptor.getInput(),
                                              adaptor.getBias())))
     return failure();
   return inferSame<LayerNormOp>(adaptor.getInput(), results);
 }
 
-LogicalResult RotaryOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor adaptor,
-                                         SmallVectorImpl<Type> &results) {
+LogicalResult RotaryOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                   Adaptor adaptor,
+                                   SmallVectorImpl<Type> &results) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   RankedTensorType pos = tensorOf(adaptor.getPositions());
   if (input.getRank() != 4)
@@ -284,16 +325,17 @@ LogicalResult RotaryOp::inferReturnTypes(MLIRContext *,
   return inferSame<RotaryOp>(adaptor.getInput(), results);
 }
 
-LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
-                                            std::optional<Location> loc,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &results) {
+LogicalResult AttentionOp::inferTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &results) {
   RankedTensorType q = tensorOf(adaptor.getQuery());
   RankedTensorType k = tensorOf(adaptor.getKey());
   RankedTensorType v = tensorOf(adaptor.getValue());
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4)
-    return reject<AttentionOp>(loc, "query, key and value must be "
-                                    "[B, S, N, D], got ",
+    return reject<AttentionOp>(loc,
+                               "query, key and value must be "
+                               "[B, S, N, D], got ",
                                q, ", ", k, ", ", v);
   if (failed(sameElementType<AttentionOp>(loc, "key", adaptor.getQuery(),
                                           adaptor.getKey())) ||
@@ -329,17 +371,17 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
 }
 
 LogicalResult SoftmaxOp::verify() {
-  return normalizeDim<SoftmaxOp>(getLoc(), getDim(), getInput().getType().getRank());
+  return normalizeDim<SoftmaxOp>(getLoc(), getDim(),
+                                 getInput().getType().getRank());
 }
 
 //===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//
 
-LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
+LogicalResult ReshapeOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                    Adaptor adaptor,
+                                    SmallVectorImpl<Type> &results) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   ArrayRef<int64_t> shape = adaptor.getShape();
   int64_t count = 1;
@@ -349,16 +391,16 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
     count *= d;
   }
   if (count != input.getNumElements())
-    return reject<ReshapeOp>(loc, "shape has ", count, " elements but ",
-                             input, " has ", input.getNumElements());
+    return reject<ReshapeOp>(loc, "shape has ", count, " elements but ", input,
+                             " has ", input.getNumElements());
   results.push_back(RankedTensorType::get(shape, input.getElementType()));
   return success();
 }
 
-LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
-                                            std::optional<Location> loc,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &results) {
+LogicalResult TransposeOp::inferTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &results) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   ArrayRef<int64_t> perm = adaptor.getPerm();
   if (static_cast<int64_t>(perm.size()) != input.getRank())
@@ -377,10 +419,9 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
-                                        std::optional<Location> loc,
-                                        Adaptor adaptor,
-                                        SmallVectorImpl<Type> &results) {
+LogicalResult SliceOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   FailureOr<int64_t> dim =
       normalizeDim<SliceOp>(loc, adaptor.getDim(), input.getRank());
@@ -397,10 +438,9 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
-                                        std::optional<Location> loc,
-                                        Adaptor adaptor,
-                                        SmallVectorImpl<Type> &results) {
+LogicalResult SplitOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   FailureOr<int64_t> dim =
       normalizeDim<SplitOp>(loc, adaptor.getDim(), input.getRank());
@@ -426,10 +466,9 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor adaptor,
-                                         SmallVectorImpl<Type> &results) {
+LogicalResult ConcatOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                   Adaptor adaptor,
+                                   SmallVectorImpl<Type> &results) {
   ValueRange inputs = adaptor.getInputs();
   if (inputs.empty())
     return reject<ConcatOp>(loc, "needs at least one input");
@@ -454,10 +493,9 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult CastOp::inferReturnTypes(MLIRContext *,
-                                       std::optional<Location> loc,
-                                       Adaptor adaptor,
-                                       SmallVectorImpl<Type> &results) {
+LogicalResult CastOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &results) {
   Type dtype = adaptor.getDtype();
   if (!dtype.isF32() && !dtype.isBF16() && !dtype.isF16())
     return reject<CastOp>(loc, "dtype must be f32, bf16 or f16, got ", dtype);
@@ -469,10 +507,10 @@ LogicalResult CastOp::inferReturnTypes(MLIRContext *,
 // Loss
 //===----------------------------------------------------------------------===//
 
-LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *context,
-                                               std::optional<Location> loc,
-                                               Adaptor adaptor,
-                                               SmallVectorImpl<Type> &results) {
+LogicalResult CrossEntropyOp::inferTypes(MLIRContext *context,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
   RankedTensorType logits = tensorOf(adaptor.getLogits());
   RankedTensorType labels = tensorOf(adaptor.getLabels());
   if (logits.getRank() < 1)

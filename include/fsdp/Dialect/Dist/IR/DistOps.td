@@ -194,7 +194,7 @@ def Dist_WaitOp : Dist_Op<"wait", [
   }];
   let arguments = (ins Dist_FutureType:$future);
   let results = (outs AnyRankedTensor:$result);
-  let assemblyFormat = "$future attr-dict `:` type($future)";
+  let assemblyFormat = "$future attr-dict `:` qualified(type($future))";
 }
 
 #endif // FSDP_DIALECT_DIST_IR_DISTOPS_TD

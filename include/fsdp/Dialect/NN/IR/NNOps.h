@@ -12,8 +12,14 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
-#include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace fsdp::nn {
+/// Checks an op's result types against its shape rule.
+llvm::LogicalResult verifyShapeRule(mlir::Operation *op);
+} // namespace fsdp::nn
+
+#include "fsdp/Dialect/NN/IR/NNInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "fsdp/Dialect/NN/IR/NNOps.h.inc"

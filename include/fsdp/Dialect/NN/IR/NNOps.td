@@ -10,8 +10,8 @@
 
 include "fsdp/Dialect/NN/IR/NNDialect.td"
 include "fsdp/Dialect/NN/IR/NNAttrs.td"
+include "fsdp/Dialect/NN/IR/NNInterfaces.td"
 include "mlir/IR/OpBase.td"
-include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 //===----------------------------------------------------------------------===//
@@ -29,16 +29,24 @@ defvar NN_Path = (ins OptionalAttr<StrAttr>:$path);
 // Base classes
 //===----------------------------------------------------------------------===//
 
-/// Every nn op is pure and infers its result types; the verifier checks the
-/// written result types against the inferred ones. Ops derived directly from
-/// this class write their rule in C++ (`inferReturnTypes`).
+/// Every nn op is pure and infers its result types with its shape rule,
+/// written in C++ as `inferTypes`; the verifier checks the written result
+/// types against it.
 class NN_Op<string mnemonic, list<Trait> traits = []>
-    : Op<NN_Dialect, mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor])>;
+    : Op<NN_Dialect, mnemonic,
+         !listconcat(traits, [Pure, NN_ShapeRuleOpInterface])> {
+  let extraClassDeclaration = [{
+    /// The op's shape and dtype rule.
+    static ::llvm::LogicalResult
+    inferTypes(::mlir::MLIRContext *context,
+               std::optional<::mlir::Location> location, Adaptor adaptor,
+               ::llvm::SmallVectorImpl<::mlir::Type> &results);
+  }];
+}
 
-/// An op whose result has its operands' type; ODS writes the inference.
+/// An op whose result has its operand's type (its rule says so).
 class NN_SameTypeOp<string mnemonic, list<Trait> traits = []>
-    : Op<NN_Dialect, mnemonic, !listconcat(traits, [
-          Pure, SameOperandsAndResultType, InferTypeOpInterface])>;
+    : NN_Op<mnemonic, !listconcat(traits, [AllTypesMatch<["input", "result"]>])>;
 
 class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
     : NN_SameTypeOp<mnemonic, traits> {

@@ -1,0 +1,43 @@
+//===- NNInterfaces.td - nn dialect interfaces -------------*- tablegen -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_DIALECT_NN_IR_NNINTERFACES_TD
+#define FSDP_DIALECT_NN_IR_NNINTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def NN_ShapeRuleOpInterface : OpInterface<"ShapeRuleOpInterface"> {
+  let cppNamespace = "::fsdp::nn";
+  let description = [{
+    An op whose result types follow from its operands and attributes by a
+    rule written once, in the op's static `inferTypes`. The verifier checks
+    the written result types against the rule, and the graph importer and
+    passes build ops with the inferred types, so a shape error reads the same
+    wherever it is found. Unlike upstream `InferTypeOpInterface`, a broken
+    rule reports one error, the op's own, not a second generic one.
+  }];
+  let methods = [
+    StaticInterfaceMethod<[{
+        Infers the result types from `operands` and `attributes`; on a broken
+        rule, emits an error at `location` (when given) and fails.
+      }],
+      "::llvm::LogicalResult", "inferResultTypes",
+      (ins "::mlir::MLIRContext *":$context,
+           "std::optional<::mlir::Location>":$location,
+           "::mlir::ValueRange":$operands,
+           "::mlir::DictionaryAttr":$attributes,
+           "::llvm::SmallVectorImpl<::mlir::Type> &":$results),
+      [{}], [{
+        return ConcreteOp::inferTypes(
+            context, location,
+            typename ConcreteOp::Adaptor(operands, attributes), results);
+      }]>,
+  ];
+  let verify = [{ return ::fsdp::nn::verifyShapeRule($_op); }];
+}
+
+#endif // FSDP_DIALECT_NN_IR_NNINTERFACES_TD

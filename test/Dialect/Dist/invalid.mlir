@@ -1,0 +1,219 @@
+// RUN: fsdp-opt %s -split-input-file -verify-diagnostics
+// The mesh, the sharding attribute and every collective reject bad IR with a
+// message naming the axis, dim or size at fault.
+
+// expected-error @+1 {{'dist.mesh' op has axis 'tp' more than once}}
+dist.mesh @mesh(tp = 2, tp = 2)
+
+// -----
+
+// expected-error @+1 {{'dist.mesh' op axis 'dp' has size 0, expected >= 1}}
+dist.mesh @mesh(dp = 0)
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 2)
+func.func @sharding_unknown_axis(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{'dist.annotate' op mesh 'mesh' has no axis 'cp'}}
+  %0 = dist.annotate %x sharding <@mesh, [[cp], []]> : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 2)
+func.func @sharding_rank(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{'dist.annotate' op sharding has 1 dims but the tensor 'tensor<4x4xf32>' has rank 2}}
+  %0 = dist.annotate %x sharding <@mesh, [[dp]]> : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 2)
+func.func @sharding_axis_twice(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{mesh axis 'tp' is used more than once}}
+  %0 = dist.annotate %x sharding <@mesh, [[tp], []], partial = [tp]> : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @sharding_no_mesh(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{'dist.annotate' op 'nowhere' does not name a dist.mesh}}
+  %0 = dist.annotate %x sharding <@nowhere, [[], []]> : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_gather_shape(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_gather' op result shape 'tensor<8x64xf32>' does not match the expected 'tensor<8x128xf32>' for a group of the given mesh axes}}
+  %0 = dist.all_gather %x on @mesh[tp] dim 1 : tensor<8x32xf32> -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_gather_dim(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_gather' op gather_dim 2 is out of range for rank 2}}
+  %0 = dist.all_gather %x on @mesh[tp] dim 2 : tensor<8x32xf32> -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_gather_unknown_axis(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_gather' op mesh 'mesh' has no axis 'cp'}}
+  %0 = dist.all_gather %x on @mesh[cp] dim 0 : tensor<8x32xf32> -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+func.func @all_gather_no_mesh(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_gather' op 'mesh' does not name a dist.mesh}}
+  %0 = dist.all_gather %x on @mesh[tp] dim 0 : tensor<8x32xf32> -> tensor<16x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_gather_axis_twice(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_gather' op mesh axis 'tp' is listed twice}}
+  %0 = dist.all_gather %x on @mesh[tp, tp] dim 0 : tensor<8x32xf32> -> tensor<128x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_gather_no_axes(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_gather' op needs at least one mesh axis}}
+  %0 = dist.all_gather %x on @mesh[] dim 0 : tensor<8x32xf32> -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_gather_dtype(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_gather' op result element type 'bf16' differs from the input's 'f32'}}
+  %0 = dist.all_gather %x on @mesh[dp] dim 0 : tensor<8x32xf32> -> tensor<16x32xbf16>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @reduce_scatter_divide(%x: tensor<6x32xf32>) {
+  // expected-error @+1 {{'dist.reduce_scatter' op dim 0 of size 6 does not divide by the group size 4}}
+  %0 = dist.reduce_scatter %x on @mesh[tp] sum dim 0 : tensor<6x32xf32> -> tensor<1x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @reduce_scatter_shape(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.reduce_scatter' op result shape 'tensor<8x32xf32>' does not match the expected 'tensor<1x32xf32>' for a group of the given mesh axes}}
+  %0 = dist.reduce_scatter %x on @mesh[dp, tp] sum dim 0 : tensor<8x32xf32> -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @reduce_scatter_kind(%x: tensor<8x32xf32>) {
+  // expected-error @+2 {{expected ::fsdp::dist::ReductionKind to be one of: sum, avg, max}}
+  // expected-error @+1 {{failed to parse Dist_ReductionKindAttr parameter 'value'}}
+  %0 = dist.reduce_scatter %x on @mesh[tp] min dim 0 : tensor<8x32xf32> -> tensor<2x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_reduce_shape(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_reduce' op result shape 'tensor<8x8xf32>' does not match the expected 'tensor<8x32xf32>'}}
+  %0 = dist.all_reduce %x on @mesh[tp] sum : tensor<8x32xf32> -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_to_all_divide(%x: tensor<2x8x6x16xf32>) {
+  // expected-error @+1 {{'dist.all_to_all' op dim 2 of size 6 does not divide by the group size 4}}
+  %0 = dist.all_to_all %x on @mesh[tp] split 2 concat 1 : tensor<2x8x6x16xf32> -> tensor<2x32x1x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_to_all_shape(%x: tensor<2x8x4x16xf32>) {
+  // expected-error @+1 {{'dist.all_to_all' op result shape 'tensor<2x8x4x16xf32>' does not match the expected 'tensor<2x32x1x16xf32>'}}
+  %0 = dist.all_to_all %x on @mesh[tp] split 2 concat 1 : tensor<2x8x4x16xf32> -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @permute_shape(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.permute' op result shape 'tensor<32x8xf32>' does not match the expected 'tensor<8x32xf32>'}}
+  %0 = dist.permute %x on @mesh[tp] offset 1 : tensor<8x32xf32> -> tensor<32x8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @broadcast_root(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.broadcast' op root 2 is outside the group of 2}}
+  %0 = dist.broadcast %x on @mesh[dp] root 2 : tensor<8x32xf32> -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @future_not_waited(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_reduce' op future must be consumed by exactly one dist.wait}}
+  %f = dist.all_reduce %x on @mesh[tp] sum : tensor<8x32xf32> -> !dist.future<tensor<8x32xf32>>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @future_waited_twice(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_reduce' op future must be consumed by exactly one dist.wait}}
+  %f = dist.all_reduce %x on @mesh[tp] sum : tensor<8x32xf32> -> !dist.future<tensor<8x32xf32>>
+  %0 = dist.wait %f : !dist.future<tensor<8x32xf32>>
+  %1 = dist.wait %f : !dist.future<tensor<8x32xf32>>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @async_shape(%x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'dist.all_gather' op result shape 'tensor<8x32xf32>' does not match the expected 'tensor<16x32xf32>'}}
+  %f = dist.all_gather %x on @mesh[dp] dim 0 : tensor<8x32xf32> -> !dist.future<tensor<8x32xf32>>
+  %0 = dist.wait %f : !dist.future<tensor<8x32xf32>>
+  return
+}
+
+// -----
+
+func.func @wait_type(%f: !dist.future<tensor<8x32xf32>>) {
+  // expected-error @+1 {{'dist.wait' op failed to verify that result is the future's value type}}
+  %0 = "dist.wait"(%f) : (!dist.future<tensor<8x32xf32>>) -> tensor<4x32xf32>
+  return
+}

@@ -1,0 +1,76 @@
+// RUN: fsdp-opt %s -split-input-file | fsdp-opt -split-input-file | FileCheck %s
+// Round trip of the mesh, the sharding attribute and every collective, sync
+// and async, over one or several axes of a 2-D mesh.
+
+// CHECK: dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 4)
+dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 4)
+
+// Tests a sharding per tensor dim, and a partial-sum sharding.
+// CHECK-LABEL: func.func @annotate
+func.func @annotate(%w: tensor<64x32xf32>, %y: tensor<2x16x32xf32>)
+    -> (tensor<64x32xf32>, tensor<2x16x32xf32>) {
+  // CHECK: dist.annotate %{{.+}} sharding <@mesh, {{\[}}[dp_shard, tp], []]> : tensor<64x32xf32>
+  %0 = dist.annotate %w sharding <@mesh, [[dp_shard, tp], []]> : tensor<64x32xf32>
+  // CHECK: dist.annotate %{{.+}} sharding <@mesh, {{\[}}[], [], []], partial = [tp]> : tensor<2x16x32xf32>
+  %1 = dist.annotate %y sharding <@mesh, [[], [], []], partial = [tp]> : tensor<2x16x32xf32>
+  return %0, %1 : tensor<64x32xf32>, tensor<2x16x32xf32>
+}
+
+// Tests the synchronous collectives.
+// CHECK-LABEL: func.func @collectives
+func.func @collectives(%x: tensor<8x32xf32>, %kv: tensor<2x8x4x16xbf16>) {
+  // CHECK: dist.all_gather %{{.+}} on @mesh[dp_shard] dim 0 : tensor<8x32xf32> -> tensor<16x32xf32>
+  %0 = dist.all_gather %x on @mesh[dp_shard] dim 0 : tensor<8x32xf32> -> tensor<16x32xf32>
+  // CHECK: dist.all_gather %{{.+}} on @mesh[dp_shard, tp] dim 1 : tensor<8x32xf32> -> tensor<8x256xf32>
+  %1 = dist.all_gather %x on @mesh[dp_shard, tp] dim 1 : tensor<8x32xf32> -> tensor<8x256xf32>
+  // CHECK: dist.reduce_scatter %{{.+}} on @mesh[tp] sum dim 1 : tensor<8x32xf32> -> tensor<8x8xf32>
+  %2 = dist.reduce_scatter %x on @mesh[tp] sum dim 1 : tensor<8x32xf32> -> tensor<8x8xf32>
+  // CHECK: dist.reduce_scatter %{{.+}} on @mesh[dp_shard, tp] avg dim 0 : tensor<8x32xf32> -> tensor<1x32xf32>
+  %3 = dist.reduce_scatter %x on @mesh[dp_shard, tp] avg dim 0 : tensor<8x32xf32> -> tensor<1x32xf32>
+  // CHECK: dist.all_reduce %{{.+}} on @mesh[tp] sum : tensor<8x32xf32> -> tensor<8x32xf32>
+  %4 = dist.all_reduce %x on @mesh[tp] sum : tensor<8x32xf32> -> tensor<8x32xf32>
+  // CHECK: dist.all_reduce %{{.+}} on @mesh[dp_replicate, dp_shard] max : tensor<8x32xf32> -> tensor<8x32xf32>
+  %5 = dist.all_reduce %x on @mesh[dp_replicate, dp_shard] max : tensor<8x32xf32> -> tensor<8x32xf32>
+  // CHECK: dist.all_to_all %{{.+}} on @mesh[tp] split 2 concat 1 : tensor<2x8x4x16xbf16> -> tensor<2x32x1x16xbf16>
+  %6 = dist.all_to_all %kv on @mesh[tp] split 2 concat 1 : tensor<2x8x4x16xbf16> -> tensor<2x32x1x16xbf16>
+  // CHECK: dist.permute %{{.+}} on @mesh[tp] offset -1 : tensor<2x8x4x16xbf16> -> tensor<2x8x4x16xbf16>
+  %7 = dist.permute %kv on @mesh[tp] offset -1 : tensor<2x8x4x16xbf16> -> tensor<2x8x4x16xbf16>
+  // CHECK: dist.broadcast %{{.+}} on @mesh[dp_shard] root 1 : tensor<8x32xf32> -> tensor<8x32xf32>
+  %8 = dist.broadcast %x on @mesh[dp_shard] root 1 : tensor<8x32xf32> -> tensor<8x32xf32>
+  return
+}
+
+// Tests the asynchronous form: the collective returns a future, dist.wait
+// yields the tensor.
+// CHECK-LABEL: func.func @async
+func.func @async(%x: tensor<8x32xf32>) -> (tensor<16x32xf32>, tensor<8x32xf32>) {
+  // CHECK: %[[F:.+]] = dist.all_gather %{{.+}} on @mesh[dp_shard] dim 0 : tensor<8x32xf32> -> !dist.future<tensor<16x32xf32>>
+  %f = dist.all_gather %x on @mesh[dp_shard] dim 0 : tensor<8x32xf32> -> !dist.future<tensor<16x32xf32>>
+  // CHECK: %[[G:.+]] = dist.reduce_scatter %{{.+}} on @mesh[tp] sum dim 1 : tensor<8x32xf32> -> !dist.future<tensor<8x8xf32>>
+  %g = dist.reduce_scatter %x on @mesh[tp] sum dim 1 : tensor<8x32xf32> -> !dist.future<tensor<8x8xf32>>
+  // CHECK: %[[R:.+]] = dist.all_reduce %{{.+}} on @mesh[tp] avg : tensor<8x32xf32> -> !dist.future<tensor<8x32xf32>>
+  %r = dist.all_reduce %x on @mesh[tp] avg : tensor<8x32xf32> -> !dist.future<tensor<8x32xf32>>
+  // CHECK: %[[P:.+]] = dist.permute %{{.+}} on @mesh[tp] offset 1 : tensor<8x32xf32> -> !dist.future<tensor<8x32xf32>>
+  %p = dist.permute %x on @mesh[tp] offset 1 : tensor<8x32xf32> -> !dist.future<tensor<8x32xf32>>
+  // CHECK: dist.wait %[[F]] : !dist.future<tensor<16x32xf32>>
+  %0 = dist.wait %f : !dist.future<tensor<16x32xf32>>
+  // CHECK: dist.wait %[[G]] : !dist.future<tensor<8x8xf32>>
+  %1 = dist.wait %g : !dist.future<tensor<8x8xf32>>
+  // CHECK: dist.wait %[[R]] : !dist.future<tensor<8x32xf32>>
+  %2 = dist.wait %r : !dist.future<tensor<8x32xf32>>
+  // CHECK: dist.wait %[[P]] : !dist.future<tensor<8x32xf32>>
+  %3 = dist.wait %p : !dist.future<tensor<8x32xf32>>
+  return %0, %2 : tensor<16x32xf32>, tensor<8x32xf32>
+}
+
+// -----
+
+// Tests that axis names may need quoting and a mesh may be 1-D.
+// CHECK: dist.mesh @world(ranks = 4)
+dist.mesh @world(ranks = 4)
+// CHECK-LABEL: func.func @one_d
+func.func @one_d(%x: tensor<4xf32>) -> tensor<16xf32> {
+  // CHECK: dist.all_gather %{{.+}} on @world[ranks] dim 0 : tensor<4xf32> -> tensor<16xf32>
+  %0 = dist.all_gather %x on @world[ranks] dim 0 : tensor<4xf32> -> tensor<16xf32>
+  return %0 : tensor<16xf32>
+}
