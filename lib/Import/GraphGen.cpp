@@ -528,9 +528,20 @@ private:
   ojson nodes = ojson::array();
 };
 
-/// Adds the logits-to-loss node and returns the graph.
+/// Adds the lm_head projection of the final hidden state `x` (onto the
+/// embedding table when tied, else onto a new `lm_head.weight`) and the loss,
+/// and returns the graph.
 ojson finishCausalLM(GraphBuilder &builder, const ModelConfig &model,
-                     const std::string &logits) {
+                     const std::string &x, const std::string &embedding,
+                     double initStd) {
+  std::string head = embedding;
+  if (!model.tieEmbeddings) {
+    head = "lm_head.weight";
+    builder.addParameter(head, {model.vocab, model.hidden},
+                         normalInit(initStd));
+  }
+  std::string logits = builder.addNode("lm_head", "linear", {x, head},
+                                       ojson::object(), "lm_head");
   std::string loss =
       builder.addNode("loss", "cross_entropy", {logits, "labels"},
                       {{"ignore_index", -100}, {"reduction", "mean"}}, "loss");
@@ -637,14 +648,8 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
   builder.addParameter("model.norm.weight", {h}, onesInit());
   x = builder.addNode("model.norm", "rms_norm", {x, "model.norm.weight"},
                       {{"eps", model.normEps}}, "model.norm");
-  std::string head = "model.embed_tokens.weight";
-  if (!model.tieEmbeddings) {
-    head = "lm_head.weight";
-    builder.addParameter(head, {model.vocab, h}, normalInit(initStd));
-  }
-  std::string logits = builder.addNode("lm_head", "linear", {x, head},
-                                       ojson::object(), "lm_head");
-  return finishCausalLM(builder, model, logits);
+  return finishCausalLM(builder, model, x, "model.embed_tokens.weight",
+                        initStd);
 }
 
 /// GPT2LMHeadModel. Its projections are transformers Conv1D modules, whose
@@ -741,14 +746,7 @@ ojson buildGPT2(const ModelConfig &model, const GraphGenOptions &options) {
   }
 
   x = addLayerNorm("transformer.ln_f", x);
-  std::string head = "transformer.wte.weight";
-  if (!model.tieEmbeddings) {
-    head = "lm_head.weight";
-    builder.addParameter(head, {model.vocab, h}, normalInit(initStd));
-  }
-  std::string logits = builder.addNode("lm_head", "linear", {x, head},
-                                       ojson::object(), "lm_head");
-  return finishCausalLM(builder, model, logits);
+  return finishCausalLM(builder, model, x, "transformer.wte.weight", initStd);
 }
 
 /// Checks the options that do not depend on the config.

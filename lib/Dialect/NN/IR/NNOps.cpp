@@ -92,11 +92,6 @@ LogicalResult checkFeatureVector(std::optional<Location> loc, StringRef what,
   return sameElementType<OpTy>(loc, what, input, vec);
 }
 
-template <typename OpTy>
-LogicalResult inferSame(Value input, SmallVectorImpl<Type> &results) {
-  results.push_back(input.getType());
-  return success();
-}
 } // namespace
 
 LogicalResult fsdp::nn::verifyShapeRule(Operation *op) {
@@ -240,36 +235,6 @@ LogicalResult MulOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                                results);
 }
 
-LogicalResult NegOp::inferTypes(MLIRContext *, std::optional<Location>,
-                                Adaptor adaptor,
-                                SmallVectorImpl<Type> &results) {
-  return inferSame<NegOp>(adaptor.getInput(), results);
-}
-
-LogicalResult SiluOp::inferTypes(MLIRContext *, std::optional<Location>,
-                                 Adaptor adaptor,
-                                 SmallVectorImpl<Type> &results) {
-  return inferSame<SiluOp>(adaptor.getInput(), results);
-}
-
-LogicalResult ScaleOp::inferTypes(MLIRContext *, std::optional<Location>,
-                                  Adaptor adaptor,
-                                  SmallVectorImpl<Type> &results) {
-  return inferSame<ScaleOp>(adaptor.getInput(), results);
-}
-
-LogicalResult GeluOp::inferTypes(MLIRContext *, std::optional<Location>,
-                                 Adaptor adaptor,
-                                 SmallVectorImpl<Type> &results) {
-  return inferSame<GeluOp>(adaptor.getInput(), results);
-}
-
-LogicalResult SoftmaxOp::inferTypes(MLIRContext *, std::optional<Location>,
-                                    Adaptor adaptor,
-                                    SmallVectorImpl<Type> &results) {
-  return inferSame<SoftmaxOp>(adaptor.getInput(), results);
-}
-
 LogicalResult GeluOp::verify() {
   StringRef approximate = getApproximate();
   if (approximate != "none" && approximate != "tanh")
@@ -290,7 +255,8 @@ LogicalResult RMSNormOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   if (failed(checkFeatureVector<RMSNormOp>(loc, "weight", adaptor.getInput(),
                                            adaptor.getWeight())))
     return failure();
-  return inferSame<RMSNormOp>(adaptor.getInput(), results);
+  results.push_back(adaptor.getInput().getType());
+  return success();
 }
 
 LogicalResult LayerNormOp::inferTypes(MLIRContext *,
@@ -304,7 +270,8 @@ LogicalResult LayerNormOp::inferTypes(MLIRContext *,
       failed(checkFeatureVector<LayerNormOp>(loc, "bias", adaptor.getInput(),
                                              adaptor.getBias())))
     return failure();
-  return inferSame<LayerNormOp>(adaptor.getInput(), results);
+  results.push_back(adaptor.getInput().getType());
+  return success();
 }
 
 LogicalResult RotaryOp::inferTypes(MLIRContext *, std::optional<Location> loc,
@@ -322,7 +289,8 @@ LogicalResult RotaryOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                             ", ", input.getDimSize(1), "], got ", pos);
   if (!(adaptor.getTheta().convertToDouble() > 0.0))
     return reject<RotaryOp>(loc, "theta must be > 0");
-  return inferSame<RotaryOp>(adaptor.getInput(), results);
+  results.push_back(adaptor.getInput().getType());
+  return success();
 }
 
 LogicalResult AttentionOp::inferTypes(MLIRContext *,

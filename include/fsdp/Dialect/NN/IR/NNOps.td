@@ -44,9 +44,19 @@ class NN_Op<string mnemonic, list<Trait> traits = []>
   }];
 }
 
-/// An op whose result has its operand's type (its rule says so).
+/// An op whose result has its operand's type.
 class NN_SameTypeOp<string mnemonic, list<Trait> traits = []>
-    : NN_Op<mnemonic, !listconcat(traits, [AllTypesMatch<["input", "result"]>])>;
+    : NN_Op<mnemonic, !listconcat(traits, [AllTypesMatch<["input", "result"]>])> {
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult
+    $cppClass::inferTypes(::mlir::MLIRContext *, std::optional<::mlir::Location>,
+                          Adaptor adaptor,
+                          ::llvm::SmallVectorImpl<::mlir::Type> &results) {
+      results.push_back(adaptor.getInput().getType());
+      return ::mlir::success();
+    }
+  }];
+}
 
 class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
     : NN_SameTypeOp<mnemonic, traits> {
