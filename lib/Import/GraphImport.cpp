@@ -23,6 +23,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 using namespace mlir;
@@ -91,6 +93,18 @@ std::optional<AttrKind> attrKind(StringRef name) {
 
 /// The JSON type name used in messages.
 std::string jsonTypeName(const json &value) { return value.type_name(); }
+
+/// Whether `value` is an integer that fits int64_t (JSON has no bound).
+bool isInt64(const json &value) {
+  return value.is_number_integer() &&
+         (!value.is_number_unsigned() ||
+          value.get<uint64_t>() <=
+              static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+}
+
+/// The largest element count a tensor may have: its byte size must stay
+/// well inside int64_t.
+constexpr int64_t kMaxElements = int64_t(1) << 56;
 
 class GraphImporter {
 public:
@@ -175,8 +189,9 @@ GraphImporter::parseShape(const json &value, const Twine &where, Location loc) {
     return failure();
   }
   SmallVector<int64_t> shape;
+  int64_t elements = 1;
   for (const json &d : value) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 1) {
+    if (!isInt64(d) || d.get<int64_t>() < 1) {
       (void)fail(loc, where +
                           ": field 'shape' must hold positive integers, "
                           "got " +
@@ -184,6 +199,11 @@ GraphImporter::parseShape(const json &value, const Twine &where, Location loc) {
       return failure();
     }
     shape.push_back(d.get<int64_t>());
+    if (shape.back() > kMaxElements / elements) {
+      (void)fail(loc, where + ": field 'shape' has more than 2^56 elements");
+      return failure();
+    }
+    elements *= shape.back();
   }
   return shape;
 }
@@ -398,7 +418,8 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
                                : std::to_string(info->minOperands) + " or " +
                                      std::to_string(info->maxOperands);
     return fail(loc, where + ": field 'inputs' has " + Twine(numInputs) +
-                         " entries, expected " + expected);
+                         (numInputs == 1 ? " entry" : " entries") +
+                         ", expected " + expected);
   }
   SmallVector<Value> operands;
   for (size_t i = 0; i < numInputs; ++i) {
@@ -439,8 +460,8 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
         attrs.append(key, builder.getF64FloatAttr(value.get<double>()));
         break;
       case AttrKind::I64:
-        if (!value.is_number_integer())
-          return fail(loc, field + " must be an integer");
+        if (!isInt64(value))
+          return fail(loc, field + " must be an integer in the int64 range");
         attrs.append(key, builder.getI64IntegerAttr(value.get<int64_t>()));
         break;
       case AttrKind::I64Array: {
@@ -448,8 +469,8 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
           return fail(loc, field + " must be an array of integers");
         SmallVector<int64_t> ints;
         for (const json &v : value) {
-          if (!v.is_number_integer())
-            return fail(loc, field + " must be an array of integers");
+          if (!isInt64(v))
+            return fail(loc, field + " must be an array of int64 integers");
           ints.push_back(v.get<int64_t>());
         }
         attrs.append(key, builder.getDenseI64ArrayAttr(ints));
@@ -473,6 +494,8 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
   for (StringRef required : info->requiredAttrs)
     if (!attrs.get(required))
       return fail(loc, where + ": missing attribute 'attrs." + required + "'");
+  // The shape rules read defaulted attributes (cross_entropy's reduction).
+  mlirName.populateDefaultAttrs(attrs);
   if (auto moduleIt = node.find("module"); moduleIt != node.end()) {
     if (!moduleIt->is_string())
       return fail(loc, where + ": field 'module' must be a string");
@@ -516,19 +539,23 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
 
 OwningOpRef<ModuleOp> GraphImporter::run() {
   context->loadDialect<fsdp::nn::NNDialect, func::FuncDialect>();
-  json root = json::parse(text.begin(), text.end(), nullptr,
-                          /*allow_exceptions=*/false);
-  if (root.is_discarded()) {
-    // Re-parse with exceptions to learn where the error is.
-    try {
-      json reparsed = json::parse(text.begin(), text.end());
-      (void)reparsed;
-    } catch (const json::parse_error &e) {
-      (void)fail(fileLoc(e.byte ? e.byte - 1 : 0),
-                 std::string("malformed JSON: ") + e.what());
-      return {};
-    }
-    (void)fail("malformed JSON");
+  json root;
+  try {
+    root = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error &e) {
+    // nlohmann's text repeats the position we report and starts with its
+    // internal id; keep only the description.
+    StringRef what = e.what();
+    size_t colon = what.find(": ", what.find("column"));
+    (void)fail(fileLoc(e.byte ? e.byte - 1 : 0),
+               "malformed JSON: " + (colon == StringRef::npos
+                                         ? what
+                                         : what.drop_front(colon + 2)));
+    return {};
+  } catch (const json::exception &e) {
+    StringRef what = e.what();
+    (void)fail("malformed JSON: " +
+               what.drop_front(what.find(']') + 1).ltrim());
     return {};
   }
   if (!root.is_object())
@@ -540,13 +567,24 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       return (void)fail(fileLoc(findQuoted(key, 0)),
                         "unknown top-level field '" + key + "'"),
              nullptr;
-  if (!root.contains("format") || root["format"] != "fsdp-graph")
-    return (void)fail("field 'format' must be \"fsdp-graph\""), nullptr;
-  if (!root.contains("version") || !root["version"].is_number_integer())
-    return (void)fail("missing integer field 'version'"), nullptr;
+  if (!root.contains("format"))
+    return (void)fail("missing field 'format' (\"fsdp-graph\")"), nullptr;
+  if (root["format"] != "fsdp-graph")
+    return (void)fail(fileLoc(findQuoted("format", 0)),
+                      "field 'format' must be \"fsdp-graph\", got " +
+                          root["format"].dump()),
+           nullptr;
+  if (!root.contains("version"))
+    return (void)fail("missing field 'version'"), nullptr;
+  if (!root["version"].is_number_integer())
+    return (void)fail(fileLoc(findQuoted("version", 0)),
+                      "field 'version' must be an integer, got " +
+                          root["version"].dump()),
+           nullptr;
   if (root["version"].get<int64_t>() != 1)
-    return (void)fail("unsupported version " + root["version"].dump() +
-                      ", this importer reads version 1"),
+    return (void)fail(fileLoc(findQuoted("version", 0)),
+                      "unsupported version " + root["version"].dump() +
+                          ", this importer reads version 1"),
            nullptr;
   for (const char *key : {"inputs", "parameters", "nodes", "outputs"}) {
     if (!root.contains(key))

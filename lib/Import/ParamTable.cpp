@@ -55,7 +55,7 @@ LogicalResult printParamTable(Operation *op, raw_ostream &os) {
   for (auto func : module.getOps<func::FuncOp>()) {
     std::vector<std::array<std::string, 5>> rows;
     int64_t total = 0, bytes = 0;
-    size_t width = 4;
+    size_t width = 4, initWidth = 4;
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       auto name = func.getArgAttrOfType<StringAttr>(
           i, fsdp::nn::NNDialect::kParamAttrName);
@@ -72,6 +72,7 @@ LogicalResult printParamTable(Operation *op, raw_ostream &os) {
            initString(func.getArgAttr(i, fsdp::nn::NNDialect::kInitAttrName)),
            std::to_string(type.getNumElements())});
       width = std::max(width, name.getValue().size());
+      initWidth = std::max(initWidth, rows.back()[3].size());
     }
     if (rows.empty())
       continue;
@@ -85,13 +86,13 @@ LogicalResult printParamTable(Operation *op, raw_ostream &os) {
     os << llvm::left_justify("name", width) << "  "
        << llvm::left_justify("shape", 14) << "  "
        << llvm::left_justify("dtype", 5) << "  "
-       << llvm::left_justify("init", 22) << "  "
+       << llvm::left_justify("init", initWidth) << "  "
        << llvm::right_justify("numel", 12) << "\n";
     for (const auto &row : rows)
       os << llvm::left_justify(row[0], width) << "  "
          << llvm::left_justify(row[1], 14) << "  "
          << llvm::left_justify(row[2], 5) << "  "
-         << llvm::left_justify(row[3], 22) << "  "
+         << llvm::left_justify(row[3], initWidth) << "  "
          << llvm::right_justify(row[4], 12) << "\n";
     os << "total: " << rows.size() << " tensors, " << total << " parameters, "
        << bytes << " bytes\n";

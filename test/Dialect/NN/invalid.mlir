@@ -243,7 +243,7 @@ func.func @transpose_perm(%x: tensor<2x16x64xf32>) {
 // -----
 
 func.func @slice_range(%x: tensor<2x16x64xf32>) {
-  // expected-error @+1 {{'nn.slice' op range [60, 70) is not inside dim 2 of size 64}}
+  // expected-error @+1 {{'nn.slice' op range starting at 60 of size 10 is not inside dim 2 of size 64}}
   %0 = nn.slice %x dim 2 start 60 size 10 : tensor<2x16x64xf32> -> tensor<2x16x10xf32>
   return
 }

@@ -15,6 +15,7 @@
 
 #include "mlir/Dialect/Traits.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace fsdp::nn;
@@ -356,7 +357,8 @@ LogicalResult ReshapeOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   for (int64_t d : shape) {
     if (d < 1)
       return reject<ReshapeOp>(loc, "shape entries must be >= 1, got ", d);
-    count *= d;
+    if (llvm::MulOverflow(count, d, count))
+      return reject<ReshapeOp>(loc, "shape's element count overflows int64");
   }
   if (count != input.getNumElements())
     return reject<ReshapeOp>(loc, "shape has ", count, " elements but ", input,
@@ -396,9 +398,10 @@ LogicalResult SliceOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   if (failed(dim))
     return failure();
   int64_t start = adaptor.getStart(), size = adaptor.getSize();
-  if (start < 0 || size < 1 || start + size > input.getDimSize(*dim))
-    return reject<SliceOp>(loc, "range [", start, ", ", start + size,
-                           ") is not inside dim ", *dim, " of size ",
+  if (start < 0 || size < 1 || start > input.getDimSize(*dim) ||
+      size > input.getDimSize(*dim) - start)
+    return reject<SliceOp>(loc, "range starting at ", start, " of size ", size,
+                           " is not inside dim ", *dim, " of size ",
                            input.getDimSize(*dim));
   SmallVector<int64_t> shape(input.getShape());
   shape[*dim] = size;
