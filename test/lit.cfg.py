@@ -23,5 +23,6 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
-    ["fsdp-opt", "fsdp-translate", "fsdp-graphgen"],
+    ["fsdp-opt", "fsdp-translate", "fsdp-graphgen",
+     "fsdp-runtime-kernel-test"],
     [config.fsdp_tools_dir, config.llvm_tools_dir])

@@ -1,0 +1,216 @@
+//===- Program.h - What a generated program calls ---------------*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// The contract between code that `fsdp-lower-to-runtime` + EmitC generate and
+// the runtime. A compiled program defines two functions:
+//
+//   void fsdp_program_describe(fsdp_program *p);  // mesh, inputs, params, ...
+//   void fsdp_program_forward(fsdp_program *p);   // one step
+//
+// and the runtime's `main` (lib/Runtime/Host) calls them: describe once, then
+// it checks the rank count against the mesh, creates the communicators,
+// initializes or loads parameters, and runs the step on each batch.
+//
+// Tensors are reference-counted handles owned by the runtime. An op returns a
+// new handle that the program releases after its last use; inputs and
+// parameters are borrowed; outputs are handed over with fsdp_prog_output.
+// Every op receives its result type (dtype and static dims) from the
+// compiler, so the runtime never re-derives shapes; it checks them.
+//
+// This header is C++ (generated code is C++): `fsdp_type{...}` literals are
+// aggregates written directly into calls.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_RUNTIME_PROGRAM_H
+#define FSDP_RUNTIME_PROGRAM_H
+
+#include "fsdp/Runtime/Runtime.h"
+
+#include <cstdint>
+
+/// The runtime's per-rank state: mesh, communicators, inputs, parameters,
+/// outputs, counters.
+struct fsdp_program;
+/// A tensor handle.
+struct fsdp_tensor;
+/// A collective in flight.
+struct fsdp_future;
+
+/// A tensor type: element type and static dims (row-major, contiguous).
+struct fsdp_type {
+  fsdp_rt_dtype dtype;
+  int64_t rank;
+  int64_t dims[8];
+};
+
+/// A list of at most 8 integers (a permutation).
+struct fsdp_ints {
+  int64_t size;
+  int64_t values[8];
+};
+
+/// Parameter initializers (`#nn.init`).
+enum fsdp_init_kind {
+  FSDP_INIT_ZEROS = 0,
+  FSDP_INIT_ONES = 1,
+  FSDP_INIT_NORMAL = 2,  // a = mean, b = std
+  FSDP_INIT_UNIFORM = 3, // a = low, b = high
+};
+
+/// Reductions of collectives (`#dist.reduction`).
+enum fsdp_reduction {
+  FSDP_REDUCE_SUM = 0,
+  FSDP_REDUCE_AVG = 1,
+  FSDP_REDUCE_MAX = 2,
+};
+
+/// Cross-entropy reductions.
+enum fsdp_loss_reduction {
+  FSDP_LOSS_MEAN = 0,
+  FSDP_LOSS_SUM = 1,
+  FSDP_LOSS_NONE = 2,
+};
+
+//===----------------------------------------------------------------------===//
+// Description (called from fsdp_program_describe)
+//===----------------------------------------------------------------------===//
+
+/// Adds a mesh axis; axes are numbered in declaration order (major first).
+void fsdp_prog_mesh_axis(fsdp_program *p, const char *name, int64_t size);
+/// Declares a data input (`nn.input`), argument `index` of the step.
+void fsdp_prog_input(fsdp_program *p, const char *name, fsdp_type type);
+/// Declares a parameter (`nn.param`) with its initializer.
+void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
+                     fsdp_init_kind init, double a, double b);
+/// Declares output `index` (`nn.output`).
+void fsdp_prog_output_name(fsdp_program *p, const char *name);
+/// Declares a communicator over the mesh axes in `axis_mask` (bit i = axis
+/// i); all are created before the first step.
+void fsdp_prog_group(fsdp_program *p, uint32_t axis_mask);
+
+//===----------------------------------------------------------------------===//
+// Step (called from fsdp_program_forward)
+//===----------------------------------------------------------------------===//
+
+/// Argument `index` of the step: inputs first, then parameters, in
+/// declaration order. Borrowed.
+fsdp_tensor *fsdp_prog_arg(fsdp_program *p, int64_t index);
+/// Hands `t` over as output `index`.
+void fsdp_prog_result(fsdp_program *p, int64_t index, fsdp_tensor *t);
+/// Drops the program's reference to `t`.
+void fsdp_release(fsdp_tensor *t);
+
+//===----------------------------------------------------------------------===//
+// nn ops: each returns a new tensor of type `r`
+//===----------------------------------------------------------------------===//
+
+fsdp_tensor *fsdp_op_embedding(fsdp_program *p, fsdp_type r,
+                               fsdp_tensor *table, fsdp_tensor *ids);
+/// `bias` may be null.
+fsdp_tensor *fsdp_op_linear(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                            fsdp_tensor *w, fsdp_tensor *bias);
+fsdp_tensor *fsdp_op_matmul(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
+                            fsdp_tensor *b, bool transpose_a,
+                            bool transpose_b);
+fsdp_tensor *fsdp_op_batch_matmul(fsdp_program *p, fsdp_type r,
+                                  fsdp_tensor *a, fsdp_tensor *b,
+                                  bool transpose_a, bool transpose_b);
+fsdp_tensor *fsdp_op_add(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
+                         fsdp_tensor *b);
+fsdp_tensor *fsdp_op_sub(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
+                         fsdp_tensor *b);
+fsdp_tensor *fsdp_op_mul(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
+                         fsdp_tensor *b);
+fsdp_tensor *fsdp_op_neg(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+fsdp_tensor *fsdp_op_scale(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                           double factor);
+fsdp_tensor *fsdp_op_silu(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+/// `tanh_approximation` selects gelu's tanh form, else erf.
+fsdp_tensor *fsdp_op_gelu(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                          bool tanh_approximation);
+fsdp_tensor *fsdp_op_rms_norm(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                              fsdp_tensor *w, double eps);
+/// `bias` may be null.
+fsdp_tensor *fsdp_op_layer_norm(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                fsdp_tensor *w, fsdp_tensor *bias, double eps);
+fsdp_tensor *fsdp_op_rotary(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                            fsdp_tensor *positions, double theta);
+/// `sliding_window` <= 0 means none; `scale` <= 0 means 1/sqrt(D).
+fsdp_tensor *fsdp_op_attention(fsdp_program *p, fsdp_type r, fsdp_tensor *q,
+                               fsdp_tensor *k, fsdp_tensor *v, bool causal,
+                               int64_t sliding_window, double scale);
+/// `dim` is non-negative.
+fsdp_tensor *fsdp_op_softmax(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                             int64_t dim);
+/// Same elements, type `r`.
+fsdp_tensor *fsdp_op_reshape(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+/// Result dim i is input dim `perm.values[i]`.
+fsdp_tensor *fsdp_op_transpose(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                               fsdp_ints perm);
+/// `dim` is non-negative; the result is `[start, start + r.dims[dim])`.
+fsdp_tensor *fsdp_op_slice(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                           int64_t dim, int64_t start);
+/// Joins two tensors along `dim` (n-ary concat is a chain).
+fsdp_tensor *fsdp_op_concat(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
+                            fsdp_tensor *b, int64_t dim);
+fsdp_tensor *fsdp_op_cast(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+fsdp_tensor *fsdp_op_cross_entropy(fsdp_program *p, fsdp_type r,
+                                   fsdp_tensor *logits, fsdp_tensor *labels,
+                                   int64_t ignore_index,
+                                   fsdp_loss_reduction reduction);
+
+//===----------------------------------------------------------------------===//
+// dist collectives over the group `axis_mask`
+//===----------------------------------------------------------------------===//
+
+fsdp_tensor *fsdp_op_all_gather(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                uint32_t axis_mask, int64_t dim);
+fsdp_tensor *fsdp_op_reduce_scatter(fsdp_program *p, fsdp_type r,
+                                    fsdp_tensor *x, uint32_t axis_mask,
+                                    fsdp_reduction reduction, int64_t dim);
+fsdp_tensor *fsdp_op_all_reduce(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                uint32_t axis_mask, fsdp_reduction reduction);
+fsdp_tensor *fsdp_op_all_to_all(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                uint32_t axis_mask, int64_t split_dim,
+                                int64_t concat_dim);
+fsdp_tensor *fsdp_op_permute(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                             uint32_t axis_mask, int64_t offset);
+fsdp_tensor *fsdp_op_broadcast(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                               uint32_t axis_mask, int64_t root);
+
+/// Asynchronous forms: the same arguments, a future instead of the tensor.
+fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
+                                      fsdp_tensor *x, uint32_t axis_mask,
+                                      int64_t dim);
+fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
+                                          fsdp_tensor *x, uint32_t axis_mask,
+                                          fsdp_reduction reduction,
+                                          int64_t dim);
+fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
+                                      fsdp_tensor *x, uint32_t axis_mask,
+                                      fsdp_reduction reduction);
+fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
+                                      fsdp_tensor *x, uint32_t axis_mask,
+                                      int64_t split_dim, int64_t concat_dim);
+fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r,
+                                   fsdp_tensor *x, uint32_t axis_mask,
+                                   int64_t offset);
+fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
+                                     fsdp_tensor *x, uint32_t axis_mask,
+                                     int64_t root);
+/// Completes a collective and returns its tensor (consumes the future).
+fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f);
+
+//===----------------------------------------------------------------------===//
+// Defined by the generated program
+//===----------------------------------------------------------------------===//
+
+void fsdp_program_describe(fsdp_program *p);
+void fsdp_program_forward(fsdp_program *p);
+
+#endif // FSDP_RUNTIME_PROGRAM_H

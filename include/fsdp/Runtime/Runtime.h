@@ -1,0 +1,274 @@
+//===- Runtime.h - The C ABI that generated programs call ---------*- C -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Generated per-rank programs (EmitC) call only the functions declared here,
+// so the CPU and CUDA backends are interchangeable at link time. Everything is
+// plain C: tensors are untyped pointers plus an element type and int64 dims,
+// all contiguous and row-major. See docs/runtime-abi.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_RUNTIME_RUNTIME_H
+#define FSDP_RUNTIME_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//===----------------------------------------------------------------------===//
+// Element types
+//===----------------------------------------------------------------------===//
+
+/// Element type of a tensor buffer. bf16 and f16 are stored as their 16-bit
+/// patterns; kernels compute in f32 and round to nearest even on store.
+typedef enum fsdp_rt_dtype {
+  FSDP_RT_F32 = 0,
+  FSDP_RT_BF16 = 1,
+  FSDP_RT_F16 = 2,
+  FSDP_RT_I32 = 3,
+  FSDP_RT_I64 = 4,
+} fsdp_rt_dtype;
+
+/// Size in bytes of one element of `dtype`.
+size_t fsdp_rt_dtype_size(fsdp_rt_dtype dtype);
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+/// Allocates `bytes` bytes aligned to 64 bytes; returns NULL on failure. The
+/// allocation counts towards the current and peak byte counters.
+void *fsdp_rt_alloc(size_t bytes);
+/// Frees a buffer from fsdp_rt_alloc; NULL is ignored.
+void fsdp_rt_free(void *ptr);
+/// Bytes currently allocated through fsdp_rt_alloc.
+int64_t fsdp_rt_memory_current(void);
+/// Highest value fsdp_rt_memory_current reached since the last reset.
+int64_t fsdp_rt_memory_peak(void);
+/// Sets the peak to the current value, to measure one phase of a step.
+void fsdp_rt_memory_reset_peak(void);
+
+//===----------------------------------------------------------------------===//
+// Streams and events
+//===----------------------------------------------------------------------===//
+
+/// An ordered queue of kernels. NULL names the default stream. CPU kernels
+/// run synchronously on the calling thread, so on CPU the stream and event
+/// calls only keep the handles valid; the CUDA backend maps them to
+/// cudaStream_t / cudaEvent_t without a change to generated code.
+typedef struct fsdp_rt_stream_impl *fsdp_rt_stream;
+/// A point in a stream's work that another stream (or the host) can wait on.
+typedef struct fsdp_rt_event_impl *fsdp_rt_event;
+
+fsdp_rt_stream fsdp_rt_stream_create(void);
+void fsdp_rt_stream_destroy(fsdp_rt_stream stream);
+/// Blocks the host until all work queued on `stream` has finished.
+void fsdp_rt_stream_synchronize(fsdp_rt_stream stream);
+/// Makes later work on `stream` wait until `event` has completed.
+void fsdp_rt_stream_wait_event(fsdp_rt_stream stream, fsdp_rt_event event);
+
+fsdp_rt_event fsdp_rt_event_create(void);
+void fsdp_rt_event_destroy(fsdp_rt_event event);
+/// Marks the current end of `stream`'s queued work.
+void fsdp_rt_event_record(fsdp_rt_event event, fsdp_rt_stream stream);
+/// Blocks the host until `event` has completed.
+void fsdp_rt_event_synchronize(fsdp_rt_event event);
+
+//===----------------------------------------------------------------------===//
+// Counters
+//===----------------------------------------------------------------------===//
+
+/// Collective kinds, one per `dist` collective op.
+typedef enum fsdp_rt_collective_kind {
+  FSDP_RT_ALL_GATHER = 0,
+  FSDP_RT_REDUCE_SCATTER = 1,
+  FSDP_RT_ALL_REDUCE = 2,
+  FSDP_RT_ALL_TO_ALL = 3,
+  FSDP_RT_PERMUTE = 4,
+  FSDP_RT_BROADCAST = 5,
+  FSDP_RT_NUM_COLLECTIVE_KINDS = 6,
+} fsdp_rt_collective_kind;
+
+/// Mesh axes are numbered by their position in `dist.mesh`; a collective's
+/// group is the bit mask of the axes it runs over (`1 << axis`, or'ed), so
+/// masks are below `1 << FSDP_RT_MAX_MESH_AXES`.
+#define FSDP_RT_MAX_MESH_AXES 8
+
+/// Adds one call moving `bytes` bytes (the per-rank send size) to the counter
+/// of (`kind`, `axis_mask`). The communication backend calls this.
+void fsdp_rt_count_collective(fsdp_rt_collective_kind kind, uint32_t axis_mask,
+                              int64_t bytes);
+/// Bytes counted for (`kind`, `axis_mask`) since the last reset.
+int64_t fsdp_rt_collective_bytes(fsdp_rt_collective_kind kind,
+                                 uint32_t axis_mask);
+/// Calls counted for (`kind`, `axis_mask`) since the last reset.
+int64_t fsdp_rt_collective_calls(fsdp_rt_collective_kind kind,
+                                 uint32_t axis_mask);
+
+/// Kernel classes for the time report, with the kernels each one counts.
+typedef enum fsdp_rt_kernel_class {
+  FSDP_RT_KERNEL_GEMM = 0,        // linear, matmul, batch_matmul
+  FSDP_RT_KERNEL_ELEMENTWISE = 1, // add ... gelu
+  FSDP_RT_KERNEL_NORM = 2,        // rms_norm, layer_norm
+  FSDP_RT_KERNEL_ROTARY = 3,
+  FSDP_RT_KERNEL_ATTENTION = 4,
+  FSDP_RT_KERNEL_SOFTMAX = 5,
+  FSDP_RT_KERNEL_LOSS = 6, // cross_entropy
+  FSDP_RT_KERNEL_EMBEDDING = 7,
+  FSDP_RT_KERNEL_DATA_MOVEMENT = 8, // transpose, slice, concat, copy, cast
+  FSDP_RT_NUM_KERNEL_CLASSES = 9,
+} fsdp_rt_kernel_class;
+
+/// Wall time in nanoseconds spent in kernels of class `cls` since the last
+/// reset. On CPU this is the kernel's own run time; on CUDA it is measured
+/// with events.
+int64_t fsdp_rt_kernel_time_ns(fsdp_rt_kernel_class cls);
+/// Number of kernel calls of class `cls` since the last reset.
+int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls);
+
+/// Zeroes the collective and kernel counters (not the memory counters).
+void fsdp_rt_counters_reset(void);
+
+//===----------------------------------------------------------------------===//
+// Forward kernels
+//
+// One function per `nn` op (docs/graph-format.md has the semantics). Float
+// operands and results of one call share `dtype` (f32, bf16 or f16); index
+// operands carry their own type (i32 or i64). Outputs never alias inputs.
+// Shapes the compiler already verified are not checked again.
+//===----------------------------------------------------------------------===//
+
+/// out[i, :] = table[ids[i], :]; table is [vocab, hidden], `num_ids` ids.
+void fsdp_rt_embedding(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                       const void *table, int64_t vocab, int64_t hidden,
+                       fsdp_rt_dtype ids_dtype, const void *ids,
+                       int64_t num_ids, void *out);
+
+/// out[rows, n] = x[rows, k] · weight[n, k]ᵀ + bias[n]; `bias` may be NULL.
+void fsdp_rt_linear(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                    const void *weight, const void *bias, int64_t rows,
+                    int64_t k, int64_t n, void *out);
+
+/// out[batch, m, n] = op(a[batch])[m, k] · op(b)[k, n], where op swaps the last
+/// two dims when the transpose flag is set (a[batch] is then [k, m], b is
+/// [n, k]). `batch` is the product of a's leading dims.
+void fsdp_rt_matmul(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *a,
+                    const void *b, int64_t batch, int64_t m, int64_t k,
+                    int64_t n, int transpose_a, int transpose_b, void *out);
+
+/// Like fsdp_rt_matmul but b has the same batch dims as a.
+void fsdp_rt_batch_matmul(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                          const void *a, const void *b, int64_t batch,
+                          int64_t m, int64_t k, int64_t n, int transpose_a,
+                          int transpose_b, void *out);
+
+/// Elementwise x op y with NumPy trailing broadcast: shapes are aligned at
+/// their last dims and a size-1 (or missing) dim repeats. `out_shape` is the
+/// broadcast shape, rank max(x_rank, y_rank). Ranks are at most 8.
+void fsdp_rt_add(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                 const int64_t *x_shape, int x_rank, const void *y,
+                 const int64_t *y_shape, int y_rank, const int64_t *out_shape,
+                 int out_rank, void *out);
+void fsdp_rt_sub(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                 const int64_t *x_shape, int x_rank, const void *y,
+                 const int64_t *y_shape, int y_rank, const int64_t *out_shape,
+                 int out_rank, void *out);
+void fsdp_rt_mul(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                 const int64_t *x_shape, int x_rank, const void *y,
+                 const int64_t *y_shape, int y_rank, const int64_t *out_shape,
+                 int out_rank, void *out);
+
+/// Unary elementwise kernels over `numel` elements.
+void fsdp_rt_neg(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                 int64_t numel, void *out);
+/// out = x · factor.
+void fsdp_rt_scale(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                   int64_t numel, double factor, void *out);
+/// out = x · sigmoid(x).
+void fsdp_rt_silu(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                  int64_t numel, void *out);
+/// GELU with the erf form, or the tanh approximation when `approximate_tanh`.
+void fsdp_rt_gelu(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                  int64_t numel, int approximate_tanh, void *out);
+
+/// out[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · weight, x is [rows, h].
+void fsdp_rt_rms_norm(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                      const void *weight, int64_t rows, int64_t h, double eps,
+                      void *out);
+/// Layer norm over the last dim (biased variance); `bias` may be NULL.
+void fsdp_rt_layer_norm(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                        const void *x, const void *weight, const void *bias,
+                        int64_t rows, int64_t h, double eps, void *out);
+
+/// Rotary embedding, rotate-half convention, x is [b, s, heads, d] (d even)
+/// and `positions` [b, s].
+void fsdp_rt_rotary(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                    fsdp_rt_dtype positions_dtype, const void *positions,
+                    int64_t b, int64_t s, int64_t heads, int64_t d,
+                    double theta, void *out);
+
+/// Attention of q [b, s, nq, d] over k [b, s, nkv, d] and v [b, s, nkv, dv]
+/// into out [b, s, nq, dv]; query head h reads kv head h / (nq / nkv).
+/// With `causal`, query i sees keys j <= i; `sliding_window` > 0 further
+/// requires i - j < sliding_window (<= 0 means no window).
+void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                       const void *q, const void *k, const void *v, int64_t b,
+                       int64_t s, int64_t nq, int64_t nkv, int64_t d,
+                       int64_t dv, int causal, int64_t sliding_window,
+                       double scale, void *out);
+
+/// Softmax along `dim` (negative counts from the end).
+void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                     const int64_t *shape, int rank, int dim, void *out);
+
+/// Reduction of fsdp_rt_cross_entropy.
+typedef enum fsdp_rt_reduction {
+  FSDP_RT_REDUCTION_NONE = 0,
+  FSDP_RT_REDUCTION_MEAN = 1,
+  FSDP_RT_REDUCTION_SUM = 2,
+} fsdp_rt_reduction;
+
+/// Cross-entropy of logits [rows, vocab] against `labels` [rows]. `out` (f32)
+/// holds `rows` losses for NONE, one scalar otherwise. `count`, if not NULL,
+/// receives the number of labels different from `ignore_index`, which the
+/// training step needs to divide a SUM by the global token count.
+void fsdp_rt_cross_entropy(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                           const void *logits, fsdp_rt_dtype labels_dtype,
+                           const void *labels, int64_t rows, int64_t vocab,
+                           int64_t ignore_index, fsdp_rt_reduction reduction,
+                           float *out, int64_t *count);
+
+// Data movement works for every element type, integers included.
+
+/// out = x with dims permuted: out dim i is x dim perm[i].
+void fsdp_rt_transpose(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                       const void *x, const int64_t *shape, int rank,
+                       const int64_t *perm, void *out);
+/// out = x restricted to [start, start + size) along `dim`.
+void fsdp_rt_slice(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                   const int64_t *shape, int rank, int dim, int64_t start,
+                   int64_t size, void *out);
+/// Joins `num_inputs` tensors along `dim`. `out_shape` is the result shape and
+/// `dim_sizes[i]` the size of input i along `dim`.
+void fsdp_rt_concat(fsdp_rt_stream stream, fsdp_rt_dtype dtype, int num_inputs,
+                    const void *const *inputs, const int64_t *dim_sizes,
+                    const int64_t *out_shape, int rank, int dim, void *out);
+/// Copies `numel` elements; reshape and split lower to this (or to views).
+void fsdp_rt_copy(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                  int64_t numel, void *out);
+/// Converts `numel` float elements between f32, bf16 and f16.
+void fsdp_rt_cast(fsdp_rt_stream stream, fsdp_rt_dtype src_dtype, const void *x,
+                  fsdp_rt_dtype dst_dtype, int64_t numel, void *out);
+
+#ifdef __cplusplus
+} // extern "C"
+#endif
+
+#endif // FSDP_RUNTIME_RUNTIME_H

@@ -1,0 +1,107 @@
+//===- DataMovement.cpp - embedding, transpose, slice, concat, copy, cast -===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// These kernels move bytes and never look at values (except cast), so they
+// work on every element type.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+
+#include <cstring>
+
+using namespace fsdp::rt;
+
+void fsdp_rt_embedding(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *table,
+                       int64_t, int64_t hidden, fsdp_rt_dtype ids_dtype,
+                       const void *ids, int64_t num_ids, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_EMBEDDING);
+  size_t rowBytes = hidden * fsdp_rt_dtype_size(dtype);
+  for (int64_t i = 0; i < num_ids; ++i)
+    std::memcpy(static_cast<char *>(out) + i * rowBytes,
+                static_cast<const char *>(table) +
+                    loadIndex(ids_dtype, ids, i) * rowBytes,
+                rowBytes);
+}
+
+void fsdp_rt_transpose(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                       const int64_t *shape, int rank, const int64_t *perm,
+                       void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
+  size_t elt = fsdp_rt_dtype_size(dtype);
+  std::vector<int64_t> inStrides = stridesOf(shape, rank);
+  // Walk the output in order; srcStrides[i] is how far the input moves when
+  // output dim i advances.
+  std::vector<int64_t> outShape(rank), srcStrides(rank), index(rank, 0);
+  for (int i = 0; i < rank; ++i) {
+    outShape[i] = shape[perm[i]];
+    srcStrides[i] = inStrides[perm[i]];
+  }
+  int64_t n = numElements(shape, rank), src = 0;
+  const char *in = static_cast<const char *>(x);
+  char *o = static_cast<char *>(out);
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(o + i * elt, in + src * elt, elt);
+    for (int d = rank - 1; d >= 0; --d) {
+      src += srcStrides[d];
+      if (++index[d] < outShape[d])
+        break;
+      src -= srcStrides[d] * outShape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+void fsdp_rt_slice(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                   const int64_t *shape, int rank, int dim, int64_t start,
+                   int64_t size, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
+  if (dim < 0)
+    dim += rank;
+  // A slice is `outer` contiguous chunks of size·inner elements.
+  size_t elt = fsdp_rt_dtype_size(dtype);
+  int64_t outer = numElements(shape, dim),
+          inner = numElements(shape + dim + 1, rank - dim - 1);
+  size_t chunk = size * inner * elt;
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(static_cast<char *>(out) + o * chunk,
+                static_cast<const char *>(x) +
+                    (o * shape[dim] + start) * inner * elt,
+                chunk);
+}
+
+void fsdp_rt_concat(fsdp_rt_stream, fsdp_rt_dtype dtype, int num_inputs,
+                    const void *const *inputs, const int64_t *dim_sizes,
+                    const int64_t *out_shape, int rank, int dim, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
+  if (dim < 0)
+    dim += rank;
+  size_t elt = fsdp_rt_dtype_size(dtype);
+  int64_t outer = numElements(out_shape, dim),
+          inner = numElements(out_shape + dim + 1, rank - dim - 1);
+  char *o = static_cast<char *>(out);
+  for (int64_t r = 0; r < outer; ++r) {
+    for (int i = 0; i < num_inputs; ++i) {
+      size_t chunk = dim_sizes[i] * inner * elt;
+      std::memcpy(o, static_cast<const char *>(inputs[i]) + r * chunk, chunk);
+      o += chunk;
+    }
+  }
+}
+
+void fsdp_rt_copy(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                  int64_t numel, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
+  std::memcpy(out, x, numel * fsdp_rt_dtype_size(dtype));
+}
+
+void fsdp_rt_cast(fsdp_rt_stream, fsdp_rt_dtype src_dtype, const void *x,
+                  fsdp_rt_dtype dst_dtype, int64_t numel, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
+  FloatInput fx(src_dtype, x, numel);
+  fromFloat(dst_dtype, fx.get(), numel, out);
+}

@@ -1,0 +1,45 @@
+//===- Rotary.cpp - Rotary position embedding (rotate-half) ---------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+
+#include <cmath>
+
+using namespace fsdp::rt;
+
+void fsdp_rt_rotary(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                    fsdp_rt_dtype positions_dtype, const void *positions,
+                    int64_t b, int64_t s, int64_t heads, int64_t d,
+                    double theta, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_ROTARY);
+  int64_t n = b * s * heads * d, half = d / 2;
+  FloatInput fx(dtype, x, n);
+  FloatOutput fo(dtype, out, n);
+  std::vector<double> invFreq(half);
+  for (int64_t i = 0; i < half; ++i)
+    invFreq[i] = std::pow(theta, -2.0 * double(i) / double(d));
+  std::vector<float> cosA(half), sinA(half);
+  for (int64_t t = 0; t < b * s; ++t) {
+    // Angles in double: positions reach tens of thousands and an f32 angle
+    // would lose the low digits that the sine depends on.
+    double pos = double(loadIndex(positions_dtype, positions, t));
+    for (int64_t i = 0; i < half; ++i) {
+      cosA[i] = float(std::cos(pos * invFreq[i]));
+      sinA[i] = float(std::sin(pos * invFreq[i]));
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *xv = fx.get() + (t * heads + h) * d;
+      float *ov = fo.get() + (t * heads + h) * d;
+      for (int64_t i = 0; i < half; ++i) {
+        float x1 = xv[i], x2 = xv[i + half];
+        ov[i] = x1 * cosA[i] - x2 * sinA[i];
+        ov[i + half] = x2 * cosA[i] + x1 * sinA[i];
+      }
+    }
+  }
+  fo.finish();
+}

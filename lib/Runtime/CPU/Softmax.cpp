@@ -1,0 +1,87 @@
+//===- Softmax.cpp - softmax and cross_entropy ----------------------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Both subtract the row maximum before exponentiating so that large logits
+// cannot overflow.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace fsdp::rt;
+
+void fsdp_rt_softmax(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                     const int64_t *shape, int rank, int dim, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_SOFTMAX);
+  if (dim < 0)
+    dim += rank;
+  int64_t outer = numElements(shape, dim), len = shape[dim],
+          inner = numElements(shape + dim + 1, rank - dim - 1);
+  int64_t n = outer * len * inner;
+  FloatInput fx(dtype, x, n);
+  FloatOutput fo(dtype, out, n);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t in = 0; in < inner; ++in) {
+      // Elements of one softmax are `inner` apart.
+      const float *xr = fx.get() + o * len * inner + in;
+      float *or_ = fo.get() + o * len * inner + in;
+      float maxVal = xr[0];
+      for (int64_t i = 1; i < len; ++i)
+        maxVal = std::max(maxVal, xr[i * inner]);
+      double sum = 0;
+      for (int64_t i = 0; i < len; ++i) {
+        float e = std::exp(xr[i * inner] - maxVal);
+        or_[i * inner] = e;
+        sum += e;
+      }
+      float inv = float(1.0 / sum);
+      for (int64_t i = 0; i < len; ++i)
+        or_[i * inner] *= inv;
+    }
+  }
+  fo.finish();
+}
+
+void fsdp_rt_cross_entropy(fsdp_rt_stream, fsdp_rt_dtype dtype,
+                           const void *logits, fsdp_rt_dtype labels_dtype,
+                           const void *labels, int64_t rows, int64_t vocab,
+                           int64_t ignore_index, fsdp_rt_reduction reduction,
+                           float *out, int64_t *count) {
+  KernelTimer timer(FSDP_RT_KERNEL_LOSS);
+  FloatInput fx(dtype, logits, rows * vocab);
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t label = loadIndex(labels_dtype, labels, r);
+    if (label == ignore_index) {
+      if (reduction == FSDP_RT_REDUCTION_NONE)
+        out[r] = 0.0f;
+      continue;
+    }
+    const float *xr = fx.get() + r * vocab;
+    float maxVal = *std::max_element(xr, xr + vocab);
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i)
+      sum += std::exp(double(xr[i] - maxVal));
+    // -log softmax[label] = logsumexp - logit[label].
+    double loss = maxVal + std::log(sum) - xr[label];
+    if (reduction == FSDP_RT_REDUCTION_NONE)
+      out[r] = float(loss);
+    total += loss;
+    ++counted;
+  }
+  // A mean over no counted position is 0/0 = NaN, as in PyTorch.
+  if (reduction == FSDP_RT_REDUCTION_MEAN)
+    out[0] = float(total / double(counted));
+  else if (reduction == FSDP_RT_REDUCTION_SUM)
+    out[0] = float(total);
+  if (count)
+    *count = counted;
+}

@@ -1,0 +1,251 @@
+//===- Support.cpp - Memory, streams, counters and conversions ------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+using namespace fsdp::rt;
+
+//===----------------------------------------------------------------------===//
+// Conversions
+//===----------------------------------------------------------------------===//
+
+static uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+static float floatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float fsdp::rt::bf16ToFloat(uint16_t h) { return floatOf(uint32_t(h) << 16); }
+
+uint16_t fsdp::rt::floatToBf16(float f) {
+  uint32_t u = bitsOf(f);
+  // Keep NaNs quiet; rounding could carry a NaN payload into infinity.
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+
+float fsdp::rt::f16ToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  if (exp == 0) {
+    // Zero or subnormal: man units of 2^-24, exact in f32.
+    float mag = std::ldexp(float(man), -24);
+    return sign ? -mag : mag;
+  }
+  if (exp == 31)
+    return floatOf(sign | 0x7f800000u | (man << 13));
+  return floatOf(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t fsdp::rt::floatToF16(float f) {
+  uint32_t u = bitsOf(f);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000);
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs >= 0x7f800000u)
+    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
+  // 65520 and above round to infinity.
+  if (abs >= 0x477ff000u)
+    return sign | 0x7c00;
+  if (abs >= 0x38800000u) {
+    // Normal: rebias the exponent, round the 13 dropped mantissa bits.
+    uint32_t v = abs - (112u << 23);
+    uint32_t h = v >> 13, rem = v & 0x1fff;
+    h += rem > 0x1000 || (rem == 0x1000 && (h & 1));
+    return sign | uint16_t(h);
+  }
+  // Subnormal result: count units of 2^-24, rounding to nearest even.
+  int shift = 126 - int(abs >> 23);
+  if (shift > 24)
+    return sign;
+  uint32_t man = (abs & 0x7fffffu) | 0x800000u;
+  uint32_t h = man >> shift, rem = man & ((1u << shift) - 1),
+           half = 1u << (shift - 1);
+  h += rem > half || (rem == half && (h & 1));
+  return sign | uint16_t(h);
+}
+
+void fsdp::rt::toFloat(fsdp_rt_dtype dtype, const void *src, int64_t n,
+                       float *dst) {
+  const auto *s = static_cast<const uint16_t *>(src);
+  if (dtype == FSDP_RT_F32)
+    std::memcpy(dst, src, n * sizeof(float));
+  else if (dtype == FSDP_RT_BF16)
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = bf16ToFloat(s[i]);
+  else
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = f16ToFloat(s[i]);
+}
+
+void fsdp::rt::fromFloat(fsdp_rt_dtype dtype, const float *src, int64_t n,
+                         void *dst) {
+  auto *d = static_cast<uint16_t *>(dst);
+  if (dtype == FSDP_RT_F32)
+    std::memcpy(dst, src, n * sizeof(float));
+  else if (dtype == FSDP_RT_BF16)
+    for (int64_t i = 0; i < n; ++i)
+      d[i] = floatToBf16(src[i]);
+  else
+    for (int64_t i = 0; i < n; ++i)
+      d[i] = floatToF16(src[i]);
+}
+
+std::vector<int64_t> fsdp::rt::stridesOf(const int64_t *shape, int rank) {
+  std::vector<int64_t> strides(rank);
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return strides;
+}
+
+int64_t fsdp::rt::numElements(const int64_t *shape, int rank) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i)
+    n *= shape[i];
+  return n;
+}
+
+size_t fsdp_rt_dtype_size(fsdp_rt_dtype dtype) {
+  switch (dtype) {
+  case FSDP_RT_BF16:
+  case FSDP_RT_F16:
+    return 2;
+  case FSDP_RT_I64:
+    return 8;
+  default:
+    return 4;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+// Each allocation is preceded by a 64-byte header holding its size, so that
+// free can update the byte count and the data stays 64-byte aligned.
+static constexpr size_t kHeader = 64;
+static std::atomic<int64_t> currentBytes{0};
+static std::atomic<int64_t> peakBytes{0};
+
+void *fsdp_rt_alloc(size_t bytes) {
+  size_t total = (bytes + kHeader + 63) / 64 * 64;
+  auto *base = static_cast<char *>(std::aligned_alloc(64, total));
+  if (!base)
+    return nullptr;
+  *reinterpret_cast<size_t *>(base) = bytes;
+  int64_t now = currentBytes.fetch_add(bytes) + int64_t(bytes);
+  int64_t peak = peakBytes.load();
+  while (now > peak && !peakBytes.compare_exchange_weak(peak, now))
+    ;
+  return base + kHeader;
+}
+
+void fsdp_rt_free(void *ptr) {
+  if (!ptr)
+    return;
+  char *base = static_cast<char *>(ptr) - kHeader;
+  currentBytes.fetch_sub(int64_t(*reinterpret_cast<size_t *>(base)));
+  std::free(base);
+}
+
+int64_t fsdp_rt_memory_current(void) { return currentBytes.load(); }
+int64_t fsdp_rt_memory_peak(void) { return peakBytes.load(); }
+void fsdp_rt_memory_reset_peak(void) { peakBytes.store(currentBytes.load()); }
+
+//===----------------------------------------------------------------------===//
+// Streams and events
+//===----------------------------------------------------------------------===//
+
+// CPU kernels finish before they return, so a stream or event carries no
+// state; the structs only give each handle a distinct address.
+struct fsdp_rt_stream_impl {
+  char unused;
+};
+struct fsdp_rt_event_impl {
+  char unused;
+};
+
+fsdp_rt_stream fsdp_rt_stream_create(void) { return new fsdp_rt_stream_impl; }
+void fsdp_rt_stream_destroy(fsdp_rt_stream stream) { delete stream; }
+void fsdp_rt_stream_synchronize(fsdp_rt_stream) {}
+void fsdp_rt_stream_wait_event(fsdp_rt_stream, fsdp_rt_event) {}
+fsdp_rt_event fsdp_rt_event_create(void) { return new fsdp_rt_event_impl; }
+void fsdp_rt_event_destroy(fsdp_rt_event event) { delete event; }
+void fsdp_rt_event_record(fsdp_rt_event, fsdp_rt_stream) {}
+void fsdp_rt_event_synchronize(fsdp_rt_event) {}
+
+//===----------------------------------------------------------------------===//
+// Counters
+//===----------------------------------------------------------------------===//
+
+static constexpr int kNumMasks = 1 << FSDP_RT_MAX_MESH_AXES;
+static std::atomic<int64_t> collectiveBytes[FSDP_RT_NUM_COLLECTIVE_KINDS]
+                                           [kNumMasks];
+static std::atomic<int64_t> collectiveCalls[FSDP_RT_NUM_COLLECTIVE_KINDS]
+                                           [kNumMasks];
+static std::atomic<int64_t> kernelNanos[FSDP_RT_NUM_KERNEL_CLASSES];
+static std::atomic<int64_t> kernelCalls[FSDP_RT_NUM_KERNEL_CLASSES];
+
+void fsdp_rt_count_collective(fsdp_rt_collective_kind kind, uint32_t axis_mask,
+                              int64_t bytes) {
+  collectiveBytes[kind][axis_mask % kNumMasks] += bytes;
+  collectiveCalls[kind][axis_mask % kNumMasks] += 1;
+}
+
+int64_t fsdp_rt_collective_bytes(fsdp_rt_collective_kind kind,
+                                 uint32_t axis_mask) {
+  return collectiveBytes[kind][axis_mask % kNumMasks].load();
+}
+
+int64_t fsdp_rt_collective_calls(fsdp_rt_collective_kind kind,
+                                 uint32_t axis_mask) {
+  return collectiveCalls[kind][axis_mask % kNumMasks].load();
+}
+
+int64_t fsdp_rt_kernel_time_ns(fsdp_rt_kernel_class cls) {
+  return kernelNanos[cls].load();
+}
+
+int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls) {
+  return kernelCalls[cls].load();
+}
+
+void fsdp_rt_counters_reset(void) {
+  for (auto &row : collectiveBytes)
+    for (auto &c : row)
+      c = 0;
+  for (auto &row : collectiveCalls)
+    for (auto &c : row)
+      c = 0;
+  for (auto &c : kernelNanos)
+    c = 0;
+  for (auto &c : kernelCalls)
+    c = 0;
+}
+
+KernelTimer::~KernelTimer() {
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  kernelNanos[cls] +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+  kernelCalls[cls] += 1;
+}

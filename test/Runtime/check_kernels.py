@@ -1,0 +1,187 @@
+# Recomputes every case written by fsdp-runtime-kernel-test with PyTorch and
+# prints one line per case with its max relative error: max |out - ref| over
+# max |ref| (the error relative to the result's scale, which stays meaningful
+# where single elements are near zero). References are computed in float64
+# from the exact operand values; f32 results must be within 1e-5, bf16 and
+# f16 results within 1e-2, casts and data movement exact.
+#
+# Usage: /usr/bin/python3 check_kernels.py <dir>
+
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+TOLERANCE = {"f32": 1e-5, "bf16": 1e-2, "f16": 1e-2}
+EXACT_OPS = {"embedding", "transpose", "slice", "concat", "reshape", "cast"}
+
+
+def load(directory, dtype, file, shape):
+    """Returns the tensor as float64 (floats) or int64 (indices)."""
+    path = os.path.join(directory, file)
+    if dtype == "f32":
+        array = np.fromfile(path, dtype=np.float32).astype(np.float64)
+    elif dtype == "bf16":
+        bits = np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16
+        array = bits.view(np.float32).astype(np.float64)
+    elif dtype == "f16":
+        array = np.fromfile(path, dtype=np.float16).astype(np.float64)
+    else:
+        array = np.fromfile(path, dtype=np.int32 if dtype == "i32"
+                            else np.int64).astype(np.int64)
+    return torch.from_numpy(array.reshape(shape))
+
+
+def read_manifest(directory):
+    cases = []
+    with open(os.path.join(directory, "manifest.txt")) as f:
+        for line in f:
+            words = line.split()
+            if words[0] == "case":
+                cases.append({"name": words[1], "op": words[2], "attrs": {},
+                              "in": {}, "out": {}, "dtypes": {}})
+                continue
+            case = cases[-1]
+            if words[0] == "attr":
+                case["attrs"][words[1]] = words[2]
+                continue
+            name, dtype, file = words[1:4]
+            shape = [int(d) for d in words[4:]]
+            case[words[0]][name] = load(directory, dtype, file, shape)
+            case["dtypes"][words[0] + "." + name] = dtype
+    return cases
+
+
+def rotary(x, positions, theta):
+    d = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+    angle = positions.to(torch.float64)[..., None] * inv_freq  # [B, S, D/2]
+    cos = angle.cos()[:, :, None, :]
+    sin = angle.sin()[:, :, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attention(q, k, v, causal, window, scale):
+    s, nq, nkv = q.shape[1], q.shape[2], k.shape[2]
+    # Query head h reads KV head h // (nq // nkv).
+    k = k.repeat_interleave(nq // nkv, dim=2)
+    v = v.repeat_interleave(nq // nkv, dim=2)
+    scores = torch.einsum("bind,bjnd->bnij", q, k) * scale
+    i = torch.arange(s)[:, None]
+    j = torch.arange(s)[None, :]
+    visible = torch.ones(s, s, dtype=torch.bool)
+    if causal:
+        visible &= j <= i
+    if window > 0:
+        visible &= (i - j) < window
+    scores = scores.masked_fill(~visible, -math.inf)
+    return torch.einsum("bnij,bjnd->bind", scores.softmax(-1), v)
+
+
+def cast_reference(x, dst):
+    torch_type = {"f32": torch.float32, "bf16": torch.bfloat16,
+                  "f16": torch.float16}[dst]
+    return x.to(torch.float32).to(torch_type).to(torch.float64)
+
+
+def reference(case):
+    op, a, i = case["op"], case["attrs"], case["in"]
+    flag = lambda key: a[key] != "0"
+    if op == "embedding":
+        return {"out": F.embedding(i["ids"], i["table"])}
+    if op == "linear":
+        return {"out": F.linear(i["x"], i["weight"], i.get("bias"))}
+    if op in ("matmul", "batch_matmul"):
+        lhs, rhs = i["a"], i["b"]
+        if flag("transpose_a"):
+            lhs = lhs.transpose(-1, -2)
+        if flag("transpose_b"):
+            rhs = rhs.transpose(-1, -2)
+        return {"out": torch.matmul(lhs, rhs)}
+    if op in ("add", "sub", "mul"):
+        fn = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}[op]
+        return {"out": fn(i["x"], i["y"])}
+    if op == "neg":
+        return {"out": -i["x"]}
+    if op == "scale":
+        return {"out": i["x"] * float(a["factor"])}
+    if op == "silu":
+        return {"out": F.silu(i["x"])}
+    if op == "gelu":
+        return {"out": F.gelu(i["x"], approximate=a["approximate"])}
+    if op == "rms_norm":
+        x = i["x"]
+        rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + float(a["eps"]))
+        return {"out": x * rms * i["weight"]}
+    if op == "layer_norm":
+        return {"out": F.layer_norm(i["x"], i["x"].shape[-1:], i["weight"],
+                                    i.get("bias"), float(a["eps"]))}
+    if op == "rotary":
+        return {"out": rotary(i["x"], i["positions"], float(a["theta"]))}
+    if op == "attention":
+        return {"out": attention(i["q"], i["k"], i["v"], flag("causal"),
+                                 int(float(a["sliding_window"])),
+                                 float(a["scale"]))}
+    if op == "softmax":
+        return {"out": torch.softmax(i["x"], int(a["dim"]))}
+    if op == "transpose":
+        perm = [int(p) for p in a["perm"].split(",")]
+        return {"out": i["x"].permute(perm)}
+    if op == "slice":
+        return {"out": i["x"].narrow(int(a["dim"]), int(a["start"]),
+                                     int(a["size"]))}
+    if op == "concat":
+        return {"out": torch.cat([i["x0"], i["x1"]], int(a["dim"]))}
+    if op == "reshape":
+        return {"out": i["x"].reshape(case["out"]["out"].shape)}
+    if op == "cast":
+        return {"out": cast_reference(i["x"], case["dtypes"]["out.out"])}
+    if op == "cross_entropy":
+        ignore = int(a["ignore_index"])
+        logits, labels = i["logits"], i["labels"]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                               labels.reshape(-1), ignore_index=ignore,
+                               reduction=a["reduction"])
+        count = (labels != ignore).sum()
+        return {"out": loss.reshape(labels.shape) if a["reduction"] == "none"
+                else loss, "count": count}
+    raise ValueError("no reference for op " + op)
+
+
+def error(out, ref, exact):
+    """Max relative error; exact comparisons treat NaN as equal to NaN."""
+    if out.shape != ref.shape:
+        return math.inf
+    out, ref = out.to(torch.float64), ref.to(torch.float64)
+    if exact:
+        same = (out == ref) | (out.isnan() & ref.isnan())
+        return 0.0 if bool(same.all()) else math.inf
+    scale = max(ref.abs().max().item(), 1e-30)
+    return (out - ref).abs().max().item() / scale
+
+
+def main():
+    cases = read_manifest(sys.argv[1])
+    failed = 0
+    for case in cases:
+        refs = reference(case)
+        worst, ok = 0.0, True
+        for name, out in case["out"].items():
+            dtype = case["dtypes"]["out." + name]
+            exact = case["op"] in EXACT_OPS or dtype in ("i32", "i64")
+            err = error(out, refs[name], exact)
+            worst = max(worst, err)
+            ok = ok and err <= (0.0 if exact else TOLERANCE[dtype])
+        failed += not ok
+        print("%-26s %-14s max_rel_err=%.2e %s" %
+              (case["name"], case["op"], worst, "OK" if ok else "FAIL"))
+    print("%d of %d cases passed" % (len(cases) - failed, len(cases)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,516 @@
+//===- kernel-test.cpp - Runs the CPU kernels on fixed inputs -------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Usage: fsdp-runtime-kernel-test <dir>
+//
+// Runs each kernel case on deterministic inputs and writes every operand and
+// result to <dir>/<case>.<tensor>.bin (raw, row-major), with
+// <dir>/manifest.txt describing them; check_kernels.py recomputes each case
+// with PyTorch. Only the public C ABI is used, as generated code would.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Runtime/Runtime.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+namespace {
+
+const char *dtypeName(fsdp_rt_dtype dtype) {
+  static const char *names[] = {"f32", "bf16", "f16", "i32", "i64"};
+  return names[dtype];
+}
+
+/// A tensor owned by the test: bytes plus type and shape.
+struct Tensor {
+  fsdp_rt_dtype dtype;
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;
+
+  Tensor(fsdp_rt_dtype dtype, std::vector<int64_t> shape)
+      : dtype(dtype), shape(std::move(shape)) {
+    bytes.resize(numel() * fsdp_rt_dtype_size(dtype));
+  }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  int rank() const { return int(shape.size()); }
+  void *data() { return bytes.data(); }
+  template <typename T> T *as() { return reinterpret_cast<T *>(data()); }
+};
+
+uint64_t rngState = 0x9e3779b97f4a7c15ull;
+
+/// Uniform in [-1, 1), from a fixed 64-bit LCG so runs are reproducible.
+float nextUniform() {
+  rngState = rngState * 6364136223846793005ull + 1442695040888963407ull;
+  return float((rngState >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
+}
+
+/// A float tensor of `dtype` with values uniform in [-range, range).
+Tensor randomFloat(fsdp_rt_dtype dtype, std::vector<int64_t> shape,
+                   float range = 1.0f) {
+  Tensor f32(FSDP_RT_F32, shape);
+  for (int64_t i = 0; i < f32.numel(); ++i)
+    f32.as<float>()[i] = range * nextUniform();
+  if (dtype == FSDP_RT_F32)
+    return f32;
+  Tensor t(dtype, shape);
+  fsdp_rt_cast(nullptr, FSDP_RT_F32, f32.data(), dtype, f32.numel(), t.data());
+  return t;
+}
+
+/// An index tensor with values in [0, bound).
+Tensor randomIndex(fsdp_rt_dtype dtype, std::vector<int64_t> shape,
+                   int64_t bound) {
+  Tensor t(dtype, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t v = int64_t((nextUniform() + 1.0f) * 0.5f * bound) % bound;
+    if (dtype == FSDP_RT_I32)
+      t.as<int32_t>()[i] = int32_t(v);
+    else
+      t.as<int64_t>()[i] = v;
+  }
+  return t;
+}
+
+/// Writes the tensors and attributes of the cases to the output directory.
+class Writer {
+public:
+  explicit Writer(std::string dir) : dir(std::move(dir)) {
+    manifest = std::fopen((this->dir + "/manifest.txt").c_str(), "w");
+  }
+  ~Writer() {
+    if (manifest)
+      std::fclose(manifest);
+  }
+  bool ok() const { return manifest != nullptr; }
+
+  /// Starts a case checked against the reference of `op`.
+  void begin(const std::string &name, const std::string &op) {
+    current = name;
+    std::fprintf(manifest, "case %s %s\n", name.c_str(), op.c_str());
+  }
+  void attr(const std::string &key, const std::string &value) {
+    std::fprintf(manifest, "attr %s %s\n", key.c_str(), value.c_str());
+  }
+  void attr(const std::string &key, double value) {
+    std::fprintf(manifest, "attr %s %.17g\n", key.c_str(), value);
+  }
+  /// Records `t` as operand (`role` "in") or result ("out") named `name`.
+  void tensor(const char *role, const std::string &name, Tensor &t) {
+    std::string file = current + "." + name + ".bin";
+    std::fprintf(manifest, "%s %s %s %s", role, name.c_str(),
+                 dtypeName(t.dtype), file.c_str());
+    for (int64_t d : t.shape)
+      std::fprintf(manifest, " %lld", (long long)d);
+    std::fprintf(manifest, "\n");
+    FILE *f = std::fopen((dir + "/" + file).c_str(), "wb");
+    std::fwrite(t.bytes.data(), 1, t.bytes.size(), f);
+    std::fclose(f);
+  }
+
+private:
+  std::string dir;
+  std::string current;
+  FILE *manifest = nullptr;
+};
+
+void linearCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool hasBias) {
+  Tensor x = randomFloat(dt, {2, 3, 16}), weight = randomFloat(dt, {8, 16}),
+         bias = randomFloat(dt, {8}), out(dt, {2, 3, 8});
+  fsdp_rt_linear(nullptr, dt, x.data(), weight.data(),
+                 hasBias ? bias.data() : nullptr, 6, 16, 8, out.data());
+  w.begin(name, "linear");
+  w.tensor("in", "x", x);
+  w.tensor("in", "weight", weight);
+  if (hasBias)
+    w.tensor("in", "bias", bias);
+  w.tensor("out", "out", out);
+}
+
+void matmulCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool batched,
+                bool ta, bool tb) {
+  const int64_t m = 5, k = 7, n = 4;
+  std::vector<int64_t> aShape = {2, 3, ta ? k : m, ta ? m : k};
+  std::vector<int64_t> bShape = {tb ? n : k, tb ? k : n};
+  if (batched)
+    bShape.insert(bShape.begin(), {2, 3});
+  Tensor a = randomFloat(dt, aShape), b = randomFloat(dt, bShape),
+         out(dt, {2, 3, m, n});
+  if (batched)
+    fsdp_rt_batch_matmul(nullptr, dt, a.data(), b.data(), 6, m, k, n, ta, tb,
+                         out.data());
+  else
+    fsdp_rt_matmul(nullptr, dt, a.data(), b.data(), 6, m, k, n, ta, tb,
+                   out.data());
+  w.begin(name, batched ? "batch_matmul" : "matmul");
+  w.attr("transpose_a", ta);
+  w.attr("transpose_b", tb);
+  w.tensor("in", "a", a);
+  w.tensor("in", "b", b);
+  w.tensor("out", "out", out);
+}
+
+using BinaryFn = void (*)(fsdp_rt_stream, fsdp_rt_dtype, const void *,
+                          const int64_t *, int, const void *, const int64_t *,
+                          int, const int64_t *, int, void *);
+
+void binaryCase(Writer &w, const char *name, const char *op, BinaryFn fn,
+                fsdp_rt_dtype dt, std::vector<int64_t> xShape,
+                std::vector<int64_t> yShape, std::vector<int64_t> outShape) {
+  Tensor x = randomFloat(dt, xShape), y = randomFloat(dt, yShape),
+         out(dt, outShape);
+  fn(nullptr, dt, x.data(), x.shape.data(), x.rank(), y.data(), y.shape.data(),
+     y.rank(), out.shape.data(), out.rank(), out.data());
+  w.begin(name, op);
+  w.tensor("in", "x", x);
+  w.tensor("in", "y", y);
+  w.tensor("out", "out", out);
+}
+
+/// Runs a unary kernel `fn(x, numel, out)` on values in [-4, 4).
+template <typename Fn>
+void unaryCase(Writer &w, const char *name, const char *op, fsdp_rt_dtype dt,
+               Fn fn) {
+  Tensor x = randomFloat(dt, {3, 5, 7}, 4.0f), out(dt, {3, 5, 7});
+  fn(x.data(), x.numel(), out.data());
+  w.begin(name, op);
+  w.tensor("in", "x", x);
+  w.tensor("out", "out", out);
+}
+
+void normCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool layer,
+              bool hasBias) {
+  // An offset mean makes the layer-norm centring matter.
+  Tensor x = randomFloat(dt, {2, 3, 32}, 3.0f), weight = randomFloat(dt, {32}),
+         bias = randomFloat(dt, {32}), out(dt, {2, 3, 32});
+  const double eps = 1e-5;
+  if (layer)
+    fsdp_rt_layer_norm(nullptr, dt, x.data(), weight.data(),
+                       hasBias ? bias.data() : nullptr, 6, 32, eps, out.data());
+  else
+    fsdp_rt_rms_norm(nullptr, dt, x.data(), weight.data(), 6, 32, eps,
+                     out.data());
+  w.begin(name, layer ? "layer_norm" : "rms_norm");
+  w.attr("eps", eps);
+  w.tensor("in", "x", x);
+  w.tensor("in", "weight", weight);
+  if (hasBias)
+    w.tensor("in", "bias", bias);
+  w.tensor("out", "out", out);
+}
+
+void attentionCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool causal,
+                   int64_t window, int64_t nq, int64_t nkv, int64_t dv,
+                   double scale) {
+  const int64_t b = 2, s = 9, d = 8;
+  Tensor q = randomFloat(dt, {b, s, nq, d}, 2.0f),
+         k = randomFloat(dt, {b, s, nkv, d}, 2.0f),
+         v = randomFloat(dt, {b, s, nkv, dv}), out(dt, {b, s, nq, dv});
+  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, nq, nkv, d,
+                    dv, causal, window, scale, out.data());
+  w.begin(name, "attention");
+  w.attr("causal", causal);
+  w.attr("sliding_window", double(window));
+  w.attr("scale", scale);
+  w.tensor("in", "q", q);
+  w.tensor("in", "k", k);
+  w.tensor("in", "v", v);
+  w.tensor("out", "out", out);
+}
+
+void crossEntropyCase(Writer &w, const char *name, fsdp_rt_reduction reduction,
+                      const char *reductionName, fsdp_rt_dtype dt) {
+  const int64_t rows = 12, vocab = 50;
+  // Large logits check the max subtraction.
+  Tensor logits = randomFloat(dt, {3, 4, vocab}, 30.0f),
+         labels = randomIndex(FSDP_RT_I64, {3, 4}, vocab),
+         out(FSDP_RT_F32, reduction == FSDP_RT_REDUCTION_NONE
+                              ? std::vector<int64_t>{3, 4}
+                              : std::vector<int64_t>{}),
+         count(FSDP_RT_I64, {});
+  labels.as<int64_t>()[2] = -100;
+  labels.as<int64_t>()[7] = -100;
+  fsdp_rt_cross_entropy(nullptr, dt, logits.data(), FSDP_RT_I64, labels.data(),
+                        rows, vocab, -100, reduction, out.as<float>(),
+                        count.as<int64_t>());
+  w.begin(name, "cross_entropy");
+  w.attr("ignore_index", -100);
+  w.attr("reduction", reductionName);
+  w.tensor("in", "logits", logits);
+  w.tensor("in", "labels", labels);
+  w.tensor("out", "out", out);
+  w.tensor("out", "count", count);
+}
+
+/// f32 values that exercise rounding, overflow and subnormals of the casts.
+Tensor castInputs() {
+  const float special[] = {65504.0f,
+                           65519.0f,
+                           65520.0f,
+                           1e-8f,
+                           6e-5f,
+                           std::ldexp(1.0f, -25),
+                           3 * std::ldexp(1.0f, -25),
+                           std::ldexp(1.0f, -14),
+                           1.0f + std::ldexp(1.0f, -8),
+                           1.0f + 3 * std::ldexp(1.0f, -8),
+                           3.0e38f,
+                           -0.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  const int64_t numSpecial = sizeof(special) / sizeof(special[0]);
+  Tensor t = randomFloat(FSDP_RT_F32, {numSpecial + 49}, 100.0f);
+  std::memcpy(t.data(), special, sizeof(special));
+  return t;
+}
+
+void castCase(Writer &w, const char *name, fsdp_rt_dtype from,
+              fsdp_rt_dtype to) {
+  Tensor f32 = castInputs();
+  Tensor x(from, f32.shape), out(to, f32.shape);
+  fsdp_rt_cast(nullptr, FSDP_RT_F32, f32.data(), from, x.numel(), x.data());
+  fsdp_rt_cast(nullptr, from, x.data(), to, x.numel(), out.data());
+  w.begin(name, "cast");
+  w.tensor("in", "x", x);
+  w.tensor("out", "out", out);
+}
+
+void runAll(Writer &w) {
+  const fsdp_rt_dtype f32 = FSDP_RT_F32, bf16 = FSDP_RT_BF16;
+
+  for (fsdp_rt_dtype idsType : {FSDP_RT_I64, FSDP_RT_I32}) {
+    Tensor table = randomFloat(f32, {11, 6}),
+           ids = randomIndex(idsType, {2, 5}, 11), out(f32, {2, 5, 6});
+    fsdp_rt_embedding(nullptr, f32, table.data(), 11, 6, idsType, ids.data(),
+                      ids.numel(), out.data());
+    w.begin(idsType == FSDP_RT_I64 ? "embedding" : "embedding_i32",
+            "embedding");
+    w.tensor("in", "table", table);
+    w.tensor("in", "ids", ids);
+    w.tensor("out", "out", out);
+  }
+
+  linearCase(w, "linear", f32, true);
+  linearCase(w, "linear_nobias", f32, false);
+  linearCase(w, "linear_bf16", bf16, true);
+
+  matmulCase(w, "matmul", f32, false, false, false);
+  matmulCase(w, "matmul_ta", f32, false, true, false);
+  matmulCase(w, "matmul_tb", f32, false, false, true);
+  matmulCase(w, "matmul_ta_tb", f32, false, true, true);
+  matmulCase(w, "batch_matmul", f32, true, false, false);
+  matmulCase(w, "batch_matmul_ta_tb", f32, true, true, true);
+  matmulCase(w, "batch_matmul_bf16", bf16, true, false, true);
+
+  binaryCase(w, "add", "add", fsdp_rt_add, f32, {2, 3, 4}, {4}, {2, 3, 4});
+  binaryCase(w, "sub", "sub", fsdp_rt_sub, f32, {2, 1, 4}, {3, 1}, {2, 3, 4});
+  binaryCase(w, "mul", "mul", fsdp_rt_mul, f32, {3, 4}, {2, 3, 4}, {2, 3, 4});
+  binaryCase(w, "mul_scalar", "mul", fsdp_rt_mul, f32, {2, 5}, {}, {2, 5});
+  binaryCase(w, "add_bf16", "add", fsdp_rt_add, bf16, {2, 3, 1}, {1, 4},
+             {2, 3, 4});
+
+  unaryCase(w, "neg", "neg", f32, [&](void *x, int64_t n, void *o) {
+    fsdp_rt_neg(nullptr, f32, x, n, o);
+  });
+  unaryCase(w, "scale", "scale", f32, [&](void *x, int64_t n, void *o) {
+    fsdp_rt_scale(nullptr, f32, x, n, 0.125, o);
+  });
+  w.attr("factor", 0.125);
+  unaryCase(w, "silu", "silu", f32, [&](void *x, int64_t n, void *o) {
+    fsdp_rt_silu(nullptr, f32, x, n, o);
+  });
+  unaryCase(w, "silu_bf16", "silu", bf16, [&](void *x, int64_t n, void *o) {
+    fsdp_rt_silu(nullptr, bf16, x, n, o);
+  });
+  unaryCase(w, "gelu", "gelu", f32, [&](void *x, int64_t n, void *o) {
+    fsdp_rt_gelu(nullptr, f32, x, n, 0, o);
+  });
+  w.attr("approximate", "none");
+  unaryCase(w, "gelu_tanh", "gelu", f32, [&](void *x, int64_t n, void *o) {
+    fsdp_rt_gelu(nullptr, f32, x, n, 1, o);
+  });
+  w.attr("approximate", "tanh");
+
+  normCase(w, "rms_norm", f32, false, false);
+  normCase(w, "rms_norm_bf16", bf16, false, false);
+  normCase(w, "layer_norm", f32, true, true);
+  normCase(w, "layer_norm_nobias", f32, true, false);
+
+  for (fsdp_rt_dtype dt : {f32, bf16}) {
+    const int64_t b = 2, s = 5, heads = 3, d = 8;
+    Tensor x = randomFloat(dt, {b, s, heads, d}),
+           pos = randomIndex(FSDP_RT_I64, {b, s}, 4096), out(dt, x.shape);
+    fsdp_rt_rotary(nullptr, dt, x.data(), FSDP_RT_I64, pos.data(), b, s, heads,
+                   d, 10000.0, out.data());
+    w.begin(dt == f32 ? "rotary" : "rotary_bf16", "rotary");
+    w.attr("theta", 10000.0);
+    w.tensor("in", "x", x);
+    w.tensor("in", "positions", pos);
+    w.tensor("out", "out", out);
+  }
+
+  attentionCase(w, "attention_causal_gqa", f32, true, 0, 4, 2, 8,
+                1.0 / std::sqrt(8.0));
+  attentionCase(w, "attention_sliding_window", f32, true, 3, 4, 1, 8,
+                1.0 / std::sqrt(8.0));
+  attentionCase(w, "attention_full", f32, false, 0, 2, 2, 5, 0.3);
+  attentionCase(w, "attention_bf16", bf16, true, 0, 4, 2, 8,
+                1.0 / std::sqrt(8.0));
+
+  for (int dim : {-1, 1}) {
+    Tensor x = randomFloat(f32, {2, 3, 4}, 20.0f), out(f32, x.shape);
+    fsdp_rt_softmax(nullptr, f32, x.data(), x.shape.data(), x.rank(), dim,
+                    out.data());
+    w.begin(dim == -1 ? "softmax" : "softmax_dim1", "softmax");
+    w.attr("dim", dim);
+    w.tensor("in", "x", x);
+    w.tensor("out", "out", out);
+  }
+
+  {
+    Tensor x = randomFloat(f32, {2, 3, 4, 5}), out(f32, {4, 2, 5, 3});
+    const int64_t perm[] = {2, 0, 3, 1};
+    fsdp_rt_transpose(nullptr, f32, x.data(), x.shape.data(), x.rank(), perm,
+                      out.data());
+    w.begin("transpose", "transpose");
+    w.attr("perm", "2,0,3,1");
+    w.tensor("in", "x", x);
+    w.tensor("out", "out", out);
+  }
+  {
+    Tensor x = randomIndex(FSDP_RT_I64, {2, 6, 3}, 1000),
+           out(FSDP_RT_I64, {2, 2, 3});
+    fsdp_rt_slice(nullptr, FSDP_RT_I64, x.data(), x.shape.data(), x.rank(), -2,
+                  3, 2, out.data());
+    w.begin("slice_i64", "slice");
+    w.attr("dim", -2);
+    w.attr("start", 3);
+    w.attr("size", 2);
+    w.tensor("in", "x", x);
+    w.tensor("out", "out", out);
+  }
+  {
+    Tensor a = randomFloat(bf16, {2, 1, 4}), b = randomFloat(bf16, {2, 3, 4}),
+           out(bf16, {2, 4, 4});
+    const void *inputs[] = {a.data(), b.data()};
+    const int64_t sizes[] = {1, 3};
+    fsdp_rt_concat(nullptr, bf16, 2, inputs, sizes, out.shape.data(),
+                   out.rank(), 1, out.data());
+    w.begin("concat_bf16", "concat");
+    w.attr("dim", 1);
+    w.tensor("in", "x0", a);
+    w.tensor("in", "x1", b);
+    w.tensor("out", "out", out);
+  }
+  {
+    Tensor x = randomFloat(f32, {3, 7}), out(f32, {7, 3});
+    fsdp_rt_copy(nullptr, f32, x.data(), x.numel(), out.data());
+    w.begin("copy", "reshape");
+    w.tensor("in", "x", x);
+    w.tensor("out", "out", out);
+  }
+
+  castCase(w, "cast_f32_bf16", f32, bf16);
+  castCase(w, "cast_f32_f16", f32, FSDP_RT_F16);
+  castCase(w, "cast_bf16_f32", bf16, f32);
+  castCase(w, "cast_f16_f32", FSDP_RT_F16, f32);
+  castCase(w, "cast_bf16_f16", bf16, FSDP_RT_F16);
+  castCase(w, "cast_f16_bf16", FSDP_RT_F16, bf16);
+
+  crossEntropyCase(w, "cross_entropy_mean", FSDP_RT_REDUCTION_MEAN, "mean",
+                   f32);
+  crossEntropyCase(w, "cross_entropy_sum", FSDP_RT_REDUCTION_SUM, "sum", f32);
+  crossEntropyCase(w, "cross_entropy_none", FSDP_RT_REDUCTION_NONE, "none",
+                   f32);
+  crossEntropyCase(w, "cross_entropy_bf16", FSDP_RT_REDUCTION_MEAN, "mean",
+                   bf16);
+}
+
+/// Checks the memory, stream and counter API; returns false on a mismatch.
+bool checkSupport() {
+  bool ok = true;
+  auto expect = [&](bool cond, const char *what) {
+    if (!cond) {
+      std::fprintf(stderr, "support check failed: %s\n", what);
+      ok = false;
+    }
+  };
+  int64_t base = fsdp_rt_memory_current();
+  void *a = fsdp_rt_alloc(1000), *b = fsdp_rt_alloc(24);
+  expect(a && b && uintptr_t(a) % 64 == 0 && uintptr_t(b) % 64 == 0,
+         "alloc is 64-byte aligned");
+  expect(fsdp_rt_memory_current() == base + 1024, "current after alloc");
+  fsdp_rt_free(a);
+  expect(fsdp_rt_memory_current() == base + 24, "current after free");
+  expect(fsdp_rt_memory_peak() >= base + 1024, "peak keeps the maximum");
+  fsdp_rt_memory_reset_peak();
+  expect(fsdp_rt_memory_peak() == base + 24, "reset peak");
+  fsdp_rt_free(b);
+
+  fsdp_rt_stream s = fsdp_rt_stream_create();
+  fsdp_rt_event e = fsdp_rt_event_create();
+  fsdp_rt_event_record(e, s);
+  fsdp_rt_stream_wait_event(nullptr, e);
+  fsdp_rt_event_synchronize(e);
+  fsdp_rt_stream_synchronize(s);
+  fsdp_rt_event_destroy(e);
+  fsdp_rt_stream_destroy(s);
+
+  fsdp_rt_counters_reset();
+  fsdp_rt_count_collective(FSDP_RT_ALL_GATHER, 1u << 1, 4096);
+  fsdp_rt_count_collective(FSDP_RT_ALL_GATHER, 1u << 1, 100);
+  fsdp_rt_count_collective(FSDP_RT_REDUCE_SCATTER, (1u << 0) | (1u << 1), 7);
+  expect(fsdp_rt_collective_bytes(FSDP_RT_ALL_GATHER, 2) == 4196 &&
+             fsdp_rt_collective_calls(FSDP_RT_ALL_GATHER, 2) == 2,
+         "all_gather counters");
+  expect(fsdp_rt_collective_calls(FSDP_RT_REDUCE_SCATTER, 3) == 1 &&
+             fsdp_rt_collective_calls(FSDP_RT_REDUCE_SCATTER, 2) == 0,
+         "counters are keyed by the axis set");
+  float x[4] = {1, 2, 3, 4}, y[4];
+  fsdp_rt_neg(nullptr, FSDP_RT_F32, x, 4, y);
+  expect(fsdp_rt_kernel_calls(FSDP_RT_KERNEL_ELEMENTWISE) == 1 &&
+             fsdp_rt_kernel_time_ns(FSDP_RT_KERNEL_ELEMENTWISE) >= 0 &&
+             fsdp_rt_kernel_calls(FSDP_RT_KERNEL_GEMM) == 0,
+         "kernel counters");
+  fsdp_rt_counters_reset();
+  expect(fsdp_rt_collective_bytes(FSDP_RT_ALL_GATHER, 2) == 0 &&
+             fsdp_rt_kernel_calls(FSDP_RT_KERNEL_ELEMENTWISE) == 0,
+         "counters reset");
+  return ok;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <output-dir>\n", argv[0]);
+    return 2;
+  }
+  mkdir(argv[1], 0755);
+  Writer w(argv[1]);
+  if (!w.ok()) {
+    std::fprintf(stderr, "cannot write to %s\n", argv[1]);
+    return 1;
+  }
+  if (!checkSupport())
+    return 1;
+  runAll(w);
+  return 0;
+}
