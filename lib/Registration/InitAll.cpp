@@ -8,14 +8,19 @@
 #include "fsdp/InitAll.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Transforms/Passes.h"
 
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
 void fsdp::registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<fsdp::nn::NNDialect, fsdp::dist::DistDialect,
-                  mlir::func::FuncDialect>();
+                  mlir::func::FuncDialect, mlir::emitc::EmitCDialect>();
 }
 
-void fsdp::registerAllPasses() { mlir::registerTransformsPasses(); }
+void fsdp::registerAllPasses() {
+  mlir::registerTransformsPasses();
+  fsdp::registerFSDPPasses();
+}

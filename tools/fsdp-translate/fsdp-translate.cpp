@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// mlir-translate with `--import-graph` (graph.json to nn ops) and
-// `--param-table`.
+// mlir-translate with `--import-graph` (graph.json to nn ops),
+// `--param-table`, and upstream's `--mlir-to-cpp` for lowered programs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,8 +14,15 @@
 
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
 
+namespace mlir {
+// Defined in MLIRTargetCpp; declared in mlir/InitAllTranslations.h, which
+// would also pull in every other translation.
+void registerToCppTranslation();
+} // namespace mlir
+
 int main(int argc, char **argv) {
   fsdp::registerGraphTranslations();
+  mlir::registerToCppTranslation();
   return mlir::failed(
       mlir::mlirTranslateMain(argc, argv, "fsdp-mlir translation driver\n"));
 }

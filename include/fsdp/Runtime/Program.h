@@ -84,6 +84,10 @@ enum fsdp_loss_reduction {
 void fsdp_prog_mesh_axis(fsdp_program *p, const char *name, int64_t size);
 /// Declares a data input (`nn.input`), argument `index` of the step.
 void fsdp_prog_input(fsdp_program *p, const char *name, fsdp_type type);
+/// Declares that integer input `name` (already declared) holds token ids in
+/// [0, high): the runtime's synthetic data draws from that range and data
+/// read from a file is checked against it. Default: [0, 2).
+void fsdp_prog_input_range(fsdp_program *p, const char *name, int64_t high);
 /// Declares a parameter (`nn.param`) with its initializer.
 void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
                      fsdp_init_kind init, double a, double b);
@@ -100,10 +104,22 @@ void fsdp_prog_group(fsdp_program *p, uint32_t axis_mask);
 /// Argument `index` of the step: inputs first, then parameters, in
 /// declaration order. Borrowed.
 fsdp_tensor *fsdp_prog_arg(fsdp_program *p, int64_t index);
-/// Hands `t` over as output `index`.
+/// Hands `t` over as output `index`: the step's reference to an op result
+/// moves to the runtime. An argument (borrowed) may be handed over as it is;
+/// the runtime then takes a reference of its own.
 void fsdp_prog_result(fsdp_program *p, int64_t index, fsdp_tensor *t);
 /// Drops the program's reference to `t`.
 void fsdp_release(fsdp_tensor *t);
+/// Adds a reference to `t` (a value handed over twice, or kept past a
+/// release) and returns it.
+fsdp_tensor *fsdp_retain(fsdp_tensor *t);
+/// This rank's coordinate along mesh axis `axis` (for rank-dependent code
+/// such as an axis index; valid from the first step on).
+int64_t fsdp_prog_mesh_coord(fsdp_program *p, int64_t axis);
+/// A new zero-filled tensor of type `type` (constants, tests).
+fsdp_tensor *fsdp_tensor_new(fsdp_program *p, fsdp_type type);
+/// The contiguous row-major buffer of `t` (64-byte aligned).
+void *fsdp_tensor_data(fsdp_tensor *t);
 
 //===----------------------------------------------------------------------===//
 // nn ops: each returns a new tensor of type `r`

@@ -1,0 +1,643 @@
+//===- LowerToRuntime.cpp - nn/dist program to runtime calls in EmitC -----===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements `fsdp-lower-to-runtime`. The contract with the runtime is
+// include/fsdp/Runtime/Program.h: every call gets the program handle first
+// and, for ops, the static result type, so the runtime never re-derives a
+// shape. Attributes become C++ literals in the calls.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+
+namespace fsdp {
+#define GEN_PASS_DEF_LOWERTORUNTIMEPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// C++ literals
+//===----------------------------------------------------------------------===//
+
+std::string dtypeLiteral(Type type) {
+  if (type.isF32())
+    return "FSDP_RT_F32";
+  if (type.isBF16())
+    return "FSDP_RT_BF16";
+  if (type.isF16())
+    return "FSDP_RT_F16";
+  if (type.isInteger(32))
+    return "FSDP_RT_I32";
+  assert(type.isInteger(64) && "nn types are f32, bf16, f16, i32 or i64");
+  return "FSDP_RT_I64";
+}
+
+/// `fsdp_type{FSDP_RT_F32, 3, {2, 16, 64}}`.
+std::string typeLiteral(RankedTensorType type) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "fsdp_type{" << dtypeLiteral(type.getElementType()) << ", "
+     << type.getRank() << ", {";
+  llvm::interleaveComma(type.getShape(), os);
+  os << "}}";
+  return s;
+}
+
+/// A C string literal.
+std::string stringLiteral(StringRef value) {
+  std::string s = "\"";
+  for (char c : value) {
+    if (c == '"' || c == '\\')
+      s += '\\';
+    s += c;
+  }
+  return s + "\"";
+}
+
+/// A double literal that reads back to the same value.
+std::string doubleLiteral(double value) {
+  std::string s;
+  llvm::raw_string_ostream(s) << llvm::format("%.17g", value);
+  return s;
+}
+
+std::string intLiteral(int64_t value) { return std::to_string(value); }
+std::string boolLiteral(bool value) { return value ? "true" : "false"; }
+
+//===----------------------------------------------------------------------===//
+// Call building
+//===----------------------------------------------------------------------===//
+
+/// Collects the arguments of one `emitc.call_opaque`: SSA operands and
+/// literals, in call order.
+class Call {
+public:
+  Call(MLIRContext *context, StringRef callee)
+      : context(context), callee(callee) {}
+
+  Call &value(Value v) {
+    args.push_back(IntegerAttr::get(IndexType::get(context), operands.size()));
+    operands.push_back(v);
+    return *this;
+  }
+  Call &literal(StringRef text) {
+    args.push_back(emitc::OpaqueAttr::get(context, text));
+    return *this;
+  }
+
+  /// Emits the call; `resultType` is null for a void call.
+  Value emit(OpBuilder &builder, Location loc, Type resultType = {}) {
+    SmallVector<Type, 1> results;
+    if (resultType)
+      results.push_back(resultType);
+    auto call = emitc::CallOpaqueOp::create(
+        builder, loc, results, callee, operands, builder.getArrayAttr(args));
+    return resultType ? call.getResult(0) : Value();
+  }
+
+private:
+  MLIRContext *context;
+  std::string callee;
+  SmallVector<Value> operands;
+  SmallVector<Attribute> args;
+};
+
+//===----------------------------------------------------------------------===//
+// The lowering
+//===----------------------------------------------------------------------===//
+
+class Lowering {
+public:
+  Lowering(ModuleOp module, func::FuncOp entry)
+      : module(module), entry(entry), context(module.getContext()),
+        builder(context) {
+    programType = emitc::PointerType::get(
+        emitc::OpaqueType::get(context, "fsdp_program"));
+    tensorType =
+        emitc::PointerType::get(emitc::OpaqueType::get(context, "fsdp_tensor"));
+    futureType =
+        emitc::PointerType::get(emitc::OpaqueType::get(context, "fsdp_future"));
+  }
+
+  LogicalResult run();
+
+  unsigned numOpCalls = 0, numReleases = 0;
+
+private:
+  LogicalResult collectMesh();
+  FailureOr<uint32_t> axisMask(dist::CollectiveOpInterface op);
+  LogicalResult emitDescribe(Location loc);
+  LogicalResult emitForward(Location loc);
+  LogicalResult lowerOp(Operation *op);
+  LogicalResult lowerCollective(dist::CollectiveOpInterface op);
+  void emitReleases(Block &body);
+
+  /// Starts a call to `callee` with the program handle as first argument.
+  Call call(StringRef callee) { return Call(context, callee).value(program); }
+  /// Starts an op call returning a tensor of `type`.
+  Call opCall(StringRef callee, Type type) {
+    return call(callee).literal(typeLiteral(cast<RankedTensorType>(type)));
+  }
+  /// Emits an op call and records its owned result as the lowering of
+  /// `original`.
+  void define(Value original, Call &c) {
+    Value v = c.emit(builder, original.getLoc(), tensorType);
+    mapping[original] = v;
+    owned.push_back(v);
+    ++numOpCalls;
+  }
+  Value lookup(Value original) { return mapping.lookup(original); }
+
+  ModuleOp module;
+  func::FuncOp entry;
+  MLIRContext *context;
+  OpBuilder builder;
+  Type programType, tensorType, futureType;
+  Value program;
+  dist::MeshOp mesh;
+  llvm::StringMap<unsigned> axisIndex;
+  llvm::SetVector<uint32_t> groups;
+  DenseMap<Value, Value> mapping;
+  SmallVector<Value> owned;
+};
+
+LogicalResult Lowering::collectMesh() {
+  for (auto meshOp : module.getOps<dist::MeshOp>()) {
+    if (mesh)
+      return meshOp.emitOpError("is a second mesh; the runtime lowering "
+                                "supports one mesh per program");
+    mesh = meshOp;
+    for (auto [i, axis] : llvm::enumerate(mesh.getAxes()))
+      axisIndex[cast<StringAttr>(axis).getValue()] = i;
+  }
+  return success();
+}
+
+FailureOr<uint32_t> Lowering::axisMask(dist::CollectiveOpInterface op) {
+  uint32_t mask = 0;
+  int64_t previous = -1;
+  for (Attribute axis : op.getMeshAxes()) {
+    auto it = axisIndex.find(cast<StringAttr>(axis).getValue());
+    if (!mesh || it == axisIndex.end())
+      return op->emitOpError("names an axis of no mesh in this module");
+    if (static_cast<int64_t>(it->second) <= previous)
+      return op->emitOpError("lists its mesh axes out of the mesh's order; "
+                             "the runtime orders a group's ranks by the mesh");
+    previous = it->second;
+    mask |= 1u << it->second;
+  }
+  return mask;
+}
+
+LogicalResult Lowering::emitDescribe(Location loc) {
+  auto func =
+      emitc::FuncOp::create(builder, loc, "fsdp_program_describe",
+                            FunctionType::get(context, {programType}, {}));
+  Block *body = func.addEntryBlock();
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(body);
+  program = body->getArgument(0);
+
+  if (mesh)
+    for (auto [axis, size] : llvm::zip(mesh.getAxes(), mesh.getShape()))
+      call("fsdp_prog_mesh_axis")
+          .literal(stringLiteral(cast<StringAttr>(axis).getValue()))
+          .literal(intLiteral(size))
+          .emit(builder, loc);
+
+  for (BlockArgument arg : entry.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (auto name = entry.getArgAttrOfType<StringAttr>(
+            i, nn::NNDialect::kInputAttrName)) {
+      call("fsdp_prog_input")
+          .literal(stringLiteral(name.getValue()))
+          .literal(typeLiteral(type))
+          .emit(builder, loc);
+      // Token ids feed an embedding; labels feed a loss: both ranges are
+      // known from the vocabulary, which the data generator needs.
+      std::optional<int64_t> high;
+      for (Operation *user : arg.getUsers()) {
+        if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
+            embedding && embedding.getIds() == arg)
+          high = embedding.getTable().getType().getDimSize(0);
+        if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
+            loss && loss.getLabels() == arg)
+          high = loss.getLogits().getType().getShape().back();
+      }
+      if (high)
+        call("fsdp_prog_input_range")
+            .literal(stringLiteral(name.getValue()))
+            .literal(intLiteral(*high))
+            .emit(builder, loc);
+      continue;
+    }
+    auto name =
+        entry.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kParamAttrName);
+    if (!name)
+      return entry.emitOpError("argument #")
+             << i << " has neither nn.input nor nn.param";
+    auto init =
+        entry.getArgAttrOfType<nn::InitAttr>(i, nn::NNDialect::kInitAttrName);
+    static const char *kinds[] = {"FSDP_INIT_ZEROS", "FSDP_INIT_ONES",
+                                  "FSDP_INIT_NORMAL", "FSDP_INIT_UNIFORM"};
+    call("fsdp_prog_param")
+        .literal(stringLiteral(name.getValue()))
+        .literal(typeLiteral(type))
+        .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
+        .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
+        .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
+        .emit(builder, loc);
+  }
+
+  for (unsigned i = 0; i < entry.getNumResults(); ++i) {
+    auto name = entry.getResultAttrOfType<StringAttr>(
+        i, nn::NNDialect::kOutputAttrName);
+    call("fsdp_prog_output_name")
+        .literal(stringLiteral(name ? name.getValue().str()
+                                    : "output" + std::to_string(i)))
+        .emit(builder, loc);
+  }
+  for (uint32_t mask : groups)
+    call("fsdp_prog_group").literal(intLiteral(mask) + "u").emit(builder, loc);
+  emitc::ReturnOp::create(builder, loc, Value());
+  return success();
+}
+
+LogicalResult Lowering::lowerCollective(dist::CollectiveOpInterface op) {
+  FailureOr<uint32_t> mask = axisMask(op);
+  if (failed(mask))
+    return failure();
+  std::string callee = ("fsdp_op_" + op->getName().stripDialect()).str();
+  if (op.isAsync())
+    callee += "_start";
+  Call c = call(callee)
+               .literal(typeLiteral(op.getResultTensorType()))
+               .value(lookup(op.getInput()))
+               .literal(intLiteral(*mask) + "u");
+  static const char *reductions[] = {"FSDP_REDUCE_SUM", "FSDP_REDUCE_AVG",
+                                     "FSDP_REDUCE_MAX"};
+  auto reduction = [&](dist::ReductionKind kind) {
+    c.literal(reductions[static_cast<unsigned>(kind)]);
+  };
+  TypeSwitch<Operation *>(op)
+      .Case(
+          [&](dist::AllGatherOp o) { c.literal(intLiteral(o.getGatherDim())); })
+      .Case([&](dist::ReduceScatterOp o) {
+        reduction(o.getReduction());
+        c.literal(intLiteral(o.getScatterDim()));
+      })
+      .Case([&](dist::AllReduceOp o) { reduction(o.getReduction()); })
+      .Case([&](dist::AllToAllOp o) {
+        c.literal(intLiteral(o.getSplitDim()))
+            .literal(intLiteral(o.getConcatDim()));
+      })
+      .Case([&](dist::PermuteOp o) {
+        c.literal(intLiteral(static_cast<int64_t>(o.getOffset())));
+      })
+      .Case([&](dist::BroadcastOp o) { c.literal(intLiteral(o.getRoot())); });
+  groups.insert(*mask);
+  Value result = op->getResult(0);
+  if (op.isAsync()) {
+    // A future is consumed by its dist.wait, never released.
+    mapping[result] = c.emit(builder, op->getLoc(), futureType);
+    ++numOpCalls;
+  } else {
+    define(result, c);
+  }
+  return success();
+}
+
+/// The dim `dim` of a rank-`rank` tensor, counted from the front.
+int64_t frontDim(int64_t dim, int64_t rank) {
+  return dim < 0 ? dim + rank : dim;
+}
+
+LogicalResult Lowering::lowerOp(Operation *op) {
+  if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op))
+    return lowerCollective(collective);
+  if (auto wait = dyn_cast<dist::WaitOp>(op)) {
+    Call c = call("fsdp_wait").value(lookup(wait.getFuture()));
+    define(wait.getResult(), c);
+    return success();
+  }
+  if (isa<func::ReturnOp>(op))
+    return success();
+  if (isa<dist::AnnotateOp>(op))
+    return op->emitOpError("must be partitioned away before lowering to the "
+                           "runtime (run the partitioner first)");
+  if (!isa<nn::NNDialect>(op->getDialect()))
+    return op->emitOpError("cannot be lowered to the runtime");
+
+  auto value = [&](Value v) { return lookup(v); };
+  Type resultType = op->getNumResults() ? op->getResult(0).getType() : Type();
+  auto simple = [&](StringRef callee, ValueRange operands) {
+    Call c = opCall(callee, resultType);
+    for (Value v : operands)
+      c.value(value(v));
+    define(op->getResult(0), c);
+  };
+  auto optional = [&](Call &c, Value v) -> Call & {
+    return v ? c.value(value(v)) : c.literal("nullptr");
+  };
+
+  return TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](nn::EmbeddingOp o) {
+        simple("fsdp_op_embedding", {o.getTable(), o.getIds()});
+        return success();
+      })
+      .Case([&](nn::LinearOp o) {
+        Call c = opCall("fsdp_op_linear", resultType);
+        c.value(value(o.getInput())).value(value(o.getWeight()));
+        optional(c, o.getBias());
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case<nn::MatmulOp, nn::BatchMatmulOp>([&](auto o) {
+        Call c = opCall(isa<nn::MatmulOp>(op) ? "fsdp_op_matmul"
+                                              : "fsdp_op_batch_matmul",
+                        resultType);
+        c.value(value(o.getLhs()))
+            .value(value(o.getRhs()))
+            .literal(boolLiteral(o.getTransposeA()))
+            .literal(boolLiteral(o.getTransposeB()));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::AddOp o) {
+        simple("fsdp_op_add", {o.getLhs(), o.getRhs()});
+        return success();
+      })
+      .Case([&](nn::SubOp o) {
+        simple("fsdp_op_sub", {o.getLhs(), o.getRhs()});
+        return success();
+      })
+      .Case([&](nn::MulOp o) {
+        simple("fsdp_op_mul", {o.getLhs(), o.getRhs()});
+        return success();
+      })
+      .Case([&](nn::NegOp o) {
+        simple("fsdp_op_neg", {o.getInput()});
+        return success();
+      })
+      .Case([&](nn::SiluOp o) {
+        simple("fsdp_op_silu", {o.getInput()});
+        return success();
+      })
+      .Case([&](nn::ScaleOp o) {
+        Call c = opCall("fsdp_op_scale", resultType);
+        c.value(value(o.getInput()))
+            .literal(doubleLiteral(o.getFactor().convertToDouble()));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::GeluOp o) {
+        Call c = opCall("fsdp_op_gelu", resultType);
+        c.value(value(o.getInput()))
+            .literal(boolLiteral(o.getApproximate() == "tanh"));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::RMSNormOp o) {
+        Call c = opCall("fsdp_op_rms_norm", resultType);
+        c.value(value(o.getInput()))
+            .value(value(o.getWeight()))
+            .literal(doubleLiteral(o.getEps().convertToDouble()));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::LayerNormOp o) {
+        Call c = opCall("fsdp_op_layer_norm", resultType);
+        c.value(value(o.getInput())).value(value(o.getWeight()));
+        optional(c, o.getBias())
+            .literal(doubleLiteral(o.getEps().convertToDouble()));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::RotaryOp o) {
+        Call c = opCall("fsdp_op_rotary", resultType);
+        c.value(value(o.getInput()))
+            .value(value(o.getPositions()))
+            .literal(doubleLiteral(o.getTheta().convertToDouble()));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::AttentionOp o) {
+        Call c = opCall("fsdp_op_attention", resultType);
+        c.value(value(o.getQuery()))
+            .value(value(o.getKey()))
+            .value(value(o.getValue()))
+            .literal(boolLiteral(o.getCausal()))
+            .literal(intLiteral(
+                static_cast<int64_t>(o.getSlidingWindow().value_or(0))))
+            .literal(doubleLiteral(
+                o.getScale() ? o.getScale()->convertToDouble() : 0.0));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::SoftmaxOp o) {
+        Call c = opCall("fsdp_op_softmax", resultType);
+        c.value(value(o.getInput()))
+            .literal(intLiteral(frontDim(static_cast<int64_t>(o.getDim()),
+                                         o.getInput().getType().getRank())));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::ReshapeOp o) {
+        simple("fsdp_op_reshape", {o.getInput()});
+        return success();
+      })
+      .Case([&](nn::TransposeOp o) {
+        std::string perm;
+        llvm::raw_string_ostream os(perm);
+        os << "fsdp_ints{" << o.getPerm().size() << ", {";
+        llvm::interleaveComma(o.getPerm(), os);
+        os << "}}";
+        Call c = opCall("fsdp_op_transpose", resultType);
+        c.value(value(o.getInput())).literal(perm);
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::SliceOp o) {
+        Call c = opCall("fsdp_op_slice", resultType);
+        c.value(value(o.getInput()))
+            .literal(intLiteral(frontDim(static_cast<int64_t>(o.getDim()),
+                                         o.getInput().getType().getRank())))
+            .literal(intLiteral(static_cast<int64_t>(o.getStart())));
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::SplitOp o) {
+        // Each piece is a slice of the input.
+        int64_t dim = frontDim(static_cast<int64_t>(o.getDim()),
+                               o.getInput().getType().getRank());
+        int64_t start = 0;
+        for (auto [result, size] : llvm::zip(o.getResults(), o.getSizes())) {
+          Call c = opCall("fsdp_op_slice", result.getType());
+          c.value(value(o.getInput()))
+              .literal(intLiteral(dim))
+              .literal(intLiteral(start));
+          define(result, c);
+          start += size;
+        }
+        return success();
+      })
+      .Case([&](nn::ConcatOp o) {
+        // An n-ary concat is a chain of binary ones over growing prefixes.
+        auto first = cast<RankedTensorType>(o.getInputs().front().getType());
+        int64_t dim =
+            frontDim(static_cast<int64_t>(o.getDim()), first.getRank());
+        if (o.getInputs().size() == 1) {
+          simple("fsdp_op_reshape", {o.getInputs().front()});
+          return success();
+        }
+        Value acc = o.getInputs().front();
+        SmallVector<int64_t> shape(first.getShape());
+        for (Value input : o.getInputs().drop_front()) {
+          shape[dim] += cast<RankedTensorType>(input.getType()).getDimSize(dim);
+          bool last = input == o.getInputs().back();
+          Type type =
+              last ? o.getResult().getType()
+                   : RankedTensorType::get(shape, first.getElementType());
+          Call c = opCall("fsdp_op_concat", type);
+          c.value(value(acc)).value(value(input)).literal(intLiteral(dim));
+          if (last) {
+            define(o.getResult(), c);
+          } else {
+            // A partial result has no original value; give it a fresh key.
+            Value v = c.emit(builder, o.getLoc(), tensorType);
+            owned.push_back(v);
+            ++numOpCalls;
+            acc = v;
+            mapping[v] = v;
+          }
+        }
+        return success();
+      })
+      .Case([&](nn::CastOp o) {
+        simple("fsdp_op_cast", {o.getInput()});
+        return success();
+      })
+      .Case([&](nn::CrossEntropyOp o) {
+        StringRef reduction = o.getReduction();
+        Call c = opCall("fsdp_op_cross_entropy", resultType);
+        c.value(value(o.getLogits()))
+            .value(value(o.getLabels()))
+            .literal(intLiteral(static_cast<int64_t>(o.getIgnoreIndex())))
+            .literal(reduction == "sum"    ? "FSDP_LOSS_SUM"
+                     : reduction == "none" ? "FSDP_LOSS_NONE"
+                                           : "FSDP_LOSS_MEAN");
+        define(o.getResult(), c);
+        return success();
+      })
+      .Default([&](Operation *) {
+        return op->emitOpError("has no runtime lowering");
+      });
+}
+
+void Lowering::emitReleases(Block &body) {
+  // The last op that uses each owned handle; unused ones die at birth.
+  DenseMap<Value, Operation *> lastUse;
+  for (Value v : owned)
+    lastUse[v] = v.getDefiningOp();
+  for (Operation &op : body)
+    for (Value operand : op.getOperands())
+      if (auto it = lastUse.find(operand); it != lastUse.end())
+        it->second = &op;
+  for (Value v : owned) {
+    builder.setInsertionPointAfter(lastUse[v]);
+    Call(context, "fsdp_release").value(v).emit(builder, v.getLoc());
+    ++numReleases;
+  }
+}
+
+LogicalResult Lowering::emitForward(Location loc) {
+  auto func =
+      emitc::FuncOp::create(builder, loc, "fsdp_program_forward",
+                            FunctionType::get(context, {programType}, {}));
+  Block *body = func.addEntryBlock();
+  builder.setInsertionPointToEnd(body);
+  program = body->getArgument(0);
+
+  for (BlockArgument arg : entry.getArguments())
+    mapping[arg] = call("fsdp_prog_arg")
+                       .literal(intLiteral(arg.getArgNumber()))
+                       .emit(builder, arg.getLoc(), tensorType);
+  for (Operation &op : entry.getBody().front())
+    if (failed(lowerOp(&op)))
+      return failure();
+  auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
+  for (auto [i, result] : llvm::enumerate(ret.getOperands()))
+    call("fsdp_prog_result")
+        .literal(intLiteral(i))
+        .value(lookup(result))
+        .emit(builder, ret.getLoc());
+  auto end = emitc::ReturnOp::create(builder, loc, Value());
+  emitReleases(*body);
+  // Releases go after their last use, which may be the final result call;
+  // keep the return last.
+  end->moveBefore(body, body->end());
+  return success();
+}
+
+LogicalResult Lowering::run() {
+  if (!entry.getBody().hasOneBlock())
+    return entry.emitOpError("must have a single block to be lowered");
+  if (failed(collectMesh()))
+    return failure();
+  Location loc = entry.getLoc();
+  builder.setInsertionPointToStart(module.getBody());
+  emitc::IncludeOp::create(builder, loc, "fsdp/Runtime/Program.h");
+  builder.setInsertionPointToEnd(module.getBody());
+  // The forward body first: it finds the communicator groups that the
+  // description declares.
+  OpBuilder::InsertPoint describeAt = builder.saveInsertionPoint();
+  if (failed(emitForward(loc)))
+    return failure();
+  builder.restoreInsertionPoint(describeAt);
+  if (failed(emitDescribe(loc)))
+    return failure();
+  entry.erase();
+  if (mesh)
+    mesh.erase();
+  return success();
+}
+
+struct LowerToRuntimePass
+    : fsdp::impl::LowerToRuntimePassBase<LowerToRuntimePass> {
+  using LowerToRuntimePassBase::LowerToRuntimePassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>(entry);
+    if (!func) {
+      module.emitError("no function @") << entry << " to lower";
+      return signalPassFailure();
+    }
+    Lowering lowering(module, func);
+    if (failed(lowering.run()))
+      return signalPassFailure();
+    numOpCalls += lowering.numOpCalls;
+    numReleases += lowering.numReleases;
+  }
+};
+
+} // namespace
