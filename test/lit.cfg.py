@@ -2,6 +2,7 @@
 # lit configuration for the fsdp-mlir regression tests.
 
 import os
+import shutil
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -23,6 +24,15 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
-    ["fsdp-opt", "fsdp-translate", "fsdp-graphgen",
-     "fsdp-runtime-kernel-test"],
+    ["fsdp-opt", "fsdp-translate", "fsdp-graphgen", "fsdp-compile",
+     "fsdp-runtime-kernel-test", "fsdp-runtime-collectives-program",
+     "fsdp-runtime-program-basics"],
     [config.fsdp_tools_dir, config.llvm_tools_dir])
+
+# Runtime tests launch several ranks; the tests run as root in containers and
+# may ask for more ranks than there are cores.
+mpirun = shutil.which("mpirun")
+if mpirun:
+    config.available_features.add("mpi")
+    config.substitutions.append(
+        ("%mpirun", mpirun + " --allow-run-as-root --oversubscribe"))

@@ -17,7 +17,7 @@
 //
 // Tensors are reference-counted handles owned by the runtime. An op returns a
 // new handle that the program releases after its last use; inputs and
-// parameters are borrowed; outputs are handed over with fsdp_prog_output.
+// parameters are borrowed; outputs are handed over with fsdp_prog_result.
 // Every op receives its result type (dtype and static dims) from the
 // compiler, so the runtime never re-derives shapes; it checks them.
 //
@@ -104,14 +104,14 @@ void fsdp_prog_group(fsdp_program *p, uint32_t axis_mask);
 /// Argument `index` of the step: inputs first, then parameters, in
 /// declaration order. Borrowed.
 fsdp_tensor *fsdp_prog_arg(fsdp_program *p, int64_t index);
-/// Hands `t` over as output `index`: the step's reference to an op result
-/// moves to the runtime. An argument (borrowed) may be handed over as it is;
-/// the runtime then takes a reference of its own.
+/// Hands `t` over as output `index`. The runtime takes a reference of its
+/// own, so the step still releases an op result after this call (and does
+/// not release an argument, which it only borrows).
 void fsdp_prog_result(fsdp_program *p, int64_t index, fsdp_tensor *t);
 /// Drops the program's reference to `t`.
 void fsdp_release(fsdp_tensor *t);
-/// Adds a reference to `t` (a value handed over twice, or kept past a
-/// release) and returns it.
+/// Adds a reference to `t` and returns it (for code that keeps a tensor past
+/// the step's own release).
 fsdp_tensor *fsdp_retain(fsdp_tensor *t);
 /// This rank's coordinate along mesh axis `axis` (for rank-dependent code
 /// such as an axis index; valid from the first step on).
@@ -125,17 +125,16 @@ void *fsdp_tensor_data(fsdp_tensor *t);
 // nn ops: each returns a new tensor of type `r`
 //===----------------------------------------------------------------------===//
 
-fsdp_tensor *fsdp_op_embedding(fsdp_program *p, fsdp_type r,
-                               fsdp_tensor *table, fsdp_tensor *ids);
+fsdp_tensor *fsdp_op_embedding(fsdp_program *p, fsdp_type r, fsdp_tensor *table,
+                               fsdp_tensor *ids);
 /// `bias` may be null.
 fsdp_tensor *fsdp_op_linear(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                             fsdp_tensor *w, fsdp_tensor *bias);
 fsdp_tensor *fsdp_op_matmul(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
-                            fsdp_tensor *b, bool transpose_a,
-                            bool transpose_b);
-fsdp_tensor *fsdp_op_batch_matmul(fsdp_program *p, fsdp_type r,
-                                  fsdp_tensor *a, fsdp_tensor *b,
-                                  bool transpose_a, bool transpose_b);
+                            fsdp_tensor *b, bool transpose_a, bool transpose_b);
+fsdp_tensor *fsdp_op_batch_matmul(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
+                                  fsdp_tensor *b, bool transpose_a,
+                                  bool transpose_b);
 fsdp_tensor *fsdp_op_add(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
                          fsdp_tensor *b);
 fsdp_tensor *fsdp_op_sub(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
@@ -213,9 +212,8 @@ fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
 fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
                                       fsdp_tensor *x, uint32_t axis_mask,
                                       int64_t split_dim, int64_t concat_dim);
-fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r,
-                                   fsdp_tensor *x, uint32_t axis_mask,
-                                   int64_t offset);
+fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                   uint32_t axis_mask, int64_t offset);
 fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
                                      fsdp_tensor *x, uint32_t axis_mask,
                                      int64_t root);

@@ -1,0 +1,459 @@
+//===- Collectives.cpp - dist collectives over MPI ------------------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// One communicator per declared axis set, split from MPI_COMM_WORLD once.
+// Every collective is a nonblocking MPI call between a start step (checks,
+// staging, rearranging blocks so that MPI sees contiguous ones) and a finish
+// step (rearranging back, averaging, narrowing); the synchronous form is the
+// start immediately followed by fsdp_wait. 16-bit floats are reduced in f32.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Host.h"
+
+#include "../CPU/Internal.h"
+
+#include <climits>
+#include <cstring>
+#include <functional>
+
+using namespace fsdp::host;
+
+//===----------------------------------------------------------------------===//
+// Communicators
+//===----------------------------------------------------------------------===//
+
+void fsdp::host::createGroups(fsdp_program &p) {
+  // Rank = row-major index of the mesh coordinates, last axis fastest.
+  int64_t rest = p.worldRank;
+  p.coords.assign(p.axes.size(), 0);
+  for (int64_t i = int64_t(p.axes.size()) - 1; i >= 0; --i) {
+    p.coords[i] = rest % p.axes[i].size;
+    rest /= p.axes[i].size;
+  }
+  for (uint32_t mask : p.groupMasks) {
+    // Ranks sharing every coordinate outside the mask form one group,
+    // ordered row-major over the masked axes.
+    int64_t color = 0, key = 0;
+    for (size_t i = 0; i < p.axes.size(); ++i) {
+      if (mask & (1u << i))
+        key = key * p.axes[i].size + p.coords[i];
+      else
+        color = color * p.axes[i].size + p.coords[i];
+    }
+    Group g;
+    MPI_Comm_split(MPI_COMM_WORLD, int(color), int(key), &g.comm);
+    MPI_Comm_size(g.comm, &g.size);
+    MPI_Comm_rank(g.comm, &g.rank);
+    p.groups[mask] = g;
+  }
+}
+
+void fsdp::host::freeGroups(fsdp_program &p) {
+  for (auto &[mask, g] : p.groups)
+    MPI_Comm_free(&g.comm);
+  p.groups.clear();
+}
+
+//===----------------------------------------------------------------------===//
+// Futures and staging
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A buffer from fsdp_rt_alloc, so staging shows in the memory counters.
+struct Staging {
+  void *ptr = nullptr;
+  Staging() = default;
+  explicit Staging(size_t bytes) : ptr(fsdp_rt_alloc(bytes ? bytes : 1)) {
+    if (!ptr)
+      fail("collective",
+           "out of memory staging " + std::to_string(bytes) + " bytes");
+  }
+  Staging(const Staging &) = delete;
+  Staging &operator=(Staging &&o) {
+    std::swap(ptr, o.ptr);
+    return *this;
+  }
+  ~Staging() { fsdp_rt_free(ptr); }
+  char *get() const { return static_cast<char *>(ptr); }
+};
+
+} // namespace
+
+struct fsdp_future {
+  const char *op;
+  /// The input, kept alive until the transfer has finished.
+  fsdp_tensor *input = nullptr;
+  fsdp_tensor *result = nullptr;
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  Staging send, recv;
+  std::function<void(fsdp_future &)> finish;
+};
+
+namespace {
+
+bool isHalf(fsdp_rt_dtype dtype) {
+  return dtype == FSDP_RT_BF16 || dtype == FSDP_RT_F16;
+}
+
+/// The type MPI reduces in: f32 for every float type.
+MPI_Datatype reduceType(fsdp_rt_dtype dtype) {
+  switch (dtype) {
+  case FSDP_RT_I32:
+    return MPI_INT32_T;
+  case FSDP_RT_I64:
+    return MPI_INT64_T;
+  default:
+    return MPI_FLOAT;
+  }
+}
+
+size_t reduceSize(fsdp_rt_dtype dtype) {
+  return isHalf(dtype) ? 4 : fsdp_rt_dtype_size(dtype);
+}
+
+int checkedCount(const char *op, int64_t n) {
+  if (n > INT_MAX)
+    fail(op, "transfer of " + std::to_string(n) +
+                 " elements exceeds MPI's int count");
+  return int(n);
+}
+
+/// Views `src` as [a, b, piece] and writes it as [b, a, piece].
+void swapBlocks(const char *src, char *dst, int64_t a, int64_t b,
+                int64_t piece) {
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j)
+      std::memcpy(dst + (j * a + i) * piece, src + (i * b + j) * piece,
+                  size_t(piece));
+}
+
+int64_t product(const int64_t *dims, int64_t n) {
+  int64_t p = 1;
+  for (int64_t i = 0; i < n; ++i)
+    p *= dims[i];
+  return p;
+}
+
+void divide(fsdp_rt_dtype wide, void *data, int64_t n, int divisor) {
+  if (wide == FSDP_RT_I32)
+    for (int64_t i = 0; i < n; ++i)
+      static_cast<int32_t *>(data)[i] /= divisor;
+  else if (wide == FSDP_RT_I64)
+    for (int64_t i = 0; i < n; ++i)
+      static_cast<int64_t *>(data)[i] /= divisor;
+  else
+    for (int64_t i = 0; i < n; ++i)
+      static_cast<float *>(data)[i] /= float(divisor);
+}
+
+const Group &groupOf(fsdp_program *p, const char *op, uint32_t mask) {
+  auto it = p->groups.find(mask);
+  if (it == p->groups.end())
+    fail(op, "no communicator for axis mask " + std::to_string(mask) +
+                 " (declare it with fsdp_prog_group)");
+  return it->second;
+}
+
+/// Common checks; returns a future owning the result and a reference to x.
+fsdp_future *begin(const char *op, const fsdp_type &r, fsdp_tensor *x) {
+  if (!x)
+    fail(op, "operand is null");
+  if (r.dtype != x->type.dtype)
+    fail(op, "result is " + typeString(r) + " but operand is " +
+                 typeString(x->type));
+  auto *f = new fsdp_future;
+  f->op = op;
+  f->input = fsdp_retain(x);
+  f->result = newTensor(r);
+  return f;
+}
+
+/// `r` must be `x` with dim `dim` multiplied by `mul`; `dim` < 0: equal.
+void checkScaledDim(const char *op, const fsdp_type &r, const fsdp_type &x,
+                    int64_t dim, int64_t mul) {
+  bool ok = r.rank == x.rank && dim < x.rank;
+  for (int64_t i = 0; ok && i < x.rank; ++i)
+    ok = r.dims[i] == (i == dim ? x.dims[i] * mul : x.dims[i]);
+  if (ok)
+    return;
+  if (dim < 0)
+    fail(op, "result " + typeString(r) + " differs from " + typeString(x));
+  fail(op, typeString(r) + " is not " + typeString(x) + " with dim " +
+               std::to_string(dim) + " times the group size " +
+               std::to_string(mul));
+}
+
+MPI_Op mpiOp(fsdp_reduction reduction) {
+  return reduction == FSDP_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Starts
+//===----------------------------------------------------------------------===//
+
+fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
+                                      fsdp_tensor *x, uint32_t axis_mask,
+                                      int64_t dim) {
+  const char *op = "all_gather";
+  const Group &g = groupOf(p, op, axis_mask);
+  fsdp_future *f = begin(op, r, x);
+  if (dim < 0 || dim >= x->type.rank)
+    fail(op, "dim " + std::to_string(dim) + " out of range for " +
+                 typeString(x->type));
+  checkScaledDim(op, r, x->type, dim, g.size);
+  int64_t bytes = byteSize(x->type);
+  fsdp_rt_count_collective(FSDP_RT_ALL_GATHER, axis_mask, bytes * (g.size - 1));
+  // Blocks arrive as [n, x]; along dim d > 0 they are [n, outer, piece] and
+  // the result is [outer, n, piece].
+  int64_t outer = product(x->type.dims, dim);
+  char *dst = static_cast<char *>(f->result->data);
+  if (outer > 1) {
+    f->recv = Staging(size_t(byteSize(r)));
+    dst = f->recv.get();
+    int64_t n = g.size, piece = outer ? bytes / outer : 0;
+    f->finish = [n, outer, piece](fsdp_future &f) {
+      swapBlocks(f.recv.get(), static_cast<char *>(f.result->data), n, outer,
+                 piece);
+    };
+  }
+  int count = checkedCount(op, bytes);
+  MPI_Iallgather(x->data, count, MPI_BYTE, dst, count, MPI_BYTE, g.comm,
+                 &f->requests[0]);
+  return f;
+}
+
+fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
+                                          fsdp_tensor *x, uint32_t axis_mask,
+                                          fsdp_reduction reduction,
+                                          int64_t dim) {
+  const char *op = "reduce_scatter";
+  const Group &g = groupOf(p, op, axis_mask);
+  fsdp_future *f = begin(op, r, x);
+  if (dim < 0 || dim >= x->type.rank)
+    fail(op, "dim " + std::to_string(dim) + " out of range for " +
+                 typeString(x->type));
+  checkScaledDim(op, x->type, r, dim, g.size);
+  fsdp_rt_dtype dtype = x->type.dtype;
+  int64_t numel = numElements(x->type);
+  fsdp_rt_count_collective(FSDP_RT_REDUCE_SCATTER, axis_mask,
+                           byteSize(x->type) * (g.size - 1) / g.size);
+  // Widen 16-bit floats, then make block i (rank i's part) contiguous:
+  // [outer, n, piece] -> [n, outer, piece].
+  size_t esize = reduceSize(dtype);
+  const char *src = static_cast<const char *>(x->data);
+  Staging wide;
+  if (isHalf(dtype)) {
+    wide = Staging(size_t(numel) * 4);
+    fsdp::rt::toFloat(dtype, x->data, numel,
+                      reinterpret_cast<float *>(wide.get()));
+    src = wide.get();
+  }
+  int64_t outer = product(r.dims, dim);
+  if (outer > 1) {
+    f->send = Staging(size_t(numel) * esize);
+    swapBlocks(src, f->send.get(), outer, g.size,
+               int64_t(numel * esize) / (outer * g.size));
+    src = f->send.get();
+  } else if (isHalf(dtype)) {
+    f->send = std::move(wide);
+  }
+  int64_t count = numElements(r);
+  void *dst = f->result->data;
+  if (isHalf(dtype)) {
+    f->recv = Staging(size_t(count) * 4);
+    dst = f->recv.get();
+  }
+  int n = g.size;
+  f->finish = [dtype, count, n, reduction](fsdp_future &f) {
+    void *out = isHalf(dtype) ? f.recv.ptr : f.result->data;
+    fsdp_rt_dtype wideType = isHalf(dtype) ? FSDP_RT_F32 : dtype;
+    if (reduction == FSDP_REDUCE_AVG)
+      divide(wideType, out, count, n);
+    if (isHalf(dtype))
+      fsdp::rt::fromFloat(dtype, static_cast<float *>(out), count,
+                          f.result->data);
+  };
+  MPI_Ireduce_scatter_block(src, dst, checkedCount(op, count),
+                            reduceType(dtype), mpiOp(reduction), g.comm,
+                            &f->requests[0]);
+  return f;
+}
+
+fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
+                                      fsdp_tensor *x, uint32_t axis_mask,
+                                      fsdp_reduction reduction) {
+  const char *op = "all_reduce";
+  const Group &g = groupOf(p, op, axis_mask);
+  fsdp_future *f = begin(op, r, x);
+  checkScaledDim(op, r, x->type, -1, 1);
+  fsdp_rt_dtype dtype = x->type.dtype;
+  int64_t count = numElements(x->type);
+  fsdp_rt_count_collective(FSDP_RT_ALL_REDUCE, axis_mask,
+                           2 * byteSize(x->type) * (g.size - 1) / g.size);
+  const void *src = x->data;
+  void *dst = f->result->data;
+  if (isHalf(dtype)) {
+    f->send = Staging(size_t(count) * 4);
+    f->recv = Staging(size_t(count) * 4);
+    fsdp::rt::toFloat(dtype, x->data, count,
+                      reinterpret_cast<float *>(f->send.get()));
+    src = f->send.ptr;
+    dst = f->recv.ptr;
+  }
+  int n = g.size;
+  f->finish = [dtype, count, n, reduction](fsdp_future &f) {
+    void *out = isHalf(dtype) ? f.recv.ptr : f.result->data;
+    if (reduction == FSDP_REDUCE_AVG)
+      divide(isHalf(dtype) ? FSDP_RT_F32 : dtype, out, count, n);
+    if (isHalf(dtype))
+      fsdp::rt::fromFloat(dtype, static_cast<float *>(out), count,
+                          f.result->data);
+  };
+  MPI_Iallreduce(src, dst, checkedCount(op, count), reduceType(dtype),
+                 mpiOp(reduction), g.comm, &f->requests[0]);
+  return f;
+}
+
+fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
+                                      fsdp_tensor *x, uint32_t axis_mask,
+                                      int64_t split_dim, int64_t concat_dim) {
+  const char *op = "all_to_all";
+  const Group &g = groupOf(p, op, axis_mask);
+  fsdp_future *f = begin(op, r, x);
+  int64_t n = g.size;
+  const fsdp_type &in = x->type;
+  if (split_dim < 0 || split_dim >= in.rank || concat_dim < 0 ||
+      concat_dim >= in.rank || in.dims[split_dim] % n != 0)
+    fail(op, "cannot split dim " + std::to_string(split_dim) + " of " +
+                 typeString(in) + " into " + std::to_string(n) +
+                 " blocks and join along dim " + std::to_string(concat_dim));
+  // The block each rank sends to one peer.
+  fsdp_type block = in;
+  block.dims[split_dim] /= n;
+  fsdp_type want = block;
+  want.dims[concat_dim] *= n;
+  checkScaledDim(op, r, want, -1, 1);
+  int64_t bytes = byteSize(in), blockBytes = bytes / n;
+  fsdp_rt_count_collective(FSDP_RT_ALL_TO_ALL, axis_mask, bytes * (n - 1) / n);
+  // Send side: [outer, n, piece] along split_dim -> [n, outer, piece].
+  const char *src = static_cast<const char *>(x->data);
+  int64_t outer = product(in.dims, split_dim);
+  if (outer > 1 && blockBytes) {
+    f->send = Staging(size_t(bytes));
+    swapBlocks(src, f->send.get(), outer, n, blockBytes / outer);
+    src = f->send.get();
+  }
+  // Receive side: [n, outer, piece] -> [outer, n, piece] along concat_dim.
+  char *dst = static_cast<char *>(f->result->data);
+  int64_t outerRecv = product(block.dims, concat_dim);
+  if (outerRecv > 1 && blockBytes) {
+    f->recv = Staging(size_t(bytes));
+    dst = f->recv.get();
+    int64_t piece = blockBytes / outerRecv;
+    f->finish = [n, outerRecv, piece](fsdp_future &f) {
+      swapBlocks(f.recv.get(), static_cast<char *>(f.result->data), n,
+                 outerRecv, piece);
+    };
+  }
+  int count = checkedCount(op, blockBytes);
+  MPI_Ialltoall(src, count, MPI_BYTE, dst, count, MPI_BYTE, g.comm,
+                &f->requests[0]);
+  return f;
+}
+
+fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                   uint32_t axis_mask, int64_t offset) {
+  const char *op = "permute";
+  const Group &g = groupOf(p, op, axis_mask);
+  fsdp_future *f = begin(op, r, x);
+  checkScaledDim(op, r, x->type, -1, 1);
+  int64_t bytes = byteSize(x->type), n = g.size;
+  fsdp_rt_count_collective(FSDP_RT_PERMUTE, axis_mask, bytes);
+  int64_t shift = ((offset % n) + n) % n;
+  int to = int((g.rank + shift) % n), from = int((g.rank - shift + n) % n);
+  int count = checkedCount(op, bytes);
+  // Matching is by (peer, tag, communicator) in issue order, which every
+  // rank shares, so one tag serves all permutes in flight.
+  const int tag = 7;
+  MPI_Irecv(f->result->data, count, MPI_BYTE, from, tag, g.comm,
+            &f->requests[0]);
+  MPI_Isend(x->data, count, MPI_BYTE, to, tag, g.comm, &f->requests[1]);
+  return f;
+}
+
+fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
+                                     fsdp_tensor *x, uint32_t axis_mask,
+                                     int64_t root) {
+  const char *op = "broadcast";
+  const Group &g = groupOf(p, op, axis_mask);
+  fsdp_future *f = begin(op, r, x);
+  checkScaledDim(op, r, x->type, -1, 1);
+  if (root < 0 || root >= g.size)
+    fail(op, "root " + std::to_string(root) + " is not in a group of " +
+                 std::to_string(g.size));
+  int64_t bytes = byteSize(x->type);
+  fsdp_rt_count_collective(FSDP_RT_BROADCAST, axis_mask, bytes);
+  if (g.rank == root)
+    std::memcpy(f->result->data, x->data, size_t(bytes));
+  MPI_Ibcast(f->result->data, checkedCount(op, bytes), MPI_BYTE, int(root),
+             g.comm, &f->requests[0]);
+  return f;
+}
+
+fsdp_tensor *fsdp_wait(fsdp_program *, fsdp_future *f) {
+  if (!f)
+    fail("wait", "future is null");
+  MPI_Waitall(2, f->requests, MPI_STATUSES_IGNORE);
+  if (f->finish)
+    f->finish(*f);
+  fsdp_release(f->input);
+  fsdp_tensor *result = f->result;
+  delete f;
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Synchronous forms
+//===----------------------------------------------------------------------===//
+
+fsdp_tensor *fsdp_op_all_gather(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                uint32_t axis_mask, int64_t dim) {
+  return fsdp_wait(p, fsdp_op_all_gather_start(p, r, x, axis_mask, dim));
+}
+
+fsdp_tensor *fsdp_op_reduce_scatter(fsdp_program *p, fsdp_type r,
+                                    fsdp_tensor *x, uint32_t axis_mask,
+                                    fsdp_reduction reduction, int64_t dim) {
+  return fsdp_wait(
+      p, fsdp_op_reduce_scatter_start(p, r, x, axis_mask, reduction, dim));
+}
+
+fsdp_tensor *fsdp_op_all_reduce(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                uint32_t axis_mask, fsdp_reduction reduction) {
+  return fsdp_wait(p, fsdp_op_all_reduce_start(p, r, x, axis_mask, reduction));
+}
+
+fsdp_tensor *fsdp_op_all_to_all(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                                uint32_t axis_mask, int64_t split_dim,
+                                int64_t concat_dim) {
+  return fsdp_wait(
+      p, fsdp_op_all_to_all_start(p, r, x, axis_mask, split_dim, concat_dim));
+}
+
+fsdp_tensor *fsdp_op_permute(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                             uint32_t axis_mask, int64_t offset) {
+  return fsdp_wait(p, fsdp_op_permute_start(p, r, x, axis_mask, offset));
+}
+
+fsdp_tensor *fsdp_op_broadcast(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                               uint32_t axis_mask, int64_t root) {
+  return fsdp_wait(p, fsdp_op_broadcast_start(p, r, x, axis_mask, root));
+}

@@ -1,0 +1,180 @@
+//===- Data.cpp - The step's data inputs ----------------------------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// `input_ids`, `labels` and `position_ids` ([B, S] integers) are filled each
+// step from one token sequence per sample: S + 1 tokens t, input_ids = t[0:S],
+// labels = t[1:S+1], position_ids = 0..S-1. The tokens are synthetic (a
+// counter-based generator keyed by seed, step and sample) or read from a file
+// of little-endian int32 tokens.
+//
+// Today the program is replicated: every rank fills the whole global batch.
+// A data-parallel split will fill only this rank's samples: sample b of the
+// local batch is b + dpIndex * B of the global one (`sample` in fillInputs).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Host.h"
+
+#include <cstdio>
+#include <limits>
+
+using namespace fsdp::host;
+
+namespace {
+
+uint64_t mix(uint64_t x) {
+  uint64_t z = x + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+bool isTokenInput(const std::string &name) {
+  return name == "input_ids" || name == "labels" || name == "position_ids";
+}
+
+/// The [B, S] shape all token inputs share.
+struct BatchShape {
+  int64_t batch = 0, seq = 0;
+};
+
+BatchShape batchShape(const fsdp_program &p) {
+  BatchShape shape;
+  for (const Input &in : p.inputs) {
+    if (!isTokenInput(in.name))
+      continue;
+    if (in.type.rank != 2 ||
+        (in.type.dtype != FSDP_RT_I32 && in.type.dtype != FSDP_RT_I64))
+      fail("data", "input '" + in.name + "' is " + typeString(in.type) +
+                       ", expected i32 or i64 [B, S]");
+    if (shape.batch &&
+        (shape.batch != in.type.dims[0] || shape.seq != in.type.dims[1]))
+      fail("data", "input '" + in.name + "' is " + typeString(in.type) +
+                       " but another token input is [" +
+                       std::to_string(shape.batch) + ", " +
+                       std::to_string(shape.seq) + "]");
+    shape.batch = in.type.dims[0];
+    shape.seq = in.type.dims[1];
+  }
+  return shape;
+}
+
+/// Upper bound of the token ids: the tightest declared range of input_ids
+/// and labels; `fallback` if neither has one.
+int64_t tokenRange(const fsdp_program &p, int64_t fallback) {
+  int64_t high = std::numeric_limits<int64_t>::max();
+  bool declared = false;
+  for (const char *name : {"input_ids", "labels"}) {
+    auto it = p.inputRanges.find(name);
+    if (it != p.inputRanges.end()) {
+      high = std::min(high, it->second);
+      declared = true;
+    }
+  }
+  return declared ? high : fallback;
+}
+
+int64_t fileTokens(const std::string &path) {
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    fail("data", path + ": cannot open for reading");
+  fseeko(f, 0, SEEK_END);
+  int64_t bytes = int64_t(ftello(f));
+  std::fclose(f);
+  return bytes / 4;
+}
+
+void store(fsdp_tensor *t, int64_t i, int64_t v) {
+  if (t->type.dtype == FSDP_RT_I32)
+    static_cast<int32_t *>(t->data)[i] = int32_t(v);
+  else
+    static_cast<int64_t *>(t->data)[i] = v;
+}
+
+} // namespace
+
+void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
+  BatchShape shape = batchShape(p);
+  for (Input &in : p.inputs) {
+    in.tensor = newTensor(in.type);
+    in.tensor->borrowed = true;
+    if (!isTokenInput(in.name) && p.worldRank == 0)
+      std::fprintf(stderr,
+                   "warning: input '%s' is not input_ids, labels or "
+                   "position_ids; it is zero-filled\n",
+                   in.name.c_str());
+  }
+  if (!options.path.empty() && shape.batch) {
+    int64_t tokens = fileTokens(options.path);
+    if (tokens < shape.seq + 2)
+      fail("data", options.path + ": " + std::to_string(tokens) +
+                       " tokens, need at least " +
+                       std::to_string(shape.seq + 2) + " for sequences of " +
+                       std::to_string(shape.seq));
+  }
+}
+
+void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
+                            int64_t step) {
+  BatchShape shape = batchShape(p);
+  if (!shape.batch)
+    return;
+  int64_t batch = shape.batch, seq = shape.seq;
+  fsdp_tensor *ids = nullptr, *labels = nullptr, *positions = nullptr;
+  for (Input &in : p.inputs) {
+    if (in.name == "input_ids")
+      ids = in.tensor;
+    else if (in.name == "labels")
+      labels = in.tensor;
+    else if (in.name == "position_ids")
+      positions = in.tensor;
+  }
+  std::vector<int64_t> tokens(size_t(seq + 1));
+  std::vector<int32_t> raw(size_t(seq + 1));
+  FILE *file = nullptr;
+  int64_t numTokens = 0;
+  if (!options.path.empty()) {
+    numTokens = fileTokens(options.path);
+    file = std::fopen(options.path.c_str(), "rb");
+    if (!file)
+      fail("data", options.path + ": cannot open for reading");
+  }
+  int64_t high = tokenRange(p, file ? 0 : 2);
+  for (int64_t b = 0; b < batch; ++b) {
+    // Index of this sample in the global batch (replicated: b itself).
+    int64_t sample = step * batch + b;
+    if (file) {
+      int64_t offset = (sample * (seq + 1)) % (numTokens - seq - 1);
+      if (fseeko(file, off_t(offset * 4), SEEK_SET) != 0 ||
+          std::fread(raw.data(), 4, raw.size(), file) != raw.size())
+        fail("data", options.path + ": cannot read tokens at " +
+                         std::to_string(offset));
+      for (int64_t s = 0; s <= seq; ++s) {
+        tokens[s] = raw[s];
+        if (tokens[s] < 0 || (high && tokens[s] >= high))
+          fail("data", options.path + ": token " + std::to_string(tokens[s]) +
+                           " at position " + std::to_string(offset + s) +
+                           " is outside [0, " +
+                           (high ? std::to_string(high) : "inf") + ")");
+      }
+    } else {
+      uint64_t key = mix(mix(mix(options.seed) ^ uint64_t(step)) ^ uint64_t(b));
+      for (int64_t s = 0; s <= seq; ++s)
+        tokens[s] = int64_t(mix(key ^ uint64_t(s)) % uint64_t(high));
+    }
+    for (int64_t s = 0; s < seq; ++s) {
+      if (ids)
+        store(ids, b * seq + s, tokens[s]);
+      if (labels)
+        store(labels, b * seq + s, tokens[s + 1]);
+      if (positions)
+        store(positions, b * seq + s, s);
+    }
+  }
+  if (file)
+    std::fclose(file);
+}

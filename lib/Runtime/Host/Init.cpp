@@ -1,0 +1,92 @@
+//===- Init.cpp - Deterministic parameter initialization ------------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Element i of parameter `name` is a pure function of (seed, name, i): a
+// counter-based generator (splitmix64 as a mixing function) keyed by the
+// FNV-1a hash of the name. A rank that owns a shard of a parameter computes
+// exactly the elements the full initialization would have given it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Host.h"
+
+#include "../CPU/Internal.h"
+
+#include <cmath>
+#include <vector>
+
+using namespace fsdp::host;
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; ++s)
+    h = (h ^ uint8_t(*s)) * 0x100000001b3ull;
+  return h;
+}
+
+/// A double in [0, 1) from the top 53 bits.
+double unit(uint64_t bits) { return double(bits >> 11) * 0x1.0p-53; }
+
+} // namespace
+
+void fsdp::host::initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a,
+                          double b, uint64_t seed, const char *name,
+                          int64_t begin, int64_t end, void *out) {
+  uint64_t key = splitmix64(fnv1a(name) ^ splitmix64(seed));
+  auto value = [&](int64_t i) -> double {
+    switch (init) {
+    case FSDP_INIT_ZEROS:
+      return 0.0;
+    case FSDP_INIT_ONES:
+      return 1.0;
+    case FSDP_INIT_UNIFORM:
+      return a + (b - a) * unit(splitmix64(key ^ uint64_t(2 * i)));
+    case FSDP_INIT_NORMAL: {
+      // Box-Muller; 1 - u lies in (0, 1], so the log is finite.
+      double u1 = 1.0 - unit(splitmix64(key ^ uint64_t(2 * i)));
+      double u2 = unit(splitmix64(key ^ uint64_t(2 * i + 1)));
+      return a + b * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+    }
+    }
+    fail("init", "unknown initializer " + std::to_string(int(init)) + " for '" +
+                     name + "'");
+  };
+  int64_t n = end - begin;
+  if (dtype == FSDP_RT_I32 || dtype == FSDP_RT_I64) {
+    for (int64_t i = 0; i < n; ++i) {
+      auto v = int64_t(std::llround(value(begin + i)));
+      if (dtype == FSDP_RT_I32)
+        static_cast<int32_t *>(out)[i] = int32_t(v);
+      else
+        static_cast<int64_t *>(out)[i] = v;
+    }
+    return;
+  }
+  std::vector<float> values(size_t(n > 0 ? n : 0));
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = float(value(begin + i));
+  fsdp::rt::fromFloat(dtype, values.data(), n, out);
+}
+
+void fsdp::host::initParams(fsdp_program &p, uint64_t seed) {
+  for (Param &param : p.params) {
+    param.tensor = newTensor(param.type);
+    param.tensor->borrowed = true;
+    initFill(param.type.dtype, param.init, param.a, param.b, seed,
+             param.name.c_str(), 0, numElements(param.type),
+             param.tensor->data);
+  }
+}

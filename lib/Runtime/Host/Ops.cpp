@@ -1,0 +1,530 @@
+//===- Ops.cpp - nn ops: check operands, allocate, call the kernel --------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// The compiler verified every shape, so a mismatch here means generated code
+// and runtime disagree; the checks are cheap and turn such a bug into one
+// clear message instead of a wrong result or a crash in a kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Host.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace fsdp::host;
+
+namespace {
+
+/// Checks on the operands of one op; each failure aborts with the op's name.
+struct Check {
+  const char *op;
+
+  [[noreturn]] void fail(const std::string &what) const {
+    fsdp::host::fail(op, what);
+  }
+  void that(bool ok, const std::string &what) const {
+    if (!ok)
+      fail(what);
+  }
+  void present(const fsdp_tensor *t, const char *what) const {
+    that(t != nullptr, std::string(what) + " is null");
+  }
+  void isFloat(const fsdp_type &t, const char *what) const {
+    that(t.dtype == FSDP_RT_F32 || t.dtype == FSDP_RT_BF16 ||
+             t.dtype == FSDP_RT_F16,
+         std::string(what) + " is " + typeString(t) + ", expected a float");
+  }
+  void isIndex(const fsdp_type &t, const char *what) const {
+    that(t.dtype == FSDP_RT_I32 || t.dtype == FSDP_RT_I64,
+         std::string(what) + " is " + typeString(t) + ", expected i32 or i64");
+  }
+  void sameDtype(const fsdp_type &t, const fsdp_type &want,
+                 const char *what) const {
+    that(t.dtype == want.dtype, std::string(what) + " is " + typeString(t) +
+                                    ", expected element type " +
+                                    dtypeName(want.dtype));
+  }
+  void rankAtLeast(const fsdp_type &t, int64_t rank, const char *what) const {
+    that(t.rank >= rank, std::string(what) + " is " + typeString(t) +
+                             ", expected rank >= " + std::to_string(rank));
+  }
+  /// `t` must have exactly `dims`.
+  void shape(const fsdp_type &t, const std::vector<int64_t> &dims,
+             const char *what) const {
+    bool ok = t.rank == int64_t(dims.size());
+    for (int64_t i = 0; ok && i < t.rank; ++i)
+      ok = t.dims[i] == dims[i];
+    if (ok)
+      return;
+    fsdp_type want = t;
+    want.rank = int64_t(dims.size());
+    for (int64_t i = 0; i < want.rank && i < 8; ++i)
+      want.dims[i] = dims[i];
+    fail(std::string(what) + " is " + typeString(t) + ", expected " +
+         typeString(want));
+  }
+  void sameShape(const fsdp_type &t, const fsdp_type &want,
+                 const char *what) const {
+    shape(t, dimsOf(want), what);
+  }
+  static std::vector<int64_t> dimsOf(const fsdp_type &t) {
+    return std::vector<int64_t>(t.dims, t.dims + t.rank);
+  }
+};
+
+fsdp_tensor *alloc(const fsdp_type &r) { return newTensor(r); }
+
+int64_t product(const int64_t *dims, int64_t n) {
+  int64_t p = 1;
+  for (int64_t i = 0; i < n; ++i)
+    p *= dims[i];
+  return p;
+}
+
+/// Checks every index of `ids` against [0, high) (or `ignore`).
+void checkIndices(const Check &c, const fsdp_tensor *ids, int64_t high,
+                  const char *what,
+                  int64_t ignore = std::numeric_limits<int64_t>::min()) {
+  int64_t n = numElements(ids->type);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t v = ids->type.dtype == FSDP_RT_I32
+                    ? static_cast<const int32_t *>(ids->data)[i]
+                    : static_cast<const int64_t *>(ids->data)[i];
+    if (v != ignore && (v < 0 || v >= high))
+      c.fail(std::string(what) + " element " + std::to_string(i) + " is " +
+             std::to_string(v) + ", outside [0, " + std::to_string(high) + ")");
+  }
+}
+
+using BinaryKernel = void (*)(fsdp_rt_stream, fsdp_rt_dtype, const void *,
+                              const int64_t *, int, const void *,
+                              const int64_t *, int, const int64_t *, int,
+                              void *);
+
+fsdp_tensor *binary(const char *op, BinaryKernel kernel, fsdp_type r,
+                    fsdp_tensor *a, fsdp_tensor *b) {
+  Check c{op};
+  c.present(a, "lhs");
+  c.present(b, "rhs");
+  c.isFloat(a->type, "lhs");
+  c.sameDtype(b->type, a->type, "rhs");
+  c.sameDtype(r, a->type, "result");
+  c.that(a->type.rank <= 8 && b->type.rank <= 8, "rank above 8");
+  // NumPy trailing broadcast.
+  int64_t rank = std::max(a->type.rank, b->type.rank);
+  std::vector<int64_t> dims(rank);
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t ai = a->type.rank - rank + i, bi = b->type.rank - rank + i;
+    int64_t da = ai >= 0 ? a->type.dims[ai] : 1;
+    int64_t db = bi >= 0 ? b->type.dims[bi] : 1;
+    c.that(da == db || da == 1 || db == 1, "cannot broadcast " +
+                                               typeString(a->type) + " with " +
+                                               typeString(b->type));
+    dims[i] = da == 1 ? db : da;
+  }
+  c.shape(r, dims, "result");
+  fsdp_tensor *out = alloc(r);
+  kernel(nullptr, r.dtype, a->data, a->type.dims, int(a->type.rank), b->data,
+         b->type.dims, int(b->type.rank), r.dims, int(r.rank), out->data);
+  return out;
+}
+
+/// Common checks of a same-shape unary float op.
+void unary(const Check &c, const fsdp_type &r, const fsdp_tensor *x) {
+  c.present(x, "operand");
+  c.isFloat(x->type, "operand");
+  c.sameDtype(r, x->type, "result");
+  c.sameShape(r, x->type, "result");
+}
+
+} // namespace
+
+fsdp_tensor *fsdp_op_embedding(fsdp_program *, fsdp_type r, fsdp_tensor *table,
+                               fsdp_tensor *ids) {
+  Check c{"embedding"};
+  c.present(table, "table");
+  c.present(ids, "ids");
+  c.isFloat(table->type, "table");
+  c.that(table->type.rank == 2,
+         "table is " + typeString(table->type) + ", expected rank 2");
+  c.isIndex(ids->type, "ids");
+  c.sameDtype(r, table->type, "result");
+  std::vector<int64_t> dims = Check::dimsOf(ids->type);
+  dims.push_back(table->type.dims[1]);
+  c.shape(r, dims, "result");
+  checkIndices(c, ids, table->type.dims[0], "ids");
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_embedding(nullptr, r.dtype, table->data, table->type.dims[0],
+                    table->type.dims[1], ids->type.dtype, ids->data,
+                    numElements(ids->type), out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_linear(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                            fsdp_tensor *w, fsdp_tensor *bias) {
+  Check c{"linear"};
+  c.present(x, "input");
+  c.present(w, "weight");
+  c.isFloat(x->type, "input");
+  c.rankAtLeast(x->type, 1, "input");
+  int64_t k = x->type.dims[x->type.rank - 1];
+  c.sameDtype(w->type, x->type, "weight");
+  c.that(w->type.rank == 2 && w->type.dims[1] == k,
+         "weight is " + typeString(w->type) + ", expected [N, " +
+             std::to_string(k) + "]");
+  int64_t n = w->type.dims[0];
+  if (bias) {
+    c.sameDtype(bias->type, x->type, "bias");
+    c.shape(bias->type, {n}, "bias");
+  }
+  std::vector<int64_t> dims = Check::dimsOf(x->type);
+  dims.back() = n;
+  c.sameDtype(r, x->type, "result");
+  c.shape(r, dims, "result");
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_linear(nullptr, r.dtype, x->data, w->data,
+                 bias ? bias->data : nullptr,
+                 numElements(x->type) / (k ? k : 1), k, n, out->data);
+  return out;
+}
+
+/// Shared by matmul (b unbatched) and batch_matmul (b batched like a).
+static fsdp_tensor *matmulLike(const char *op, bool batchedB, fsdp_type r,
+                               fsdp_tensor *a, fsdp_tensor *b, bool ta,
+                               bool tb) {
+  Check c{op};
+  c.present(a, "lhs");
+  c.present(b, "rhs");
+  c.isFloat(a->type, "lhs");
+  c.sameDtype(b->type, a->type, "rhs");
+  c.sameDtype(r, a->type, "result");
+  c.rankAtLeast(a->type, 2, "lhs");
+  int64_t ar = a->type.rank;
+  int64_t m = a->type.dims[ar - (ta ? 1 : 2)],
+          k = a->type.dims[ar - (ta ? 2 : 1)];
+  int64_t batch = product(a->type.dims, ar - 2);
+  if (batchedB) {
+    c.that(b->type.rank == ar, "rhs is " + typeString(b->type) +
+                                   ", expected rank " + std::to_string(ar));
+    for (int64_t i = 0; i < ar - 2; ++i)
+      c.that(b->type.dims[i] == a->type.dims[i],
+             "batch dims of " + typeString(a->type) + " and " +
+                 typeString(b->type) + " differ");
+  } else {
+    c.that(b->type.rank == 2,
+           "rhs is " + typeString(b->type) + ", expected rank 2");
+  }
+  int64_t br = b->type.rank;
+  int64_t bk = b->type.dims[br - (tb ? 1 : 2)],
+          n = b->type.dims[br - (tb ? 2 : 1)];
+  c.that(bk == k, "contracting dims differ: " + typeString(a->type) + " and " +
+                      typeString(b->type));
+  std::vector<int64_t> dims(a->type.dims, a->type.dims + ar - 2);
+  dims.push_back(m);
+  dims.push_back(n);
+  c.shape(r, dims, "result");
+  fsdp_tensor *out = alloc(r);
+  (batchedB ? fsdp_rt_batch_matmul : fsdp_rt_matmul)(
+      nullptr, r.dtype, a->data, b->data, batch, m, k, n, ta, tb, out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_matmul(fsdp_program *, fsdp_type r, fsdp_tensor *a,
+                            fsdp_tensor *b, bool transpose_a,
+                            bool transpose_b) {
+  return matmulLike("matmul", false, r, a, b, transpose_a, transpose_b);
+}
+
+fsdp_tensor *fsdp_op_batch_matmul(fsdp_program *, fsdp_type r, fsdp_tensor *a,
+                                  fsdp_tensor *b, bool transpose_a,
+                                  bool transpose_b) {
+  return matmulLike("batch_matmul", true, r, a, b, transpose_a, transpose_b);
+}
+
+fsdp_tensor *fsdp_op_add(fsdp_program *, fsdp_type r, fsdp_tensor *a,
+                         fsdp_tensor *b) {
+  return binary("add", fsdp_rt_add, r, a, b);
+}
+
+fsdp_tensor *fsdp_op_sub(fsdp_program *, fsdp_type r, fsdp_tensor *a,
+                         fsdp_tensor *b) {
+  return binary("sub", fsdp_rt_sub, r, a, b);
+}
+
+fsdp_tensor *fsdp_op_mul(fsdp_program *, fsdp_type r, fsdp_tensor *a,
+                         fsdp_tensor *b) {
+  return binary("mul", fsdp_rt_mul, r, a, b);
+}
+
+fsdp_tensor *fsdp_op_neg(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
+  unary(Check{"neg"}, r, x);
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_neg(nullptr, r.dtype, x->data, numElements(r), out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_scale(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                           double factor) {
+  unary(Check{"scale"}, r, x);
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_scale(nullptr, r.dtype, x->data, numElements(r), factor, out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_silu(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
+  unary(Check{"silu"}, r, x);
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_silu(nullptr, r.dtype, x->data, numElements(r), out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_gelu(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                          bool tanh_approximation) {
+  unary(Check{"gelu"}, r, x);
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_gelu(nullptr, r.dtype, x->data, numElements(r), tanh_approximation,
+               out->data);
+  return out;
+}
+
+/// Checks of rms_norm and layer_norm; returns the normalized size.
+static int64_t normChecks(const Check &c, const fsdp_type &r,
+                          const fsdp_tensor *x, const fsdp_tensor *w,
+                          const fsdp_tensor *bias) {
+  unary(c, r, x);
+  c.rankAtLeast(x->type, 1, "input");
+  int64_t h = x->type.dims[x->type.rank - 1];
+  c.present(w, "weight");
+  c.sameDtype(w->type, x->type, "weight");
+  c.shape(w->type, {h}, "weight");
+  if (bias) {
+    c.sameDtype(bias->type, x->type, "bias");
+    c.shape(bias->type, {h}, "bias");
+  }
+  return h;
+}
+
+fsdp_tensor *fsdp_op_rms_norm(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                              fsdp_tensor *w, double eps) {
+  int64_t h = normChecks(Check{"rms_norm"}, r, x, w, nullptr);
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_rms_norm(nullptr, r.dtype, x->data, w->data,
+                   numElements(r) / (h ? h : 1), h, eps, out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_layer_norm(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                                fsdp_tensor *w, fsdp_tensor *bias, double eps) {
+  int64_t h = normChecks(Check{"layer_norm"}, r, x, w, bias);
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_layer_norm(nullptr, r.dtype, x->data, w->data,
+                     bias ? bias->data : nullptr, numElements(r) / (h ? h : 1),
+                     h, eps, out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_rotary(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                            fsdp_tensor *positions, double theta) {
+  Check c{"rotary"};
+  unary(c, r, x);
+  c.that(x->type.rank == 4,
+         "input is " + typeString(x->type) + ", expected [B, S, N, D]");
+  c.that(x->type.dims[3] % 2 == 0,
+         "head dim " + std::to_string(x->type.dims[3]) + " is odd");
+  c.present(positions, "positions");
+  c.isIndex(positions->type, "positions");
+  c.shape(positions->type, {x->type.dims[0], x->type.dims[1]}, "positions");
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_rotary(nullptr, r.dtype, x->data, positions->type.dtype,
+                 positions->data, x->type.dims[0], x->type.dims[1],
+                 x->type.dims[2], x->type.dims[3], theta, out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_attention(fsdp_program *, fsdp_type r, fsdp_tensor *q,
+                               fsdp_tensor *k, fsdp_tensor *v, bool causal,
+                               int64_t sliding_window, double scale) {
+  Check c{"attention"};
+  c.present(q, "q");
+  c.present(k, "k");
+  c.present(v, "v");
+  c.isFloat(q->type, "q");
+  c.that(q->type.rank == 4,
+         "q is " + typeString(q->type) + ", expected [B, S, Nq, D]");
+  int64_t b = q->type.dims[0], s = q->type.dims[1], nq = q->type.dims[2],
+          d = q->type.dims[3];
+  c.sameDtype(k->type, q->type, "k");
+  c.sameDtype(v->type, q->type, "v");
+  c.that(k->type.rank == 4 && k->type.dims[0] == b && k->type.dims[1] == s &&
+             k->type.dims[3] == d,
+         "k is " + typeString(k->type) + ", expected [" + std::to_string(b) +
+             ", " + std::to_string(s) + ", Nkv, " + std::to_string(d) + "]");
+  int64_t nkv = k->type.dims[2];
+  c.that(nkv > 0 && nq % nkv == 0, "query heads " + std::to_string(nq) +
+                                       " are not a multiple of kv heads " +
+                                       std::to_string(nkv));
+  c.that(v->type.rank == 4 && v->type.dims[0] == b && v->type.dims[1] == s &&
+             v->type.dims[2] == nkv,
+         "v is " + typeString(v->type) + ", expected [" + std::to_string(b) +
+             ", " + std::to_string(s) + ", " + std::to_string(nkv) + ", Dv]");
+  int64_t dv = v->type.dims[3];
+  c.sameDtype(r, q->type, "result");
+  c.shape(r, {b, s, nq, dv}, "result");
+  if (scale <= 0)
+    scale = 1.0 / std::sqrt(double(d));
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_attention(nullptr, r.dtype, q->data, k->data, v->data, b, s, nq, nkv,
+                    d, dv, causal, sliding_window, scale, out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_softmax(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                             int64_t dim) {
+  Check c{"softmax"};
+  unary(c, r, x);
+  c.that(dim >= 0 && dim < x->type.rank, "dim " + std::to_string(dim) +
+                                             " out of range for " +
+                                             typeString(x->type));
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_softmax(nullptr, r.dtype, x->data, x->type.dims, int(x->type.rank),
+                  int(dim), out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_reshape(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
+  Check c{"reshape"};
+  c.present(x, "operand");
+  c.sameDtype(r, x->type, "result");
+  c.that(numElements(r) == numElements(x->type),
+         "result " + typeString(r) + " and operand " + typeString(x->type) +
+             " differ in element count");
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_copy(nullptr, r.dtype, x->data, numElements(r), out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_transpose(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                               fsdp_ints perm) {
+  Check c{"transpose"};
+  c.present(x, "operand");
+  c.sameDtype(r, x->type, "result");
+  c.that(perm.size == x->type.rank, "permutation has " +
+                                        std::to_string(perm.size) +
+                                        " entries for " + typeString(x->type));
+  std::vector<bool> seen(perm.size, false);
+  std::vector<int64_t> dims(perm.size);
+  for (int64_t i = 0; i < perm.size; ++i) {
+    int64_t v = perm.values[i];
+    c.that(v >= 0 && v < perm.size && !seen[v], "not a permutation");
+    seen[v] = true;
+    dims[i] = x->type.dims[v];
+  }
+  c.shape(r, dims, "result");
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_transpose(nullptr, r.dtype, x->data, x->type.dims, int(x->type.rank),
+                    perm.values, out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_slice(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                           int64_t dim, int64_t start) {
+  Check c{"slice"};
+  c.present(x, "operand");
+  c.sameDtype(r, x->type, "result");
+  c.that(dim >= 0 && dim < x->type.rank && r.rank == x->type.rank,
+         "dim " + std::to_string(dim) + " or result " + typeString(r) +
+             " does not fit " + typeString(x->type));
+  std::vector<int64_t> dims = Check::dimsOf(x->type);
+  dims[dim] = r.dims[dim];
+  c.shape(r, dims, "result");
+  c.that(start >= 0 && start + r.dims[dim] <= x->type.dims[dim],
+         "[" + std::to_string(start) + ", " +
+             std::to_string(start + r.dims[dim]) + ") is outside dim " +
+             std::to_string(dim) + " of " + typeString(x->type));
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_slice(nullptr, r.dtype, x->data, x->type.dims, int(x->type.rank),
+                int(dim), start, r.dims[dim], out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, fsdp_tensor *a,
+                            fsdp_tensor *b, int64_t dim) {
+  Check c{"concat"};
+  c.present(a, "lhs");
+  c.present(b, "rhs");
+  c.sameDtype(b->type, a->type, "rhs");
+  c.sameDtype(r, a->type, "result");
+  c.that(dim >= 0 && dim < a->type.rank && b->type.rank == a->type.rank,
+         "cannot join " + typeString(a->type) + " and " + typeString(b->type) +
+             " along dim " + std::to_string(dim));
+  std::vector<int64_t> dims = Check::dimsOf(a->type);
+  for (int64_t i = 0; i < a->type.rank; ++i)
+    c.that(i == dim || a->type.dims[i] == b->type.dims[i],
+           "cannot join " + typeString(a->type) + " and " +
+               typeString(b->type) + " along dim " + std::to_string(dim));
+  dims[dim] += b->type.dims[dim];
+  c.shape(r, dims, "result");
+  fsdp_tensor *out = alloc(r);
+  const void *inputs[] = {a->data, b->data};
+  int64_t sizes[] = {a->type.dims[dim], b->type.dims[dim]};
+  fsdp_rt_concat(nullptr, r.dtype, 2, inputs, sizes, r.dims, int(r.rank),
+                 int(dim), out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_cast(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
+  Check c{"cast"};
+  c.present(x, "operand");
+  c.isFloat(x->type, "operand");
+  c.isFloat(r, "result");
+  c.sameShape(r, x->type, "result");
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_cast(nullptr, x->type.dtype, x->data, r.dtype, numElements(r),
+               out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_cross_entropy(fsdp_program *, fsdp_type r,
+                                   fsdp_tensor *logits, fsdp_tensor *labels,
+                                   int64_t ignore_index,
+                                   fsdp_loss_reduction reduction) {
+  Check c{"cross_entropy"};
+  c.present(logits, "logits");
+  c.present(labels, "labels");
+  c.isFloat(logits->type, "logits");
+  c.rankAtLeast(logits->type, 1, "logits");
+  c.isIndex(labels->type, "labels");
+  std::vector<int64_t> rowDims = Check::dimsOf(logits->type);
+  int64_t vocab = rowDims.back();
+  rowDims.pop_back();
+  c.shape(labels->type, rowDims, "labels");
+  c.that(r.dtype == FSDP_RT_F32,
+         "result is " + typeString(r) + ", expected f32");
+  c.shape(r, reduction == FSDP_LOSS_NONE ? rowDims : std::vector<int64_t>{},
+          "result");
+  checkIndices(c, labels, vocab, "labels", ignore_index);
+  int64_t rows = numElements(labels->type);
+  fsdp_tensor *out = alloc(r);
+  auto *result = static_cast<float *>(out->data);
+  if (reduction == FSDP_LOSS_NONE) {
+    fsdp_rt_cross_entropy(nullptr, logits->type.dtype, logits->data,
+                          labels->type.dtype, labels->data, rows, vocab,
+                          ignore_index, FSDP_RT_REDUCTION_NONE, result,
+                          nullptr);
+    return out;
+  }
+  // The mean divides by the tokens that count, not by all positions.
+  int64_t count = 0;
+  fsdp_rt_cross_entropy(nullptr, logits->type.dtype, logits->data,
+                        labels->type.dtype, labels->data, rows, vocab,
+                        ignore_index, FSDP_RT_REDUCTION_SUM, result, &count);
+  if (reduction == FSDP_LOSS_MEAN)
+    *result = count ? float(double(*result) / double(count))
+                    : std::numeric_limits<float>::quiet_NaN();
+  return out;
+}

@@ -1,0 +1,221 @@
+//===- Program.cpp - Program state, tensors and the description -----------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "Host.h"
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+using namespace fsdp::host;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+void fsdp::host::fail(const char *op, const std::string &what) {
+  std::fprintf(stderr, "fsdp runtime error: %s: %s\n", op, what.c_str());
+  std::fflush(stderr);
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized)
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+int64_t fsdp::host::numElements(const fsdp_type &type) {
+  int64_t n = 1;
+  for (int64_t i = 0; i < type.rank; ++i)
+    n *= type.dims[i];
+  return n;
+}
+
+int64_t fsdp::host::byteSize(const fsdp_type &type) {
+  return numElements(type) * int64_t(fsdp_rt_dtype_size(type.dtype));
+}
+
+const char *fsdp::host::dtypeName(fsdp_rt_dtype dtype) {
+  static const char *names[] = {"f32", "bf16", "f16", "i32", "i64"};
+  if (unsigned(dtype) > FSDP_RT_I64)
+    return "?";
+  return names[dtype];
+}
+
+std::string fsdp::host::typeString(const fsdp_type &type) {
+  std::string s = dtypeName(type.dtype);
+  s += "[";
+  for (int64_t i = 0; i < type.rank; ++i)
+    s += (i ? "x" : "") + std::to_string(type.dims[i]);
+  return s + "]";
+}
+
+fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type) {
+  if (type.rank < 0 || type.rank > 8)
+    fail("alloc", "rank " + std::to_string(type.rank) + " is not in [0, 8]");
+  for (int64_t i = 0; i < type.rank; ++i)
+    if (type.dims[i] < 0)
+      fail("alloc", "negative dim in " + typeString(type));
+  if (unsigned(type.dtype) > FSDP_RT_I64)
+    fail("alloc", "unknown dtype " + std::to_string(int(type.dtype)));
+  auto *t = new fsdp_tensor;
+  t->type = type;
+  size_t bytes = size_t(byteSize(type));
+  // A zero-size buffer still gets a distinct address.
+  t->data = fsdp_rt_alloc(bytes ? bytes : 1);
+  if (!t->data)
+    fail("alloc", "out of memory allocating " + std::to_string(bytes) +
+                      " bytes for " + typeString(type));
+  std::memset(t->data, 0, bytes);
+  return t;
+}
+
+int64_t fsdp::host::meshRanks(const fsdp_program &p) {
+  int64_t n = 1;
+  for (const MeshAxis &axis : p.axes)
+    n *= axis.size;
+  return n;
+}
+
+std::string fsdp::host::meshString(const fsdp_program &p) {
+  if (p.axes.empty())
+    return "none";
+  std::string s;
+  for (const MeshAxis &axis : p.axes)
+    s += (s.empty() ? "" : " x ") + axis.name + "=" + std::to_string(axis.size);
+  return s;
+}
+
+void fsdp::host::validate(fsdp_program &p) {
+  std::set<std::string> names;
+  for (const MeshAxis &axis : p.axes) {
+    if (!names.insert(axis.name).second)
+      fail("mesh", "duplicate axis name '" + axis.name + "'");
+    if (axis.size < 1)
+      fail("mesh", "axis '" + axis.name + "' has size " +
+                       std::to_string(axis.size) + "; sizes must be >= 1");
+  }
+  if (p.axes.size() > FSDP_RT_MAX_MESH_AXES)
+    fail("mesh",
+         "more than " + std::to_string(FSDP_RT_MAX_MESH_AXES) + " axes");
+  names.clear();
+  for (const Input &in : p.inputs)
+    if (!names.insert(in.name).second)
+      fail("describe", "duplicate input or parameter name '" + in.name + "'");
+  for (const Param &param : p.params)
+    if (!names.insert(param.name).second)
+      fail("describe",
+           "duplicate input or parameter name '" + param.name + "'");
+  for (uint32_t mask : p.groupMasks)
+    if (mask >> p.axes.size())
+      fail("group", "axis mask " + std::to_string(mask) +
+                        " names an axis the mesh does not have (" +
+                        std::to_string(p.axes.size()) + " axes)");
+  for (const auto &[name, high] : p.inputRanges) {
+    bool found = false;
+    for (const Input &in : p.inputs)
+      if (in.name == name) {
+        found = true;
+        if (in.type.dtype != FSDP_RT_I32 && in.type.dtype != FSDP_RT_I64)
+          fail("input_range", "input '" + name + "' is " + typeString(in.type) +
+                                  ", not integer");
+      }
+    if (!found)
+      fail("input_range", "no input named '" + name + "'");
+    if (high < 1)
+      fail("input_range", "input '" + name + "' has an empty range [0, " +
+                              std::to_string(high) + ")");
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Description
+//===----------------------------------------------------------------------===//
+
+void fsdp_prog_mesh_axis(fsdp_program *p, const char *name, int64_t size) {
+  p->axes.push_back({name, size});
+}
+
+void fsdp_prog_input(fsdp_program *p, const char *name, fsdp_type type) {
+  p->inputs.push_back({name, type, nullptr});
+}
+
+void fsdp_prog_input_range(fsdp_program *p, const char *name, int64_t high) {
+  p->inputRanges[name] = high;
+}
+
+void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
+                     fsdp_init_kind init, double a, double b) {
+  p->params.push_back({name, type, init, a, b, nullptr});
+}
+
+void fsdp_prog_output_name(fsdp_program *p, const char *name) {
+  p->outputNames.push_back(name);
+  p->outputs.push_back(nullptr);
+}
+
+void fsdp_prog_group(fsdp_program *p, uint32_t axis_mask) {
+  for (uint32_t mask : p->groupMasks)
+    if (mask == axis_mask)
+      return;
+  p->groupMasks.push_back(axis_mask);
+}
+
+int64_t fsdp_prog_mesh_coord(fsdp_program *p, int64_t axis) {
+  if (axis < 0 || axis >= int64_t(p->coords.size()))
+    fail("mesh_coord", "no mesh axis " + std::to_string(axis));
+  return p->coords[axis];
+}
+
+//===----------------------------------------------------------------------===//
+// Step
+//===----------------------------------------------------------------------===//
+
+fsdp_tensor *fsdp_prog_arg(fsdp_program *p, int64_t index) {
+  int64_t numInputs = int64_t(p->inputs.size());
+  if (index >= 0 && index < numInputs)
+    return p->inputs[index].tensor;
+  if (index >= numInputs && index < numInputs + int64_t(p->params.size()))
+    return p->params[index - numInputs].tensor;
+  fail("arg", "no argument " + std::to_string(index) + " (" +
+                  std::to_string(numInputs) + " inputs, " +
+                  std::to_string(p->params.size()) + " parameters)");
+}
+
+void fsdp_prog_result(fsdp_program *p, int64_t index, fsdp_tensor *t) {
+  if (index < 0 || index >= int64_t(p->outputs.size()))
+    fail("result", "no output " + std::to_string(index) + " (" +
+                       std::to_string(p->outputs.size()) + " declared)");
+  if (p->outputs[index])
+    fail("result", "output '" + p->outputNames[index] + "' set twice");
+  fsdp_retain(t);
+  p->outputs[index] = t;
+}
+
+fsdp_tensor *fsdp_retain(fsdp_tensor *t) {
+  ++t->refs;
+  return t;
+}
+
+void fsdp_release(fsdp_tensor *t) {
+  if (!t)
+    return;
+  if (t->refs <= 0)
+    fail("release", "tensor " + typeString(t->type) + " released too often");
+  if (t->borrowed && t->refs == 1)
+    fail("release", "the step released argument " + typeString(t->type) +
+                        ", which it only borrows");
+  if (--t->refs > 0)
+    return;
+  fsdp_rt_free(t->data);
+  delete t;
+}
+
+fsdp_tensor *fsdp_tensor_new(fsdp_program *, fsdp_type type) {
+  return newTensor(type);
+}
+
+void *fsdp_tensor_data(fsdp_tensor *t) { return t->data; }

@@ -1,0 +1,96 @@
+//===- Report.cpp - Tensor dumps and the counter report -------------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "Host.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <sys/stat.h>
+
+using namespace fsdp::host;
+
+namespace {
+
+void makeDir(const std::string &dir) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    fail("dump", dir + ": cannot create directory");
+}
+
+void dumpOne(FILE *manifest, const std::string &dir, const std::string &name,
+             const fsdp_tensor *t) {
+  std::string path = dir + "/" + name + ".bin";
+  FILE *f = std::fopen(path.c_str(), "wb");
+  size_t bytes = size_t(byteSize(t->type));
+  if (!f || std::fwrite(t->data, 1, bytes, f) != bytes)
+    fail("dump", path + ": write failed");
+  std::fclose(f);
+  std::string dims;
+  for (int64_t i = 0; i < t->type.rank; ++i)
+    dims += (i ? "x" : "") + std::to_string(t->type.dims[i]);
+  std::fprintf(manifest, "%s %s %s\n", name.c_str(), dtypeName(t->type.dtype),
+               t->type.rank ? dims.c_str() : "scalar");
+}
+
+/// `{a,b}` for an axis mask.
+std::string groupName(const fsdp_program &p, uint32_t mask) {
+  std::string s;
+  for (size_t i = 0; i < p.axes.size(); ++i)
+    if (mask & (1u << i))
+      s += (s.empty() ? "" : ",") + p.axes[i].name;
+  return "{" + s + "}";
+}
+
+} // namespace
+
+void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
+  makeDir(dir);
+  std::string rankDir = dir + "/rank" + std::to_string(p.worldRank);
+  makeDir(rankDir);
+  FILE *manifest = std::fopen((rankDir + "/manifest.txt").c_str(), "w");
+  if (!manifest)
+    fail("dump", rankDir + "/manifest.txt: cannot open for writing");
+  for (const Param &param : p.params)
+    dumpOne(manifest, rankDir, param.name, param.tensor);
+  for (const Input &in : p.inputs)
+    dumpOne(manifest, rankDir, in.name, in.tensor);
+  for (size_t i = 0; i < p.outputs.size(); ++i)
+    dumpOne(manifest, rankDir, p.outputNames[i], p.outputs[i]);
+  std::fclose(manifest);
+}
+
+void fsdp::host::printReport(const fsdp_program &p) {
+  static const char *kernelNames[] = {"gemm",   "elementwise", "norm",
+                                      "rotary", "attention",   "softmax",
+                                      "loss",   "embedding",   "data_movement"};
+  static const char *collectiveNames[] = {"all_gather", "reduce_scatter",
+                                          "all_reduce", "all_to_all",
+                                          "permute",    "broadcast"};
+  std::printf("== report (rank %d of %d, mesh %s) ==\n", p.worldRank,
+              p.worldSize, meshString(p).c_str());
+  std::printf("memory: current %lld bytes, peak %lld bytes\n",
+              (long long)fsdp_rt_memory_current(),
+              (long long)fsdp_rt_memory_peak());
+  std::printf("%-16s %10s %12s\n", "kernel class", "calls", "time (ms)");
+  for (int c = 0; c < FSDP_RT_NUM_KERNEL_CLASSES; ++c) {
+    auto cls = fsdp_rt_kernel_class(c);
+    if (fsdp_rt_kernel_calls(cls))
+      std::printf("%-16s %10lld %12.3f\n", kernelNames[c],
+                  (long long)fsdp_rt_kernel_calls(cls),
+                  double(fsdp_rt_kernel_time_ns(cls)) / 1e6);
+  }
+  std::printf("%-16s %-12s %10s %14s\n", "collective", "group", "calls",
+              "bytes sent");
+  for (int k = 0; k < FSDP_RT_NUM_COLLECTIVE_KINDS; ++k)
+    for (uint32_t mask = 0; mask < (1u << p.axes.size()); ++mask) {
+      auto kind = fsdp_rt_collective_kind(k);
+      if (int64_t calls = fsdp_rt_collective_calls(kind, mask))
+        std::printf("%-16s %-12s %10lld %14lld\n", collectiveNames[k],
+                    groupName(p, mask).c_str(), (long long)calls,
+                    (long long)fsdp_rt_collective_bytes(kind, mask));
+    }
+  std::fflush(stdout);
+}

@@ -1,0 +1,198 @@
+//===- fsdp-compile.cpp - One command from graph to executable ------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// graph.json (or .mlir) -> per-rank program -> C++ through EmitC -> an
+// executable linked against the runtime, which runs under mpirun.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Import/GraphImport.h"
+#include "fsdp/InitAll.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Target/Cpp/CppEmitter.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string>
+    inputFile(cl::Positional, cl::desc("<graph.json or .mlir>"), cl::Required);
+static cl::opt<std::string> outputFile("o", cl::desc("Executable to write"),
+                                       cl::value_desc("file"),
+                                       cl::init("a.out"));
+static cl::opt<std::string>
+    emitSource("emit-source",
+               cl::desc("Also keep the generated C++ in this file"),
+               cl::value_desc("file"));
+static cl::opt<std::string>
+    meshSpec("mesh",
+             cl::desc("Replicated mesh the program runs on, e.g. dp=4 "
+                      "(default: one rank)"),
+             cl::value_desc("axis=size,..."));
+static cl::opt<bool> sourceOnly("source-only",
+                                cl::desc("Stop after writing --emit-source"));
+static cl::opt<std::string>
+    hostCompiler("cxx", cl::desc("C++ compiler (an MPI wrapper)"),
+                 cl::init(FSDP_HOST_CXX));
+static cl::opt<bool> verbose("v", cl::desc("Print the compiler command"));
+
+/// Reports `message` about the command line and fails.
+static LogicalResult usageError(const Twine &message) {
+  llvm::errs() << "fsdp-compile: error: " << message << "\n";
+  return failure();
+}
+
+/// Parses `--mesh a=2,b=3` into a dist.mesh at the top of `module`.
+static LogicalResult addMesh(ModuleOp module) {
+  if (meshSpec.empty())
+    return success();
+  if (!module.getOps<fsdp::dist::MeshOp>().empty())
+    return usageError("--mesh given, but the input already has a dist.mesh");
+  OpBuilder builder(module.getContext());
+  SmallVector<Attribute> axes;
+  SmallVector<int64_t> sizes;
+  SmallVector<StringRef> entries;
+  StringRef(meshSpec).split(entries, ',');
+  for (StringRef entry : entries) {
+    auto [name, size] = entry.split('=');
+    int64_t value;
+    if (name.trim().empty() || size.trim().getAsInteger(10, value) || value < 1)
+      return usageError("--mesh: expected axis=size with size >= 1, got '" +
+                        entry + "'");
+    axes.push_back(builder.getStringAttr(name.trim()));
+    sizes.push_back(value);
+  }
+  builder.setInsertionPointToStart(module.getBody());
+  auto mesh = fsdp::dist::MeshOp::create(builder, module.getLoc(), "mesh",
+                                         builder.getArrayAttr(axes),
+                                         builder.getDenseI64ArrayAttr(sizes));
+  return verify(mesh);
+}
+
+/// Loads graph.json or MLIR text.
+static OwningOpRef<ModuleOp> load(MLIRContext &context) {
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> buffer = openInputFile(inputFile, &error);
+  if (!buffer) {
+    llvm::errs() << "fsdp-compile: error: " << error << "\n";
+    return {};
+  }
+  if (StringRef(inputFile).ends_with(".json"))
+    return fsdp::importGraph(buffer->getBuffer(), inputFile, &context);
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+  return parseSourceFile<ModuleOp>(sourceMgr, &context);
+}
+
+/// Writes `text` to `path`.
+static LogicalResult writeFile(StringRef path, StringRef text) {
+  std::string error;
+  auto file = openOutputFile(path, &error);
+  if (!file)
+    return usageError(error);
+  file->os() << text;
+  file->keep();
+  return success();
+}
+
+/// Runs the host compiler on `source`, linking the runtime.
+static LogicalResult compileAndLink(StringRef source) {
+  auto cxx = llvm::sys::findProgramByName(hostCompiler);
+  if (!cxx)
+    return usageError("cannot find the C++ compiler '" + hostCompiler + "'");
+  SmallVector<std::string> args = {*cxx,
+                                   "-std=c++17",
+                                   "-O2",
+                                   "-I" FSDP_RUNTIME_INCLUDE_DIR,
+                                   source.str(),
+                                   FSDP_RUNTIME_MAIN_LIB,
+                                   FSDP_RUNTIME_HOST_LIB,
+                                   FSDP_RUNTIME_CPU_LIB,
+                                   "-lopenblas",
+                                   "-lpthread",
+                                   "-o",
+                                   outputFile};
+  SmallVector<StringRef> argRefs(args.begin(), args.end());
+  if (verbose) {
+    llvm::interleave(argRefs, llvm::errs(), " ");
+    llvm::errs() << "\n";
+  }
+  std::string error;
+  int rc =
+      llvm::sys::ExecuteAndWait(*cxx, argRefs, std::nullopt, {}, 0, 0, &error);
+  if (rc != 0)
+    return usageError("the C++ compiler failed (exit " + Twine(rc) + ")" +
+                      (error.empty() ? "" : ": " + error) +
+                      "; rerun with -v to see the command");
+  return success();
+}
+
+static LogicalResult run() {
+  DialectRegistry registry;
+  fsdp::registerAllDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  OwningOpRef<ModuleOp> module = load(context);
+  if (!module || failed(addMesh(*module)) || failed(verify(*module)))
+    return failure();
+
+  PassManager pm(&context);
+  pm.addPass(fsdp::createLowerToRuntimePass());
+  if (failed(pm.run(*module)))
+    return failure();
+
+  std::string cpp;
+  llvm::raw_string_ostream os(cpp);
+  if (failed(emitc::translateToCpp(*module, os)))
+    return failure();
+
+  std::string sourcePath = emitSource;
+  llvm::SmallString<128> tempPath;
+  if (sourcePath.empty()) {
+    if (sourceOnly)
+      return usageError("--source-only needs --emit-source");
+    int fd;
+    if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
+            "fsdp-program", "cpp", fd, tempPath))
+      return usageError("cannot create a temporary file: " + ec.message());
+    llvm::sys::Process::SafelyCloseFileDescriptor(fd);
+    sourcePath = tempPath.str().str();
+  }
+  if (failed(writeFile(sourcePath, cpp)))
+    return failure();
+  if (sourceOnly)
+    return success();
+  LogicalResult linked = compileAndLink(sourcePath);
+  if (!tempPath.empty())
+    llvm::sys::fs::remove(tempPath);
+  return linked;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM y(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "fsdp-compile: graph.json or MLIR to an executable per-rank program\n");
+  return failed(run()) ? 1 : 0;
+}
