@@ -16,6 +16,7 @@
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -89,18 +90,20 @@ static LogicalResult addMesh(ModuleOp module) {
   return verify(mesh);
 }
 
-/// Loads graph.json or MLIR text.
-static OwningOpRef<ModuleOp> load(MLIRContext &context) {
+/// Loads graph.json or MLIR text; the buffer stays in `sourceMgr` so that
+/// diagnostics can quote it.
+static OwningOpRef<ModuleOp> load(MLIRContext &context,
+                                  llvm::SourceMgr &sourceMgr) {
   std::string error;
   std::unique_ptr<llvm::MemoryBuffer> buffer = openInputFile(inputFile, &error);
   if (!buffer) {
     llvm::errs() << "fsdp-compile: error: " << error << "\n";
     return {};
   }
+  unsigned id = sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
   if (StringRef(inputFile).ends_with(".json"))
-    return fsdp::importGraph(buffer->getBuffer(), inputFile, &context);
-  llvm::SourceMgr sourceMgr;
-  sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+    return fsdp::importGraph(sourceMgr.getMemoryBuffer(id)->getBuffer(),
+                             inputFile, &context);
   return parseSourceFile<ModuleOp>(sourceMgr, &context);
 }
 
@@ -153,7 +156,9 @@ static LogicalResult run() {
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
 
-  OwningOpRef<ModuleOp> module = load(context);
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module = load(context, sourceMgr);
   if (!module || failed(addMesh(*module)) || failed(verify(*module)))
     return failure();
 
