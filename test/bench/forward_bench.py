@@ -24,7 +24,23 @@ import sys
 import tempfile
 import time
 
-import torch
+
+def _pin_to_threads():
+    """Restricts this process to its first --threads cores before torch
+    starts its thread pool, so both sides compete for the same cores (the
+    program inherits the mask). Threads inherit the mask only at creation."""
+    threads = 1
+    for i, arg in enumerate(sys.argv):
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            threads = int(sys.argv[i + 1])
+        elif arg.startswith("--threads="):
+            threads = int(arg.split("=", 1)[1])
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cores[:max(1, min(threads, len(cores)))])
+
+
+_pin_to_threads()
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "E2E"))
