@@ -9,7 +9,7 @@ from lit.llvm import llvm_config
 
 config.name = "FSDP"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir", ".test", ".json"]
+config.suffixes = [".mlir", ".test"]
 config.excludes = ["Inputs", "models", "CMakeLists.txt", "README.md",
                    "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)

@@ -81,6 +81,16 @@ void fsdp_rt_event_record(fsdp_rt_event event, fsdp_rt_stream stream);
 /// Blocks the host until `event` has completed.
 void fsdp_rt_event_synchronize(fsdp_rt_event event);
 
+/// Copies `bytes` from host memory into a runtime buffer, in order on
+/// `stream`. On the CPU backend runtime buffers are host memory and this is a
+/// copy; on CUDA it is an asynchronous host-to-device transfer.
+void fsdp_rt_copy_to_device(fsdp_rt_stream stream, void *dst,
+                            const void *host_src, size_t bytes);
+/// Copies `bytes` from a runtime buffer into host memory, in order on
+/// `stream`; the host data is complete after fsdp_rt_stream_synchronize.
+void fsdp_rt_copy_to_host(fsdp_rt_stream stream, void *host_dst,
+                          const void *src, size_t bytes);
+
 //===----------------------------------------------------------------------===//
 // Counters
 //===----------------------------------------------------------------------===//

@@ -169,6 +169,18 @@ void fsdp_rt_free(void *ptr) {
 }
 
 int64_t fsdp_rt_memory_current(void) { return currentBytes.load(); }
+
+void fsdp_rt_copy_to_device(fsdp_rt_stream, void *dst, const void *host_src,
+                            size_t bytes) {
+  if (bytes)
+    std::memcpy(dst, host_src, bytes);
+}
+
+void fsdp_rt_copy_to_host(fsdp_rt_stream, void *host_dst, const void *src,
+                          size_t bytes) {
+  if (bytes)
+    std::memcpy(host_dst, src, bytes);
+}
 int64_t fsdp_rt_memory_peak(void) { return peakBytes.load(); }
 void fsdp_rt_memory_reset_peak(void) { peakBytes.store(currentBytes.load()); }
 

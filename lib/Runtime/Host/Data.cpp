@@ -88,12 +88,26 @@ int64_t fileTokens(const std::string &path) {
   return bytes / 4;
 }
 
-void store(fsdp_tensor *t, int64_t i, int64_t v) {
-  if (t->type.dtype == FSDP_RT_I32)
-    static_cast<int32_t *>(t->data)[i] = int32_t(v);
-  else
-    static_cast<int64_t *>(t->data)[i] = v;
-}
+/// A host image of an integer input, written element by element and then
+/// uploaded in one copy.
+struct HostImage {
+  explicit HostImage(fsdp_tensor *t)
+      : tensor(t), bytes(t ? size_t(fsdp::host::byteSize(t->type)) : 0) {}
+  void store(int64_t i, int64_t v) {
+    if (!tensor)
+      return;
+    if (tensor->type.dtype == FSDP_RT_I32)
+      reinterpret_cast<int32_t *>(bytes.data())[i] = int32_t(v);
+    else
+      reinterpret_cast<int64_t *>(bytes.data())[i] = v;
+  }
+  void upload() {
+    if (tensor)
+      fsdp::host::upload(tensor, bytes.data());
+  }
+  fsdp_tensor *tensor;
+  std::vector<char> bytes;
+};
 
 } // namespace
 
@@ -133,6 +147,7 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
     else if (in.name == "position_ids")
       positions = in.tensor;
   }
+  HostImage idsImage(ids), labelsImage(labels), positionsImage(positions);
   std::vector<int64_t> tokens(size_t(seq + 1));
   std::vector<int32_t> raw(size_t(seq + 1));
   FILE *file = nullptr;
@@ -167,14 +182,14 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
         tokens[s] = int64_t(mix(key ^ uint64_t(s)) % uint64_t(high));
     }
     for (int64_t s = 0; s < seq; ++s) {
-      if (ids)
-        store(ids, b * seq + s, tokens[s]);
-      if (labels)
-        store(labels, b * seq + s, tokens[s + 1]);
-      if (positions)
-        store(positions, b * seq + s, s);
+      idsImage.store(b * seq + s, tokens[s]);
+      labelsImage.store(b * seq + s, tokens[s + 1]);
+      positionsImage.store(b * seq + s, s);
     }
   }
   if (file)
     std::fclose(file);
+  idsImage.upload();
+  labelsImage.upload();
+  positionsImage.upload();
 }

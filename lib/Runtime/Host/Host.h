@@ -88,6 +88,11 @@ const char *dtypeName(fsdp_rt_dtype dtype);
 std::string typeString(const fsdp_type &type);
 /// A new zero-filled tensor with one reference.
 fsdp_tensor *newTensor(const fsdp_type &type);
+/// Copies a host image of `t`'s bytes into `t` (the backend's host-to-device
+/// path; every host write of tensor data goes through it).
+void upload(fsdp_tensor *t, const void *host);
+/// `t`'s bytes as a host image (the device-to-host path).
+std::vector<char> download(const fsdp_tensor *t);
 
 /// Number of ranks the mesh needs (1 without a mesh).
 int64_t meshRanks(const fsdp_program &p);

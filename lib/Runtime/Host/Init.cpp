@@ -85,8 +85,9 @@ void fsdp::host::initParams(fsdp_program &p, uint64_t seed) {
   for (Param &param : p.params) {
     param.tensor = newTensor(param.type);
     param.tensor->borrowed = true;
+    std::vector<char> image(size_t(byteSize(param.type)));
     initFill(param.type.dtype, param.init, param.a, param.b, seed,
-             param.name.c_str(), 0, numElements(param.type),
-             param.tensor->data);
+             param.name.c_str(), 0, numElements(param.type), image.data());
+    upload(param.tensor, image.data());
   }
 }

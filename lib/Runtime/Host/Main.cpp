@@ -113,7 +113,8 @@ bool lossOf(const fsdp_program &p, double &loss) {
       continue;
     // Not fsdp_rt_cast: reading the loss is no kernel time of the step.
     float value = 0;
-    fsdp::rt::toFloat(t->type.dtype, t->data, 1, &value);
+    std::vector<char> image = fsdp::host::download(t);
+    fsdp::rt::toFloat(t->type.dtype, image.data(), 1, &value);
     loss = value;
     return true;
   }

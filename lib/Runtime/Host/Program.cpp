@@ -73,6 +73,17 @@ fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type) {
   return t;
 }
 
+void fsdp::host::upload(fsdp_tensor *t, const void *host) {
+  fsdp_rt_copy_to_device(nullptr, t->data, host, size_t(byteSize(t->type)));
+}
+
+std::vector<char> fsdp::host::download(const fsdp_tensor *t) {
+  std::vector<char> host(size_t(byteSize(t->type)));
+  fsdp_rt_copy_to_host(nullptr, host.data(), t->data, host.size());
+  fsdp_rt_stream_synchronize(nullptr);
+  return host;
+}
+
 int64_t fsdp::host::meshRanks(const fsdp_program &p) {
   int64_t n = 1;
   for (const MeshAxis &axis : p.axes)

@@ -24,8 +24,8 @@ void dumpOne(FILE *manifest, const std::string &dir, const std::string &name,
              const fsdp_tensor *t) {
   std::string path = dir + "/" + name + ".bin";
   FILE *f = std::fopen(path.c_str(), "wb");
-  size_t bytes = size_t(byteSize(t->type));
-  if (!f || std::fwrite(t->data, 1, bytes, f) != bytes)
+  std::vector<char> image = download(t);
+  if (!f || std::fwrite(image.data(), 1, image.size(), f) != image.size())
     fail("dump", path + ": write failed");
   std::fclose(f);
   std::string dims;

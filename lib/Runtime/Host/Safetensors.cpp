@@ -132,7 +132,9 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path) {
     // Every rank reads the whole tensor today; an FSDP shard will pass its
     // own dim-0 row range.
     int64_t rows = param.type.rank ? param.type.dims[0] : 1;
-    reader.readRows(param.name, param.type, 0, rows, param.tensor->data);
+    std::vector<char> image(size_t(byteSize(param.type)));
+    reader.readRows(param.name, param.type, 0, rows, image.data());
+    upload(param.tensor, image.data());
   }
 }
 
@@ -162,8 +164,9 @@ void fsdp::host::saveParams(const fsdp_program &p, const std::string &path) {
   bool ok = std::fwrite(lenBytes, 1, 8, file.get()) == 8 &&
             std::fwrite(text.data(), 1, text.size(), file.get()) == text.size();
   for (const Param &param : p.params) {
-    size_t bytes = size_t(byteSize(param.type));
-    ok = ok && std::fwrite(param.tensor->data, 1, bytes, file.get()) == bytes;
+    std::vector<char> image = download(param.tensor);
+    ok = ok &&
+         std::fwrite(image.data(), 1, image.size(), file.get()) == image.size();
   }
   if (!ok || std::fflush(file.get()) != 0)
     fail("save", path + ": write failed");
