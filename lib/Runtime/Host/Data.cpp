@@ -26,13 +26,6 @@ using namespace fsdp::host;
 
 namespace {
 
-uint64_t mix(uint64_t x) {
-  uint64_t z = x + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 bool isTokenInput(const std::string &name) {
   return name == "input_ids" || name == "labels" || name == "position_ids";
 }
@@ -177,9 +170,10 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
                            (high ? std::to_string(high) : "inf") + ")");
       }
     } else {
-      uint64_t key = mix(mix(mix(options.seed) ^ uint64_t(step)) ^ uint64_t(b));
+      uint64_t key = splitmix64(
+          splitmix64(splitmix64(options.seed) ^ uint64_t(step)) ^ uint64_t(b));
       for (int64_t s = 0; s <= seq; ++s)
-        tokens[s] = int64_t(mix(key ^ uint64_t(s)) % uint64_t(high));
+        tokens[s] = int64_t(splitmix64(key ^ uint64_t(s)) % uint64_t(high));
     }
     for (int64_t s = 0; s < seq; ++s) {
       idsImage.store(b * seq + s, tokens[s]);

@@ -33,6 +33,16 @@ struct fsdp_tensor {
 
 namespace fsdp::host {
 
+/// The splitmix64 finalizer: a counter-based generator step, so that element
+/// i of a parameter or token s of a sample is drawn without drawing the ones
+/// before it.
+inline uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 struct MeshAxis {
   std::string name;
   int64_t size;

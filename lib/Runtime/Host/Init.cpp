@@ -23,13 +23,6 @@ using namespace fsdp::host;
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  uint64_t z = x + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 uint64_t fnv1a(const char *s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (; *s; ++s)
