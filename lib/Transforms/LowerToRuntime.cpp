@@ -432,7 +432,9 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         define(o.getResult(), c);
         return success();
       })
-      .Case([&](nn::RotaryOp o) {
+      .Case([&](nn::RotaryOp o) -> LogicalResult {
+        if (o.getInverse())
+          return o.emitOpError("with 'inverse' has no runtime lowering yet");
         Call c = opCall("fsdp_op_rotary", resultType);
         c.value(value(o.getInput()))
             .value(value(o.getPositions()))

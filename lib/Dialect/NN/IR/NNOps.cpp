@@ -22,39 +22,11 @@ using namespace fsdp::nn;
 
 #include "fsdp/Dialect/NN/IR/NNInterfaces.cpp.inc"
 
+#include "ShapeRules.h"
+
+using namespace fsdp::nn::detail;
+
 namespace {
-/// Emits "'<op>' op <message>" at `loc` (when there is one) and fails.
-template <typename OpTy, typename... Args>
-LogicalResult reject(std::optional<Location> loc, Args &&...args) {
-  return emitOptionalError(loc, "'", OpTy::getOperationName(), "' op ",
-                           std::forward<Args>(args)...);
-}
-
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-
-/// Float operands of one op must share their element type.
-template <typename OpTy>
-LogicalResult sameElementType(std::optional<Location> loc, StringRef what,
-                              Value a, Value b) {
-  if (!b || tensorOf(a).getElementType() == tensorOf(b).getElementType())
-    return success();
-  return reject<OpTy>(loc, what, " element type ", tensorOf(b).getElementType(),
-                      " differs from ", tensorOf(a).getElementType());
-}
-
-/// Maps `dim` in [-rank, rank) to [0, rank).
-template <typename OpTy>
-FailureOr<int64_t> normalizeDim(std::optional<Location> loc, int64_t dim,
-                                int64_t rank) {
-  if (dim < -rank || dim >= rank) {
-    (void)reject<OpTy>(loc, "dim ", dim, " is out of range for rank ", rank);
-    return failure();
-  }
-  return dim < 0 ? dim + rank : dim;
-}
-
 /// The last two dims of `type`, swapped when `transposed`.
 std::pair<int64_t, int64_t> matrixDims(RankedTensorType type, bool transposed) {
   ArrayRef<int64_t> shape = type.getShape();

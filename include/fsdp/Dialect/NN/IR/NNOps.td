@@ -215,9 +215,11 @@ def NN_RotaryOp : NN_Op<"rotary"> {
     `inv_freq[i] = theta^(-2i/D)` and `a = pos · inv_freq`, the result is
     `concat(x1·cos a − x2·sin a, x2·cos a + x1·sin a)` for the halves
     `x1, x2` of the last dim, as Hugging Face's `apply_rotary_pos_emb`.
+    With `inverse` the rotation is by `-a`: the transpose, which is the
+    op's own gradient.
   }];
   let arguments = !con((ins NN_FloatTensor:$input, NN_IndexTensor:$positions,
-                            F64Attr:$theta), NN_Path);
+                            F64Attr:$theta, UnitAttr:$inverse), NN_Path);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat =
       "$input `,` $positions attr-dict `:` functional-type(operands, results)";
@@ -336,6 +338,144 @@ def NN_CrossEntropyOp : NN_Op<"cross_entropy"> {
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat =
       "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
+}
+
+
+//===----------------------------------------------------------------------===//
+// Backward ops: the gradients autodiff emits for ops whose transpose is not
+// another forward op
+//===----------------------------------------------------------------------===//
+
+def NN_SiluGradOp : NN_Op<"silu_grad"> {
+  let summary = "Gradient of silu: `dy · d silu(x)/dx`";
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$grad),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$input `,` $grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_GeluGradOp : NN_Op<"gelu_grad"> {
+  let summary = "Gradient of gelu (erf or tanh form)";
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$grad,
+                            DefaultValuedStrAttr<StrAttr, "none">:$approximate),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$input `,` $grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_RMSNormGradOp : NN_Op<"rms_norm_grad"> {
+  let summary = "Gradients of rms_norm w.r.t. its input and weight";
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
+                            NN_FloatTensor:$grad, F64Attr:$eps), NN_Path);
+  let results = (outs NN_FloatTensor:$input_grad, NN_FloatTensor:$weight_grad);
+  let assemblyFormat =
+      "$input `,` $weight `,` $grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_LayerNormGradOp : NN_Op<"layer_norm_grad"> {
+  let summary = "Gradients of layer_norm w.r.t. input, weight and bias";
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
+                            NN_FloatTensor:$grad, F64Attr:$eps), NN_Path);
+  let results = (outs NN_FloatTensor:$input_grad, NN_FloatTensor:$weight_grad,
+                      NN_FloatTensor:$bias_grad);
+  let assemblyFormat =
+      "$input `,` $weight `,` $grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_AttentionGradOp : NN_Op<"attention_grad"> {
+  let summary = "Gradients of attention w.r.t. query, key and value";
+  let description = [{
+    Recomputes the attention probabilities from `query` and `key` (nothing
+    of size `S²` is kept from the forward) and returns the gradients of the
+    three inputs for the output gradient `grad`, with the forward's mask and
+    scale. With grouped-query attention a KV head's gradient sums over the
+    query heads that read it.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
+                            NN_FloatTensor:$value, NN_FloatTensor:$grad,
+                            UnitAttr:$causal,
+                            OptionalAttr<I64Attr>:$sliding_window,
+                            OptionalAttr<F64Attr>:$scale), NN_Path);
+  let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad,
+                      NN_FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $grad attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_SoftmaxGradOp : NN_Op<"softmax_grad"> {
+  let summary = "Gradient of softmax from its output `y`: `y · (dy − Σ y·dy)`";
+  let arguments = !con((ins NN_FloatTensor:$output, NN_FloatTensor:$grad,
+                            I64Attr:$dim), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$output `,` $grad `dim` $dim attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_EmbeddingGradOp : NN_Op<"embedding_grad"> {
+  let summary = "Gradient of an embedding table: scatter-add of rows";
+  let description = [{
+    `ids` `[...]`, `grad` `[..., H]`; the result `[num_embeddings, H]` is
+    zero except for the rows named by `ids`, which sum their gradients.
+  }];
+  let arguments = !con((ins NN_IndexTensor:$ids, NN_FloatTensor:$grad,
+                            I64Attr:$num_embeddings), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$ids `,` $grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_CrossEntropyGradOp : NN_Op<"cross_entropy_grad"> {
+  let summary = "Gradient of cross_entropy w.r.t. the logits";
+  let description = [{
+    `grad` is the loss gradient: a scalar for `mean`/`sum`, `[...]` for
+    `none`. Ignored positions get a zero gradient; `mean` divides by the
+    number of counted positions, as the forward does.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$logits, NN_IndexTensor:$labels,
+                            RankedTensorOf<[F32]>:$grad,
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                            DefaultValuedStrAttr<StrAttr, "mean">:$reduction),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $grad attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_ReduceSumToOp : NN_Op<"reduce_sum_to"> {
+  let summary = "Sum a tensor down to a shape that broadcasts to it";
+  let description = [{
+    The transpose of trailing-dimension broadcast: `shape` must broadcast to
+    the input's shape; dims the broadcast added or stretched are summed.
+    Autodiff emits it for the operand of a broadcasting `add`, `sub` or
+    `mul`, and for a bias.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$input, DenseI64ArrayAttr:$shape),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$input `to` $shape attr-dict `:` type($input) `->` type($result)";
+}
+
+def NN_PadOp : NN_Op<"pad"> {
+  let summary = "Zero padding along one dimension (the transpose of slice)";
+  let arguments = !con((ins NN_FloatTensor:$input, I64Attr:$dim,
+                            I64Attr:$before, I64Attr:$after), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `dim` $dim `before` $before `after` $after attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def NN_SumSquaresOp : NN_Op<"sum_squares"> {
+  let summary = "Σ x² as an f32 scalar, for the global gradient norm";
+  let arguments = !con((ins NN_FloatTensor:$input), NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat =
+      "$input attr-dict `:` type($input) `->` type($result)";
 }
 
 #endif // FSDP_DIALECT_NN_IR_NNOPS_TD

@@ -1,0 +1,203 @@
+//===- NNGradOps.cpp - Shape rules of the nn backward ops -----------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// A backward op takes its forward op's operands and the gradient of the
+// forward's result. Where it can, its rule runs the forward op's own rule on
+// those operands (so both report the same broken shape) and then requires
+// the gradient to have the forward result's type.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ShapeRules.h"
+
+#include "mlir/Dialect/Traits.h"
+
+using namespace mlir;
+using namespace fsdp::nn;
+using namespace fsdp::nn::detail;
+
+namespace {
+/// Requires `grad` to have the forward result type `expected`.
+template <typename OpTy>
+LogicalResult checkGrad(std::optional<Location> loc, Value grad,
+                        Type expected) {
+  if (grad.getType() == expected)
+    return success();
+  return reject<OpTy>(loc, "gradient ", grad.getType(),
+                      " does not match the forward result ", expected);
+}
+
+/// Runs forward op `FwdOp`'s rule on `operands` with the backward op's
+/// attributes and returns its single result type.
+template <typename FwdOp, typename OpTy>
+FailureOr<Type> forwardResult(MLIRContext *context, std::optional<Location> loc,
+                              ValueRange operands, DictionaryAttr attributes) {
+  SmallVector<Type> results;
+  if (failed(FwdOp::inferTypes(context, loc,
+                               typename FwdOp::Adaptor(operands, attributes),
+                               results)))
+    return failure();
+  return results.front();
+}
+} // namespace
+
+LogicalResult SiluGradOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                     Adaptor adaptor,
+                                     SmallVectorImpl<Type> &results) {
+  if (failed(checkGrad<SiluGradOp>(loc, adaptor.getGrad(),
+                                   adaptor.getInput().getType())))
+    return failure();
+  results.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult GeluGradOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                     Adaptor adaptor,
+                                     SmallVectorImpl<Type> &results) {
+  StringRef approximate = adaptor.getApproximate();
+  if (approximate != "none" && approximate != "tanh")
+    return reject<GeluGradOp>(
+        loc, "approximate must be \"none\" or \"tanh\", got \"", approximate,
+        "\"");
+  if (failed(checkGrad<GeluGradOp>(loc, adaptor.getGrad(),
+                                   adaptor.getInput().getType())))
+    return failure();
+  results.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult RMSNormGradOp::inferTypes(MLIRContext *context,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
+  FailureOr<Type> forward = forwardResult<RMSNormOp, RMSNormGradOp>(
+      context, loc, {adaptor.getInput(), adaptor.getWeight()},
+      adaptor.getAttributes());
+  if (failed(forward) ||
+      failed(checkGrad<RMSNormGradOp>(loc, adaptor.getGrad(), *forward)))
+    return failure();
+  results.append({adaptor.getInput().getType(), adaptor.getWeight().getType()});
+  return success();
+}
+
+LogicalResult LayerNormGradOp::inferTypes(MLIRContext *context,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  FailureOr<Type> forward = forwardResult<LayerNormOp, LayerNormGradOp>(
+      context, loc, {adaptor.getInput(), adaptor.getWeight()},
+      adaptor.getAttributes());
+  if (failed(forward) ||
+      failed(checkGrad<LayerNormGradOp>(loc, adaptor.getGrad(), *forward)))
+    return failure();
+  Type weight = adaptor.getWeight().getType();
+  results.append({adaptor.getInput().getType(), weight, weight});
+  return success();
+}
+
+LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  FailureOr<Type> forward = forwardResult<AttentionOp, AttentionGradOp>(
+      context, loc, {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()},
+      adaptor.getAttributes());
+  if (failed(forward) ||
+      failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), *forward)))
+    return failure();
+  results.append({adaptor.getQuery().getType(), adaptor.getKey().getType(),
+                  adaptor.getValue().getType()});
+  return success();
+}
+
+LogicalResult SoftmaxGradOp::inferTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
+  RankedTensorType output = tensorOf(adaptor.getOutput());
+  if (failed(normalizeDim<SoftmaxGradOp>(loc, adaptor.getDim(),
+                                         output.getRank())) ||
+      failed(checkGrad<SoftmaxGradOp>(loc, adaptor.getGrad(), output)))
+    return failure();
+  results.push_back(output);
+  return success();
+}
+
+LogicalResult EmbeddingGradOp::inferTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  RankedTensorType ids = tensorOf(adaptor.getIds());
+  RankedTensorType grad = tensorOf(adaptor.getGrad());
+  int64_t rows = static_cast<int64_t>(adaptor.getNumEmbeddings());
+  if (rows < 1)
+    return reject<EmbeddingGradOp>(loc, "num_embeddings must be >= 1, got ",
+                                   rows);
+  if (grad.getRank() != ids.getRank() + 1 ||
+      grad.getShape().drop_back() != ids.getShape())
+    return reject<EmbeddingGradOp>(loc, "gradient ", grad,
+                                   " must be the ids' shape plus a hidden "
+                                   "dim, ids are ",
+                                   ids);
+  results.push_back(RankedTensorType::get({rows, grad.getShape().back()},
+                                          grad.getElementType()));
+  return success();
+}
+
+LogicalResult CrossEntropyGradOp::inferTypes(MLIRContext *context,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &results) {
+  FailureOr<Type> forward = forwardResult<CrossEntropyOp, CrossEntropyGradOp>(
+      context, loc, {adaptor.getLogits(), adaptor.getLabels()},
+      adaptor.getAttributes());
+  if (failed(forward) ||
+      failed(checkGrad<CrossEntropyGradOp>(loc, adaptor.getGrad(), *forward)))
+    return failure();
+  results.push_back(adaptor.getLogits().getType());
+  return success();
+}
+
+LogicalResult ReduceSumToOp::inferTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  ArrayRef<int64_t> shape = adaptor.getShape();
+  SmallVector<int64_t> broadcast;
+  if (!OpTrait::util::getBroadcastedShape(shape, input.getShape(), broadcast) ||
+      ArrayRef<int64_t>(broadcast) != input.getShape())
+    return reject<ReduceSumToOp>(loc, "shape [", shape,
+                                 "] does not broadcast to the input ", input);
+  results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult PadOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  FailureOr<int64_t> dim =
+      normalizeDim<PadOp>(loc, adaptor.getDim(), input.getRank());
+  if (failed(dim))
+    return failure();
+  int64_t before = adaptor.getBefore(), after = adaptor.getAfter();
+  if (before < 0 || after < 0)
+    return reject<PadOp>(loc, "padding must be >= 0, got ", before, " and ",
+                         after);
+  SmallVector<int64_t> shape(input.getShape());
+  shape[*dim] += before + after;
+  results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult SumSquaresOp::inferTypes(MLIRContext *context,
+                                       std::optional<Location>, Adaptor,
+                                       SmallVectorImpl<Type> &results) {
+  results.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}

@@ -1,0 +1,51 @@
+//===- ShapeRules.h - Helpers shared by the nn shape rules ------*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LIB_DIALECT_NN_IR_SHAPERULES_H
+#define LIB_DIALECT_NN_IR_SHAPERULES_H
+
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+
+namespace fsdp::nn::detail {
+
+using namespace mlir;
+
+/// Emits "'<op>' op <message>" at `loc` (when there is one) and fails.
+template <typename OpTy, typename... Args>
+LogicalResult reject(std::optional<Location> loc, Args &&...args) {
+  return emitOptionalError(loc, "'", OpTy::getOperationName(), "' op ",
+                           std::forward<Args>(args)...);
+}
+
+inline RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// Float operands of one op must share their element type.
+template <typename OpTy>
+LogicalResult sameElementType(std::optional<Location> loc, StringRef what,
+                              Value a, Value b) {
+  if (!b || tensorOf(a).getElementType() == tensorOf(b).getElementType())
+    return success();
+  return reject<OpTy>(loc, what, " element type ", tensorOf(b).getElementType(),
+                      " differs from ", tensorOf(a).getElementType());
+}
+
+/// Maps `dim` in [-rank, rank) to [0, rank).
+template <typename OpTy>
+FailureOr<int64_t> normalizeDim(std::optional<Location> loc, int64_t dim,
+                                int64_t rank) {
+  if (dim < -rank || dim >= rank) {
+    (void)reject<OpTy>(loc, "dim ", dim, " is out of range for rank ", rank);
+    return failure();
+  }
+  return dim < 0 ? dim + rank : dim;
+}
+
+} // namespace fsdp::nn::detail
+
+#endif // LIB_DIALECT_NN_IR_SHAPERULES_H
