@@ -1,9 +1,11 @@
-# Recomputes every case written by fsdp-runtime-kernel-test with PyTorch and
-# prints one line per case with its max relative error: max |out - ref| over
+# Recomputes every case written by fsdp-runtime-kernel-test (with or without
+# --grad) with PyTorch and prints one line per case with its max relative error: max |out - ref| over
 # max |ref| (the error relative to the result's scale, which stays meaningful
 # where single elements are near zero). References are computed in float64
 # from the exact operand values; f32 results must be within 1e-5, bf16 and
-# f16 results within 1e-2, casts and data movement exact.
+# f16 results within 1e-2, casts and data movement exact. Gradients come from
+# torch.autograd over the forward references, optimizer steps from
+# torch.optim on float64 copies of the parameters.
 #
 # Usage: /usr/bin/python3 check_kernels.py <dir>
 
@@ -16,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 TOLERANCE = {"f32": 1e-5, "bf16": 1e-2, "f16": 1e-2}
-EXACT_OPS = {"embedding", "transpose", "slice", "concat", "reshape", "cast"}
+EXACT_OPS = {"embedding", "transpose", "slice", "concat", "reshape", "cast",
+             "pad"}
 
 
 def load(directory, dtype, file, shape):
@@ -88,7 +91,107 @@ def cast_reference(x, dst):
     return x.to(torch.float32).to(torch_type).to(torch.float64)
 
 
+def vjp(fn, inputs, dy):
+    """Gradients of fn(*inputs) with respect to each input, given dy."""
+    inputs = [x.detach().clone().requires_grad_() for x in inputs]
+    return torch.autograd.grad(fn(*inputs), inputs, dy)
+
+
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def optimizer_steps(case):
+    """Runs torch.optim on the recorded grads; returns the final state."""
+    a, i = case["attrs"], case["in"]
+    param = i["param0"].clone()
+    lr, wd = float(a["lr"]), float(a["weight_decay"])
+    if case["op"] == "adamw":
+        opt = torch.optim.AdamW([param], lr=lr, weight_decay=wd,
+                                betas=(float(a["beta1"]), float(a["beta2"])),
+                                eps=float(a["eps"]))
+    else:
+        opt = torch.optim.SGD([param], lr=lr, weight_decay=wd,
+                              momentum=float(a["momentum"]))
+    step = 0
+    while "grad%d" % step in i:
+        param.grad = float(a["grad_scale"]) * i["grad%d" % step]
+        opt.step()
+        step += 1
+    state = opt.state[param]
+    refs = {"param": param.detach()}
+    for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+        if state.get(key) is not None:
+            refs[key] = state[key]
+    return refs
+
+
+def grad_reference(case):
+    """References of the backward and optimizer kernels; None if not one."""
+    op, a, i = case["op"], case["attrs"], case["in"]
+    flag = lambda key: a[key] != "0"
+    if op == "silu_grad":
+        return {"dx": vjp(F.silu, [i["x"]], i["dy"])[0]}
+    if op == "gelu_grad":
+        fn = lambda x: F.gelu(x, approximate=a["approximate"])
+        return {"dx": vjp(fn, [i["x"]], i["dy"])[0]}
+    if op == "rms_norm_grad":
+        fn = lambda x, w: rms_norm(x, w, float(a["eps"]))
+        dx, dw = vjp(fn, [i["x"], i["weight"]], i["dy"])
+        return {"dx": dx, "dweight": dw}
+    if op == "layer_norm_grad":
+        h = i["x"].shape[-1]
+        bias = torch.zeros(h, dtype=torch.float64)
+        fn = lambda x, w, b: F.layer_norm(x, (h,), w, b, float(a["eps"]))
+        dx, dw, db = vjp(fn, [i["x"], i["weight"], bias], i["dy"])
+        return {"dx": dx, "dweight": dw, "dbias": db}
+    if op == "rotary_grad":
+        fn = lambda x: rotary(x, i["positions"], float(a["theta"]))
+        return {"dx": vjp(fn, [torch.zeros_like(i["dy"])], i["dy"])[0]}
+    if op == "attention_grad":
+        fn = lambda q, k, v: attention(q, k, v, flag("causal"),
+                                       int(float(a["sliding_window"])),
+                                       float(a["scale"]))
+        dq, dk, dv = vjp(fn, [i["q"], i["k"], i["v"]], i["dout"])
+        return {"dq": dq, "dk": dk, "dv": dv}
+    if op == "softmax_grad":
+        fn = lambda x: torch.softmax(x, int(a["dim"]))
+        return {"dx": vjp(fn, [i["x"]], i["dy"])[0]}
+    if op == "embedding_grad":
+        vocab = case["out"]["dtable"].shape[0]
+        table = torch.zeros(vocab, i["dy"].shape[-1], dtype=torch.float64)
+        fn = lambda t: F.embedding(i["ids"], t)
+        return {"dtable": vjp(fn, [table], i["dy"])[0]}
+    if op == "cross_entropy_grad":
+        labels = i["labels"]
+        fn = lambda x: F.cross_entropy(
+            x.reshape(-1, x.shape[-1]), labels.reshape(-1),
+            ignore_index=int(a["ignore_index"]),
+            reduction=a["reduction"]).reshape(i["dloss"].shape)
+        return {"dlogits": vjp(fn, [i["logits"]], i["dloss"])[0]}
+    if op == "reduce_sum_to":
+        x = i["x"]
+        out = torch.zeros(case["out"]["out"].shape, dtype=torch.float64)
+        fn = lambda y: y.broadcast_to(x.shape)
+        return {"out": vjp(fn, [out], x)[0]}
+    if op == "pad":
+        x, dim = i["x"], int(a["dim"])
+        shape = list(x.shape)
+        shape[dim] += int(a["before"]) + int(a["after"])
+        out = torch.zeros(shape, dtype=torch.float64)
+        out.narrow(dim, int(a["before"]), x.shape[dim]).copy_(x)
+        return {"out": out}
+    if op == "sum_squares":
+        return {"out": i["x"].pow(2).sum()}
+    if op in ("adamw", "sgd"):
+        return optimizer_steps(case)
+    return None
+
+
 def reference(case):
+    refs = grad_reference(case)
+    if refs is not None:
+        return refs
     op, a, i = case["op"], case["attrs"], case["in"]
     flag = lambda key: a[key] != "0"
     if op == "embedding":
@@ -177,7 +280,7 @@ def main():
             worst = max(worst, err)
             ok = ok and err <= (0.0 if exact else TOLERANCE[dtype])
         failed += not ok
-        print("%-26s %-14s max_rel_err=%.2e %s" %
+        print("%-31s %-18s max_rel_err=%.2e %s" %
               (case["name"], case["op"], worst, "OK" if ok else "FAIL"))
     print("%d of %d cases passed" % (len(cases) - failed, len(cases)))
     return 1 if failed else 0

@@ -5,17 +5,19 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Usage: fsdp-runtime-kernel-test <dir>
+// Usage: fsdp-runtime-kernel-test [--grad] <dir>
 //
 // Runs each kernel case on deterministic inputs and writes every operand and
 // result to <dir>/<case>.<tensor>.bin (raw, row-major), with
 // <dir>/manifest.txt describing them; check_kernels.py recomputes each case
-// with PyTorch. Only the public C ABI is used, as generated code would.
+// with PyTorch. --grad runs the backward and optimizer kernels instead of the
+// forward ones. Only the public C ABI is used, as generated code would.
 //
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/Runtime/Runtime.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -443,6 +445,274 @@ void runAll(Writer &w) {
                    bf16);
 }
 
+//===----------------------------------------------------------------------===//
+// Backward and optimizer kernels (--grad)
+//===----------------------------------------------------------------------===//
+
+/// Runs `fn(x, dy, numel, dx)`, the gradient of a unary kernel, on x in
+/// [-4, 4).
+template <typename Fn>
+void unaryGradCase(Writer &w, const char *name, const char *op,
+                   fsdp_rt_dtype dt, Fn fn) {
+  Tensor x = randomFloat(dt, {3, 5, 7}, 4.0f), dy = randomFloat(dt, x.shape),
+         dx(dt, x.shape);
+  fn(x.data(), dy.data(), x.numel(), dx.data());
+  w.begin(name, op);
+  w.tensor("in", "x", x);
+  w.tensor("in", "dy", dy);
+  w.tensor("out", "dx", dx);
+}
+
+void normGradCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool layer,
+                  bool hasBias) {
+  const int64_t rows = 6, h = 32;
+  const double eps = 1e-5;
+  Tensor x = randomFloat(dt, {2, 3, h}, 3.0f), weight = randomFloat(dt, {h}),
+         dy = randomFloat(dt, x.shape), dx(dt, x.shape), dweight(dt, {h}),
+         dbias(dt, {h});
+  if (layer)
+    fsdp_rt_layer_norm_grad(nullptr, dt, x.data(), weight.data(), dy.data(),
+                            rows, h, eps, dx.data(), dweight.data(),
+                            hasBias ? dbias.data() : nullptr);
+  else
+    fsdp_rt_rms_norm_grad(nullptr, dt, x.data(), weight.data(), dy.data(), rows,
+                          h, eps, dx.data(), dweight.data());
+  w.begin(name, layer ? "layer_norm_grad" : "rms_norm_grad");
+  w.attr("eps", eps);
+  w.tensor("in", "x", x);
+  w.tensor("in", "weight", weight);
+  w.tensor("in", "dy", dy);
+  w.tensor("out", "dx", dx);
+  w.tensor("out", "dweight", dweight);
+  if (hasBias)
+    w.tensor("out", "dbias", dbias);
+}
+
+void attentionGradCase(Writer &w, const char *name, fsdp_rt_dtype dt,
+                       bool causal, int64_t window, int64_t nq, int64_t nkv,
+                       int64_t dv, double scale) {
+  const int64_t b = 2, s = 9, d = 8;
+  Tensor q = randomFloat(dt, {b, s, nq, d}, 2.0f),
+         k = randomFloat(dt, {b, s, nkv, d}, 2.0f),
+         v = randomFloat(dt, {b, s, nkv, dv}),
+         dout = randomFloat(dt, {b, s, nq, dv}), dq(dt, q.shape),
+         dk(dt, k.shape), dvalue(dt, v.shape);
+  fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), dout.data(),
+                         b, s, nq, nkv, d, dv, causal, window, scale, dq.data(),
+                         dk.data(), dvalue.data());
+  w.begin(name, "attention_grad");
+  w.attr("causal", causal);
+  w.attr("sliding_window", double(window));
+  w.attr("scale", scale);
+  w.tensor("in", "q", q);
+  w.tensor("in", "k", k);
+  w.tensor("in", "v", v);
+  w.tensor("in", "dout", dout);
+  w.tensor("out", "dq", dq);
+  w.tensor("out", "dk", dk);
+  w.tensor("out", "dv", dvalue);
+}
+
+void crossEntropyGradCase(Writer &w, const char *name,
+                          fsdp_rt_reduction reduction,
+                          const char *reductionName, fsdp_rt_dtype dt) {
+  const int64_t rows = 12, vocab = 50;
+  bool none = reduction == FSDP_RT_REDUCTION_NONE;
+  Tensor logits = randomFloat(dt, {3, 4, vocab}, 30.0f),
+         labels = randomIndex(FSDP_RT_I32, {3, 4}, vocab),
+         dloss = randomFloat(FSDP_RT_F32, none ? std::vector<int64_t>{3, 4}
+                                               : std::vector<int64_t>{}),
+         dlogits(dt, logits.shape);
+  labels.as<int32_t>()[2] = -100;
+  labels.as<int32_t>()[7] = -100;
+  fsdp_rt_cross_entropy_grad(nullptr, dt, logits.data(), FSDP_RT_I32,
+                             labels.data(), rows, vocab, -100, reduction,
+                             dloss.as<float>(), dlogits.data());
+  w.begin(name, "cross_entropy_grad");
+  w.attr("ignore_index", -100);
+  w.attr("reduction", reductionName);
+  w.tensor("in", "logits", logits);
+  w.tensor("in", "labels", labels);
+  w.tensor("in", "dloss", dloss);
+  w.tensor("out", "dlogits", dlogits);
+}
+
+void reduceSumToCase(Writer &w, const char *name, fsdp_rt_dtype dt,
+                     std::vector<int64_t> inShape,
+                     std::vector<int64_t> outShape) {
+  Tensor x = randomFloat(dt, inShape), out(dt, outShape);
+  fsdp_rt_reduce_sum_to(nullptr, dt, x.data(), x.shape.data(), x.rank(),
+                        out.shape.data(), out.rank(), out.data());
+  w.begin(name, "reduce_sum_to");
+  w.tensor("in", "x", x);
+  w.tensor("out", "out", out);
+}
+
+/// Three optimizer steps on one f32 parameter from zero state, with grads of
+/// `gradType` scaled by 0.5; records the grads and the final state.
+void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
+                   fsdp_rt_dtype gradType) {
+  const int64_t n = 37, steps = 3;
+  const double lr = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1,
+               gradScale = 0.5;
+  Tensor param0 = randomFloat(FSDP_RT_F32, {n}), param = param0,
+         m(FSDP_RT_F32, {n}), v(FSDP_RT_F32, {n});
+  std::fill(m.as<float>(), m.as<float>() + n, 0.0f);
+  std::fill(v.as<float>(), v.as<float>() + n, 0.0f);
+  std::vector<Tensor> grads;
+  for (int64_t step = 1; step <= steps; ++step) {
+    grads.push_back(randomFloat(gradType, {n}));
+    if (adam)
+      fsdp_rt_adamw(nullptr, param.as<float>(), m.as<float>(), v.as<float>(),
+                    gradType, grads.back().data(), n, lr, beta1, beta2, eps, wd,
+                    step, gradScale);
+    else
+      fsdp_rt_sgd(nullptr, param.as<float>(),
+                  momentum != 0 ? m.as<float>() : nullptr, gradType,
+                  grads.back().data(), n, lr, momentum, wd, step, gradScale);
+  }
+  w.begin(name, adam ? "adamw" : "sgd");
+  w.attr("lr", lr);
+  w.attr("weight_decay", wd);
+  w.attr("grad_scale", gradScale);
+  if (adam) {
+    w.attr("beta1", beta1);
+    w.attr("beta2", beta2);
+    w.attr("eps", eps);
+  } else {
+    w.attr("momentum", momentum);
+  }
+  w.tensor("in", "param0", param0);
+  for (int64_t i = 0; i < steps; ++i)
+    w.tensor("in", "grad" + std::to_string(i), grads[i]);
+  w.tensor("out", "param", param);
+  if (adam) {
+    w.tensor("out", "exp_avg", m);
+    w.tensor("out", "exp_avg_sq", v);
+  } else if (momentum != 0) {
+    w.tensor("out", "momentum_buffer", m);
+  }
+}
+
+void runGrad(Writer &w) {
+  const fsdp_rt_dtype f32 = FSDP_RT_F32, bf16 = FSDP_RT_BF16;
+
+  unaryGradCase(w, "silu_grad", "silu_grad", f32,
+                [&](void *x, void *dy, int64_t n, void *dx) {
+                  fsdp_rt_silu_grad(nullptr, f32, x, dy, n, dx);
+                });
+  unaryGradCase(w, "silu_grad_bf16", "silu_grad", bf16,
+                [&](void *x, void *dy, int64_t n, void *dx) {
+                  fsdp_rt_silu_grad(nullptr, bf16, x, dy, n, dx);
+                });
+  unaryGradCase(w, "gelu_grad", "gelu_grad", f32,
+                [&](void *x, void *dy, int64_t n, void *dx) {
+                  fsdp_rt_gelu_grad(nullptr, f32, x, dy, n, 0, dx);
+                });
+  w.attr("approximate", "none");
+  unaryGradCase(w, "gelu_grad_tanh", "gelu_grad", f32,
+                [&](void *x, void *dy, int64_t n, void *dx) {
+                  fsdp_rt_gelu_grad(nullptr, f32, x, dy, n, 1, dx);
+                });
+  w.attr("approximate", "tanh");
+
+  normGradCase(w, "rms_norm_grad", f32, false, false);
+  normGradCase(w, "rms_norm_grad_bf16", bf16, false, false);
+  normGradCase(w, "layer_norm_grad", f32, true, true);
+  normGradCase(w, "layer_norm_grad_nobias", f32, true, false);
+
+  for (fsdp_rt_dtype dt : {f32, bf16}) {
+    const int64_t b = 2, s = 5, heads = 3, d = 8;
+    Tensor dy = randomFloat(dt, {b, s, heads, d}),
+           pos = randomIndex(FSDP_RT_I64, {b, s}, 4096), dx(dt, dy.shape);
+    fsdp_rt_rotary_grad(nullptr, dt, dy.data(), FSDP_RT_I64, pos.data(), b, s,
+                        heads, d, 10000.0, dx.data());
+    w.begin(dt == f32 ? "rotary_grad" : "rotary_grad_bf16", "rotary_grad");
+    w.attr("theta", 10000.0);
+    w.tensor("in", "dy", dy);
+    w.tensor("in", "positions", pos);
+    w.tensor("out", "dx", dx);
+  }
+
+  attentionGradCase(w, "attention_grad_causal_gqa", f32, true, 0, 4, 2, 8,
+                    1.0 / std::sqrt(8.0));
+  attentionGradCase(w, "attention_grad_sliding_window", f32, true, 3, 4, 1, 8,
+                    1.0 / std::sqrt(8.0));
+  attentionGradCase(w, "attention_grad_full", f32, false, 0, 2, 2, 5, 0.3);
+  attentionGradCase(w, "attention_grad_window_noncausal", f32, false, 4, 6, 2,
+                    8, 0.35);
+  attentionGradCase(w, "attention_grad_bf16", bf16, true, 0, 4, 2, 8,
+                    1.0 / std::sqrt(8.0));
+
+  for (int dim : {-1, 1}) {
+    Tensor x = randomFloat(f32, {2, 3, 4}, 5.0f), y(f32, x.shape),
+           dy = randomFloat(f32, x.shape), dx(f32, x.shape);
+    fsdp_rt_softmax(nullptr, f32, x.data(), x.shape.data(), x.rank(), dim,
+                    y.data());
+    fsdp_rt_softmax_grad(nullptr, f32, y.data(), dy.data(), x.shape.data(),
+                         x.rank(), dim, dx.data());
+    w.begin(dim == -1 ? "softmax_grad" : "softmax_grad_dim1", "softmax_grad");
+    w.attr("dim", dim);
+    w.tensor("in", "x", x);
+    w.tensor("in", "y", y);
+    w.tensor("in", "dy", dy);
+    w.tensor("out", "dx", dx);
+  }
+
+  for (fsdp_rt_dtype dt : {f32, bf16}) {
+    // 12 ids over a vocabulary of 7 repeat, so rows accumulate.
+    const int64_t vocab = 7, hidden = 6;
+    Tensor ids = randomIndex(FSDP_RT_I64, {3, 4}, vocab),
+           dy = randomFloat(dt, {3, 4, hidden}), dtable(dt, {vocab, hidden});
+    fsdp_rt_embedding_grad(nullptr, dt, FSDP_RT_I64, ids.data(), ids.numel(),
+                           dy.data(), vocab, hidden, dtable.data());
+    w.begin(dt == f32 ? "embedding_grad" : "embedding_grad_bf16",
+            "embedding_grad");
+    w.tensor("in", "ids", ids);
+    w.tensor("in", "dy", dy);
+    w.tensor("out", "dtable", dtable);
+  }
+
+  crossEntropyGradCase(w, "cross_entropy_grad_mean", FSDP_RT_REDUCTION_MEAN,
+                       "mean", f32);
+  crossEntropyGradCase(w, "cross_entropy_grad_sum", FSDP_RT_REDUCTION_SUM,
+                       "sum", f32);
+  crossEntropyGradCase(w, "cross_entropy_grad_none", FSDP_RT_REDUCTION_NONE,
+                       "none", f32);
+  crossEntropyGradCase(w, "cross_entropy_grad_bf16", FSDP_RT_REDUCTION_MEAN,
+                       "mean", bf16);
+
+  reduceSumToCase(w, "reduce_sum_to", f32, {2, 3, 4, 5}, {3, 1, 5});
+  reduceSumToCase(w, "reduce_sum_to_bias", f32, {2, 3, 4}, {4});
+  reduceSumToCase(w, "reduce_sum_to_scalar", f32, {3, 5}, {});
+  reduceSumToCase(w, "reduce_sum_to_bf16", bf16, {4, 1, 6}, {1, 1, 6});
+
+  for (fsdp_rt_dtype dt : {f32, bf16}) {
+    Tensor x = randomFloat(dt, {2, 3, 4}), out(dt, {2, 6, 4});
+    fsdp_rt_pad(nullptr, dt, x.data(), x.shape.data(), x.rank(), -2, 1, 2,
+                out.data());
+    w.begin(dt == f32 ? "pad" : "pad_bf16", "pad");
+    w.attr("dim", -2);
+    w.attr("before", 1);
+    w.attr("after", 2);
+    w.tensor("in", "x", x);
+    w.tensor("out", "out", out);
+  }
+
+  for (fsdp_rt_dtype dt : {f32, bf16}) {
+    Tensor x = randomFloat(dt, {1000}, 3.0f), out(FSDP_RT_F32, {});
+    fsdp_rt_sum_squares(nullptr, dt, x.data(), x.numel(), out.as<float>());
+    w.begin(dt == f32 ? "sum_squares" : "sum_squares_bf16", "sum_squares");
+    w.tensor("in", "x", x);
+    w.tensor("out", "out", out);
+  }
+
+  optimizerCase(w, "adamw", true, 0, f32);
+  optimizerCase(w, "adamw_bf16_grad", true, 0, bf16);
+  optimizerCase(w, "sgd_momentum", false, 0.9, f32);
+  optimizerCase(w, "sgd", false, 0, f32);
+}
+
 /// Checks the memory, stream and counter API; returns false on a mismatch.
 bool checkSupport() {
   bool ok = true;
@@ -485,8 +755,11 @@ bool checkSupport() {
          "counters are keyed by the axis set");
   float x[4] = {1, 2, 3, 4}, y[4];
   fsdp_rt_neg(nullptr, FSDP_RT_F32, x, 4, y);
+  float sumSq;
+  fsdp_rt_sum_squares(nullptr, FSDP_RT_F32, x, 4, &sumSq);
   expect(fsdp_rt_kernel_calls(FSDP_RT_KERNEL_ELEMENTWISE) == 1 &&
              fsdp_rt_kernel_time_ns(FSDP_RT_KERNEL_ELEMENTWISE) >= 0 &&
+             fsdp_rt_kernel_calls(FSDP_RT_KERNEL_OPTIMIZER) == 1 &&
              fsdp_rt_kernel_calls(FSDP_RT_KERNEL_GEMM) == 0,
          "kernel counters");
   fsdp_rt_counters_reset();
@@ -499,18 +772,23 @@ bool checkSupport() {
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <output-dir>\n", argv[0]);
+  bool grad = argc == 3 && std::strcmp(argv[1], "--grad") == 0;
+  if (argc != 2 && !grad) {
+    std::fprintf(stderr, "usage: %s [--grad] <output-dir>\n", argv[0]);
     return 2;
   }
-  mkdir(argv[1], 0755);
-  Writer w(argv[1]);
+  const char *dir = argv[argc - 1];
+  mkdir(dir, 0755);
+  Writer w(dir);
   if (!w.ok()) {
-    std::fprintf(stderr, "cannot write to %s\n", argv[1]);
+    std::fprintf(stderr, "cannot write to %s\n", dir);
     return 1;
   }
   if (!checkSupport())
     return 1;
-  runAll(w);
+  if (grad)
+    runGrad(w);
+  else
+    runAll(w);
   return 0;
 }

@@ -125,15 +125,16 @@ int64_t fsdp_rt_collective_calls(fsdp_rt_collective_kind kind,
 /// Kernel classes for the time report, with the kernels each one counts.
 typedef enum fsdp_rt_kernel_class {
   FSDP_RT_KERNEL_GEMM = 0,        // linear, matmul, batch_matmul
-  FSDP_RT_KERNEL_ELEMENTWISE = 1, // add ... gelu
-  FSDP_RT_KERNEL_NORM = 2,        // rms_norm, layer_norm
+  FSDP_RT_KERNEL_ELEMENTWISE = 1, // add ... gelu, their grads, reduce_sum_to
+  FSDP_RT_KERNEL_NORM = 2,        // rms_norm, layer_norm and their grads
   FSDP_RT_KERNEL_ROTARY = 3,
   FSDP_RT_KERNEL_ATTENTION = 4,
   FSDP_RT_KERNEL_SOFTMAX = 5,
-  FSDP_RT_KERNEL_LOSS = 6, // cross_entropy
+  FSDP_RT_KERNEL_LOSS = 6, // cross_entropy and its grad
   FSDP_RT_KERNEL_EMBEDDING = 7,
-  FSDP_RT_KERNEL_DATA_MOVEMENT = 8, // transpose, slice, concat, copy, cast
-  FSDP_RT_NUM_KERNEL_CLASSES = 9,
+  FSDP_RT_KERNEL_DATA_MOVEMENT = 8, // transpose, slice, concat, copy, cast, pad
+  FSDP_RT_KERNEL_OPTIMIZER = 9,     // sum_squares, adamw, sgd
+  FSDP_RT_NUM_KERNEL_CLASSES = 10,
 } fsdp_rt_kernel_class;
 
 /// Wall time in nanoseconds spent in kernels of class `cls` since the last
@@ -276,6 +277,120 @@ void fsdp_rt_copy(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
 /// Converts `numel` float elements between f32, bf16 and f16.
 void fsdp_rt_cast(fsdp_rt_stream stream, fsdp_rt_dtype src_dtype, const void *x,
                   fsdp_rt_dtype dst_dtype, int64_t numel, void *out);
+
+//===----------------------------------------------------------------------===//
+// Backward kernels
+//
+// The vector-Jacobian products of the forward kernels, under the same
+// conventions: `dy` is the gradient of the forward result, the `d*` outputs
+// the gradients of its operands. Each kernel times itself into the class of
+// its forward kernel. Reductions over rows accumulate in double.
+//===----------------------------------------------------------------------===//
+
+/// dx = dy · silu'(x).
+void fsdp_rt_silu_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                       const void *x, const void *dy, int64_t numel, void *dx);
+/// dx = dy · gelu'(x), erf form or tanh approximation as in fsdp_rt_gelu.
+void fsdp_rt_gelu_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                       const void *x, const void *dy, int64_t numel,
+                       int approximate_tanh, void *dx);
+
+/// Gradients of fsdp_rt_rms_norm: dx [rows, h] and dweight [h], summed over
+/// the rows.
+void fsdp_rt_rms_norm_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                           const void *x, const void *weight, const void *dy,
+                           int64_t rows, int64_t h, double eps, void *dx,
+                           void *dweight);
+/// Gradients of fsdp_rt_layer_norm: dx, dweight and, unless `dbias` is NULL,
+/// dbias (both [h], summed over the rows).
+void fsdp_rt_layer_norm_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                             const void *x, const void *weight, const void *dy,
+                             int64_t rows, int64_t h, double eps, void *dx,
+                             void *dweight, void *dbias);
+
+/// Gradient of fsdp_rt_rotary with respect to x: the transposed rotation,
+/// i.e. the rotation by the negative angle, applied to `dy` (same arguments).
+void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                         const void *dy, fsdp_rt_dtype positions_dtype,
+                         const void *positions, int64_t b, int64_t s,
+                         int64_t heads, int64_t d, double theta, void *dx);
+
+/// Gradients of fsdp_rt_attention: dq [b, s, nq, d], dk [b, s, nkv, d] and
+/// dvalue [b, s, nkv, dv] from dout [b, s, nq, dv]. The probabilities are
+/// recomputed; dk and dvalue sum over the query heads sharing a KV head.
+void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                            const void *q, const void *k, const void *v,
+                            const void *dout, int64_t b, int64_t s, int64_t nq,
+                            int64_t nkv, int64_t d, int64_t dv, int causal,
+                            int64_t sliding_window, double scale, void *dq,
+                            void *dk, void *dvalue);
+
+/// Gradient of fsdp_rt_softmax from its output: dx = y · (dy - Σ y·dy) along
+/// `dim`.
+void fsdp_rt_softmax_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                          const void *y, const void *dy, const int64_t *shape,
+                          int rank, int dim, void *dx);
+
+/// Gradient of fsdp_rt_embedding: zeroes dtable [vocab, hidden], then adds
+/// row i of dy [num_ids, hidden] to row ids[i] (repeated ids accumulate).
+void fsdp_rt_embedding_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                            fsdp_rt_dtype ids_dtype, const void *ids,
+                            int64_t num_ids, const void *dy, int64_t vocab,
+                            int64_t hidden, void *dtable);
+
+/// Gradient of fsdp_rt_cross_entropy: dlogits[r] = g_r · (softmax(logits[r])
+/// - onehot(labels[r])), zero for ignored rows, where g_r is dloss[0] for
+/// SUM, dloss[0] / (number of non-ignored rows) for MEAN and dloss[r] for
+/// NONE.
+void fsdp_rt_cross_entropy_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                                const void *logits, fsdp_rt_dtype labels_dtype,
+                                const void *labels, int64_t rows, int64_t vocab,
+                                int64_t ignore_index,
+                                fsdp_rt_reduction reduction, const float *dloss,
+                                void *dlogits);
+
+/// Sums x down to `out_shape`, which broadcasts to `in_shape` by the NumPy
+/// rule (aligned at the last dims; each out dim is 1 or equal): the gradient
+/// of a broadcasting operand. Ranks are at most 8.
+void fsdp_rt_reduce_sum_to(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                           const void *x, const int64_t *in_shape, int in_rank,
+                           const int64_t *out_shape, int out_rank, void *out);
+
+/// out = x with `before` and `after` zeros added along `dim` (the gradient of
+/// fsdp_rt_slice); `shape` is x's shape. Works for every element type.
+void fsdp_rt_pad(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                 const int64_t *shape, int rank, int dim, int64_t before,
+                 int64_t after, void *out);
+
+//===----------------------------------------------------------------------===//
+// Optimizer kernels
+//
+// Parameters and optimizer state are f32; the gradient has its own float
+// type. Each update uses g = grad_scale · grad, which is how the step applies
+// global gradient-norm clipping. `step` counts from 1.
+//===----------------------------------------------------------------------===//
+
+/// out[0] = Σ x² over `numel` elements, accumulated in double; the squared
+/// norm that gradient clipping sums over all gradients.
+void fsdp_rt_sum_squares(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                         const void *x, int64_t numel, float *out);
+
+/// One torch.optim.AdamW step: p *= 1 - lr·weight_decay; m = β1·m + (1-β1)·g;
+/// v = β2·v + (1-β2)·g²; p -= lr · (m / (1-β1^step)) /
+/// (sqrt(v / (1-β2^step)) + eps).
+void fsdp_rt_adamw(fsdp_rt_stream stream, float *param, float *exp_avg,
+                   float *exp_avg_sq, fsdp_rt_dtype grad_dtype,
+                   const void *grad, int64_t numel, double lr, double beta1,
+                   double beta2, double eps, double weight_decay, int64_t step,
+                   double grad_scale);
+
+/// One torch.optim.SGD step (no dampening, not Nesterov): g += weight_decay·p;
+/// buf = g at step 1, momentum·buf + g after; p -= lr·buf. With momentum 0
+/// there is no buffer (`momentum_buffer` may be NULL) and p -= lr·g.
+void fsdp_rt_sgd(fsdp_rt_stream stream, float *param, float *momentum_buffer,
+                 fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
+                 double lr, double momentum, double weight_decay, int64_t step,
+                 double grad_scale);
 
 #ifdef __cplusplus
 } // extern "C"

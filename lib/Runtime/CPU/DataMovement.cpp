@@ -1,17 +1,18 @@
-//===- DataMovement.cpp - embedding, transpose, slice, concat, copy, cast -===//
+//===- DataMovement.cpp - embedding, layout, cast, pad, embedding_grad ----===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
 //===----------------------------------------------------------------------===//
 //
-// These kernels move bytes and never look at values (except cast), so they
-// work on every element type.
+// These kernels move bytes and never look at values, so they work on every
+// element type; cast converts and embedding_grad adds rows, both in f32.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Internal.h"
 
+#include <algorithm>
 #include <cstring>
 
 using namespace fsdp::rt;
@@ -104,4 +105,43 @@ void fsdp_rt_cast(fsdp_rt_stream, fsdp_rt_dtype src_dtype, const void *x,
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
   FloatInput fx(src_dtype, x, numel);
   fromFloat(dst_dtype, fx.get(), numel, out);
+}
+
+void fsdp_rt_embedding_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
+                            fsdp_rt_dtype ids_dtype, const void *ids,
+                            int64_t num_ids, const void *dy, int64_t vocab,
+                            int64_t hidden, void *dtable) {
+  KernelTimer timer(FSDP_RT_KERNEL_EMBEDDING);
+  FloatInput fdy(dtype, dy, num_ids * hidden);
+  FloatOutput fo(dtype, dtable, vocab * hidden);
+  float *table = fo.get();
+  std::fill(table, table + vocab * hidden, 0.0f);
+  for (int64_t i = 0; i < num_ids; ++i) {
+    float *row = table + loadIndex(ids_dtype, ids, i) * hidden;
+    const float *src = fdy.get() + i * hidden;
+    for (int64_t j = 0; j < hidden; ++j)
+      row[j] += src[j];
+  }
+  fo.finish();
+}
+
+void fsdp_rt_pad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                 const int64_t *shape, int rank, int dim, int64_t before,
+                 int64_t after, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
+  if (dim < 0)
+    dim += rank;
+  // Zero bits are zero in every element type.
+  size_t elt = fsdp_rt_dtype_size(dtype);
+  int64_t outer = numElements(shape, dim),
+          inner = numElements(shape + dim + 1, rank - dim - 1);
+  size_t chunk = shape[dim] * inner * elt, head = before * inner * elt,
+         tail = after * inner * elt;
+  char *o = static_cast<char *>(out);
+  for (int64_t r = 0; r < outer; ++r) {
+    std::memset(o, 0, head);
+    std::memcpy(o + head, static_cast<const char *>(x) + r * chunk, chunk);
+    std::memset(o + head + chunk, 0, tail);
+    o += head + chunk + tail;
+  }
 }

@@ -129,3 +129,74 @@ void fsdp_rt_gelu(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   unary(dtype, x, numel, out,
         [rsqrt2](float v) { return 0.5f * v * (1.0f + std::erf(v * rsqrt2)); });
 }
+
+/// Applies `fn(x, dy)` to each of `n` element pairs in f32.
+template <typename Fn>
+static void unaryGrad(fsdp_rt_dtype dtype, const void *x, const void *dy,
+                      int64_t n, void *dx, Fn fn) {
+  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
+  FloatInput fx(dtype, x, n), fdy(dtype, dy, n);
+  FloatOutput fo(dtype, dx, n);
+  const float *px = fx.get(), *pdy = fdy.get();
+  float *po = fo.get();
+  for (int64_t i = 0; i < n; ++i)
+    po[i] = fn(px[i], pdy[i]);
+  fo.finish();
+}
+
+void fsdp_rt_silu_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                       const void *dy, int64_t numel, void *dx) {
+  unaryGrad(dtype, x, dy, numel, dx, [](float v, float g) {
+    float sig = 1.0f / (1.0f + std::exp(-v));
+    return g * sig * (1.0f + v * (1.0f - sig));
+  });
+}
+
+void fsdp_rt_gelu_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                       const void *dy, int64_t numel, int approximate_tanh,
+                       void *dx) {
+  if (approximate_tanh) {
+    const float c = 0.7978845608028654f; // sqrt(2 / pi)
+    unaryGrad(dtype, x, dy, numel, dx, [c](float v, float g) {
+      float t = std::tanh(c * (v + 0.044715f * v * v * v));
+      float du = c * (1.0f + 3.0f * 0.044715f * v * v);
+      return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    });
+    return;
+  }
+  const float rsqrt2 = 0.7071067811865476f, rsqrt2pi = 0.3989422804014327f;
+  unaryGrad(dtype, x, dy, numel, dx, [=](float v, float g) {
+    return g * (0.5f * (1.0f + std::erf(v * rsqrt2)) +
+                v * rsqrt2pi * std::exp(-0.5f * v * v));
+  });
+}
+
+void fsdp_rt_reduce_sum_to(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                           const int64_t *in_shape, int in_rank,
+                           const int64_t *out_shape, int out_rank, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
+  int64_t n = numElements(in_shape, in_rank),
+          outN = numElements(out_shape, out_rank);
+  FloatInput fx(dtype, x, n);
+  // The broadcast walk of `binary` run backwards: out's strides in x's index
+  // space are zero along the summed dims.
+  std::vector<int64_t> os = broadcastStrides(out_shape, out_rank, in_rank);
+  std::vector<int64_t> index(in_rank, 0);
+  std::vector<double> sums(outN, 0.0);
+  const float *px = fx.get();
+  int64_t oi = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    sums[oi] += px[i];
+    for (int d = in_rank - 1; d >= 0; --d) {
+      oi += os[d];
+      if (++index[d] < in_shape[d])
+        break;
+      oi -= os[d] * in_shape[d];
+      index[d] = 0;
+    }
+  }
+  FloatOutput fo(dtype, out, outN);
+  for (int64_t i = 0; i < outN; ++i)
+    fo.get()[i] = float(sums[i]);
+  fo.finish();
+}

@@ -61,3 +61,82 @@ void fsdp_rt_layer_norm(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   }
   fo.finish();
 }
+
+/// Writes the f32 sums of `sums` to a weight-shaped gradient of `dtype`.
+static void storeSums(fsdp_rt_dtype dtype, const std::vector<double> &sums,
+                      void *out) {
+  FloatOutput fo(dtype, out, int64_t(sums.size()));
+  for (size_t i = 0; i < sums.size(); ++i)
+    fo.get()[i] = float(sums[i]);
+  fo.finish();
+}
+
+void fsdp_rt_rms_norm_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                           const void *weight, const void *dy, int64_t rows,
+                           int64_t h, double eps, void *dx, void *dweight) {
+  KernelTimer timer(FSDP_RT_KERNEL_NORM);
+  FloatInput fx(dtype, x, rows * h), fw(dtype, weight, h),
+      fdy(dtype, dy, rows * h);
+  FloatOutput fdx(dtype, dx, rows * h);
+  const float *w = fw.get();
+  std::vector<double> dw(h, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = fx.get() + r * h, *dyr = fdy.get() + r * h;
+    float *dxr = fdx.get() + r * h;
+    double sumSq = 0, dot = 0;
+    for (int64_t i = 0; i < h; ++i) {
+      sumSq += double(xr[i]) * xr[i];
+      dot += double(dyr[i]) * w[i] * xr[i];
+    }
+    double inv = 1.0 / std::sqrt(sumSq / h + eps);
+    // d/dx of x·inv: inv·(g - x·inv²·mean(g·x)) with g = dy·w.
+    float fInv = float(inv), proj = float(inv * inv * inv * dot / h);
+    for (int64_t i = 0; i < h; ++i) {
+      dxr[i] = dyr[i] * w[i] * fInv - xr[i] * proj;
+      dw[i] += double(dyr[i]) * xr[i] * inv;
+    }
+  }
+  fdx.finish();
+  storeSums(dtype, dw, dweight);
+}
+
+void fsdp_rt_layer_norm_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                             const void *weight, const void *dy, int64_t rows,
+                             int64_t h, double eps, void *dx, void *dweight,
+                             void *dbias) {
+  KernelTimer timer(FSDP_RT_KERNEL_NORM);
+  FloatInput fx(dtype, x, rows * h), fw(dtype, weight, h),
+      fdy(dtype, dy, rows * h);
+  FloatOutput fdx(dtype, dx, rows * h);
+  const float *w = fw.get();
+  std::vector<double> dw(h, 0.0), db(h, 0.0);
+  std::vector<float> xhat(h);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = fx.get() + r * h, *dyr = fdy.get() + r * h;
+    float *dxr = fdx.get() + r * h;
+    double sum = 0;
+    for (int64_t i = 0; i < h; ++i)
+      sum += xr[i];
+    double mean = sum / h, sumSq = 0;
+    for (int64_t i = 0; i < h; ++i)
+      sumSq += (xr[i] - mean) * (xr[i] - mean);
+    double inv = 1.0 / std::sqrt(sumSq / h + eps);
+    // dx = inv·(g - mean(g) - x̂·mean(g·x̂)) with g = dy·w.
+    double sumG = 0, sumGX = 0;
+    for (int64_t i = 0; i < h; ++i) {
+      xhat[i] = float((xr[i] - mean) * inv);
+      double g = double(dyr[i]) * w[i];
+      sumG += g;
+      sumGX += g * xhat[i];
+      dw[i] += double(dyr[i]) * xhat[i];
+      db[i] += dyr[i];
+    }
+    float fInv = float(inv), meanG = float(sumG / h), meanGX = float(sumGX / h);
+    for (int64_t i = 0; i < h; ++i)
+      dxr[i] = fInv * (dyr[i] * w[i] - meanG - xhat[i] * meanGX);
+  }
+  fdx.finish();
+  storeSums(dtype, dw, dweight);
+  if (dbias)
+    storeSums(dtype, db, dbias);
+}

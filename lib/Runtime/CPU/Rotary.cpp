@@ -1,4 +1,4 @@
-//===- Rotary.cpp - Rotary position embedding (rotate-half) ---------------===//
+//===- Rotary.cpp - Rotary position embedding (rotate-half) and its grad --===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -11,10 +11,12 @@
 
 using namespace fsdp::rt;
 
-void fsdp_rt_rotary(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
-                    fsdp_rt_dtype positions_dtype, const void *positions,
-                    int64_t b, int64_t s, int64_t heads, int64_t d,
-                    double theta, void *out) {
+/// Rotates each pair (x[i], x[i + d/2]) by `sign` times its angle: +1 is the
+/// embedding, -1 its transpose (and inverse), which is the gradient.
+static void rotate(fsdp_rt_dtype dtype, const void *x,
+                   fsdp_rt_dtype positionsDtype, const void *positions,
+                   int64_t b, int64_t s, int64_t heads, int64_t d, double theta,
+                   double sign, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_ROTARY);
   int64_t n = b * s * heads * d, half = d / 2;
   FloatInput fx(dtype, x, n);
@@ -26,10 +28,10 @@ void fsdp_rt_rotary(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   for (int64_t t = 0; t < b * s; ++t) {
     // Angles in double: positions reach tens of thousands and an f32 angle
     // would lose the low digits that the sine depends on.
-    double pos = double(loadIndex(positions_dtype, positions, t));
+    double pos = double(loadIndex(positionsDtype, positions, t));
     for (int64_t i = 0; i < half; ++i) {
       cosA[i] = float(std::cos(pos * invFreq[i]));
-      sinA[i] = float(std::sin(pos * invFreq[i]));
+      sinA[i] = float(sign * std::sin(pos * invFreq[i]));
     }
     for (int64_t h = 0; h < heads; ++h) {
       const float *xv = fx.get() + (t * heads + h) * d;
@@ -42,4 +44,19 @@ void fsdp_rt_rotary(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
     }
   }
   fo.finish();
+}
+
+void fsdp_rt_rotary(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                    fsdp_rt_dtype positions_dtype, const void *positions,
+                    int64_t b, int64_t s, int64_t heads, int64_t d,
+                    double theta, void *out) {
+  rotate(dtype, x, positions_dtype, positions, b, s, heads, d, theta, 1.0, out);
+}
+
+void fsdp_rt_rotary_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *dy,
+                         fsdp_rt_dtype positions_dtype, const void *positions,
+                         int64_t b, int64_t s, int64_t heads, int64_t d,
+                         double theta, void *dx) {
+  rotate(dtype, dy, positions_dtype, positions, b, s, heads, d, theta, -1.0,
+         dx);
 }

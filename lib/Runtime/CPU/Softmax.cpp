@@ -1,4 +1,4 @@
-//===- Softmax.cpp - softmax and cross_entropy ----------------------------===//
+//===- Softmax.cpp - softmax and cross_entropy, and their grads -----------===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -84,4 +84,66 @@ void fsdp_rt_cross_entropy(fsdp_rt_stream, fsdp_rt_dtype dtype,
     out[0] = float(total);
   if (count)
     *count = counted;
+}
+
+void fsdp_rt_softmax_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *y,
+                          const void *dy, const int64_t *shape, int rank,
+                          int dim, void *dx) {
+  KernelTimer timer(FSDP_RT_KERNEL_SOFTMAX);
+  if (dim < 0)
+    dim += rank;
+  int64_t outer = numElements(shape, dim), len = shape[dim],
+          inner = numElements(shape + dim + 1, rank - dim - 1);
+  int64_t n = outer * len * inner;
+  FloatInput fy(dtype, y, n), fdy(dtype, dy, n);
+  FloatOutput fo(dtype, dx, n);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t in = 0; in < inner; ++in) {
+      int64_t base = o * len * inner + in;
+      const float *yr = fy.get() + base, *dyr = fdy.get() + base;
+      float *or_ = fo.get() + base;
+      double dot = 0;
+      for (int64_t i = 0; i < len; ++i)
+        dot += double(yr[i * inner]) * dyr[i * inner];
+      for (int64_t i = 0; i < len; ++i)
+        or_[i * inner] = yr[i * inner] * (dyr[i * inner] - float(dot));
+    }
+  }
+  fo.finish();
+}
+
+void fsdp_rt_cross_entropy_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
+                                const void *logits, fsdp_rt_dtype labels_dtype,
+                                const void *labels, int64_t rows, int64_t vocab,
+                                int64_t ignore_index,
+                                fsdp_rt_reduction reduction, const float *dloss,
+                                void *dlogits) {
+  KernelTimer timer(FSDP_RT_KERNEL_LOSS);
+  FloatInput fx(dtype, logits, rows * vocab);
+  FloatOutput fo(dtype, dlogits, rows * vocab);
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    counted += loadIndex(labels_dtype, labels, r) != ignore_index;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t label = loadIndex(labels_dtype, labels, r);
+    float *or_ = fo.get() + r * vocab;
+    if (label == ignore_index) {
+      std::fill(or_, or_ + vocab, 0.0f);
+      continue;
+    }
+    double g = reduction == FSDP_RT_REDUCTION_NONE ? dloss[r]
+               : reduction == FSDP_RT_REDUCTION_MEAN
+                   ? dloss[0] / double(counted)
+                   : dloss[0];
+    const float *xr = fx.get() + r * vocab;
+    float maxVal = *std::max_element(xr, xr + vocab);
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i)
+      sum += std::exp(double(xr[i] - maxVal));
+    double scale = g / sum;
+    for (int64_t i = 0; i < vocab; ++i)
+      or_[i] = float(std::exp(double(xr[i] - maxVal)) * scale);
+    or_[label] = float(std::exp(double(xr[label] - maxVal)) * scale - g);
+  }
+  fo.finish();
 }

@@ -63,9 +63,9 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
 }
 
 void fsdp::host::printReport(const fsdp_program &p) {
-  static const char *kernelNames[] = {"gemm",   "elementwise", "norm",
-                                      "rotary", "attention",   "softmax",
-                                      "loss",   "embedding",   "data_movement"};
+  static const char *kernelNames[] = {
+      "gemm",    "elementwise", "norm",      "rotary",        "attention",
+      "softmax", "loss",        "embedding", "data_movement", "optimizer"};
   static const char *collectiveNames[] = {"all_gather", "reduce_scatter",
                                           "all_reduce", "all_to_all",
                                           "permute",    "broadcast"};

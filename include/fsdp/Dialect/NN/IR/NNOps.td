@@ -478,4 +478,101 @@ def NN_SumSquaresOp : NN_Op<"sum_squares"> {
       "$input attr-dict `:` type($input) `->` type($result)";
 }
 
+//===----------------------------------------------------------------------===//
+// Training step: loss normalization, clipping, optimizers
+//===----------------------------------------------------------------------===//
+
+def NN_DivOp : NN_BinaryOp<"div"> {
+  let summary = "Elementwise quotient with NumPy trailing-dimension broadcast";
+}
+
+def NN_FillOp : NN_Op<"fill"> {
+  let summary = "A tensor of one value";
+  let arguments = !con((ins F64Attr:$value, DenseI64ArrayAttr:$shape,
+                            TypeAttr:$dtype), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+  let builders = [
+    OpBuilder<(ins "double":$value, "::mlir::RankedTensorType":$type), [{
+      build($_builder, $_state, type, $_builder.getF64FloatAttr(value),
+            $_builder.getDenseI64ArrayAttr(type.getShape()),
+            ::mlir::TypeAttr::get(type.getElementType()), nullptr);
+    }]>
+  ];
+}
+
+def NN_TokenCountOp : NN_Op<"token_count"> {
+  let summary = "The number of labels not equal to `ignore_index`, as f32";
+  let description = [{
+    The denominator of the training loss: the step divides the summed
+    cross-entropy by this count (all-reduced over data-parallel ranks), so
+    the loss does not depend on how tokens are split across ranks.
+  }];
+  let arguments = !con((ins NN_IndexTensor:$labels,
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index),
+                       NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat =
+      "$labels attr-dict `:` type($labels) `->` type($result)";
+}
+
+def NN_ClipCoefficientOp : NN_Op<"clip_coefficient"> {
+  let summary = "`min(1, max_norm / (sqrt(sum_of_squares) + 1e-6))`";
+  let description = [{
+    The factor PyTorch's `clip_grad_norm_` scales every gradient by, from the
+    global sum of squared gradient elements.
+  }];
+  let arguments = !con((ins RankedTensorOf<[F32]>:$sum_of_squares,
+                            F64Attr:$max_norm), NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat =
+      "$sum_of_squares attr-dict `:` type($sum_of_squares) `->` type($result)";
+}
+
+def NN_AdamWOp : NN_Op<"adamw"> {
+  let summary = "One AdamW update of an f32 master parameter";
+  let description = [{
+    PyTorch's `AdamW` on `param` with gradient `grad_scale · grad`: decoupled
+    weight decay, moments `exp_avg` and `exp_avg_sq`, bias correction with
+    the 1-based `step` (an f32 scalar). Returns the new parameter and
+    moments; the step function hands them back to the runtime, which keeps
+    them in place of the old ones.
+  }];
+  let arguments = !con((ins RankedTensorOf<[F32]>:$param,
+                            NN_FloatTensor:$grad,
+                            RankedTensorOf<[F32]>:$exp_avg,
+                            RankedTensorOf<[F32]>:$exp_avg_sq,
+                            RankedTensorOf<[F32]>:$step,
+                            RankedTensorOf<[F32]>:$grad_scale,
+                            F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
+                            F64Attr:$eps, F64Attr:$weight_decay), NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$new_param,
+                      RankedTensorOf<[F32]>:$new_exp_avg,
+                      RankedTensorOf<[F32]>:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step `,` $grad_scale attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_SGDOp : NN_Op<"sgd"> {
+  let summary = "One SGD (momentum, weight decay) update of an f32 parameter";
+  let description = [{
+    PyTorch's `SGD` (dampening 0, no Nesterov) on `param` with gradient
+    `grad_scale · grad`; `momentum_buffer` is the momentum state (its first
+    step takes the gradient itself, as PyTorch does when `step` is 1).
+  }];
+  let arguments = !con((ins RankedTensorOf<[F32]>:$param,
+                            NN_FloatTensor:$grad,
+                            RankedTensorOf<[F32]>:$momentum_buffer,
+                            RankedTensorOf<[F32]>:$step,
+                            RankedTensorOf<[F32]>:$grad_scale,
+                            F64Attr:$lr, F64Attr:$momentum,
+                            F64Attr:$weight_decay), NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$new_param,
+                      RankedTensorOf<[F32]>:$new_momentum_buffer);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $momentum_buffer `,` $step `,` $grad_scale attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 #endif // FSDP_DIALECT_NN_IR_NNOPS_TD

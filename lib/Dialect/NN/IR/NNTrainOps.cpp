@@ -1,0 +1,119 @@
+//===- NNTrainOps.cpp - Shape rules of the training-step ops --------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "ShapeRules.h"
+
+#include "mlir/Dialect/Traits.h"
+
+using namespace mlir;
+using namespace fsdp::nn;
+using namespace fsdp::nn::detail;
+
+namespace {
+/// Requires `v` to be an f32 scalar.
+template <typename OpTy>
+LogicalResult checkScalar(std::optional<Location> loc, StringRef what,
+                          Value v) {
+  if (tensorOf(v).getRank() == 0)
+    return success();
+  return reject<OpTy>(loc, what, " must be a scalar, got ", v.getType());
+}
+
+/// Requires every state operand to have the parameter's type and the
+/// gradient its shape.
+template <typename OpTy>
+LogicalResult checkUpdate(std::optional<Location> loc, Value param, Value grad,
+                          ArrayRef<std::pair<StringRef, Value>> state,
+                          Value step, Value scale) {
+  if (tensorOf(grad).getShape() != tensorOf(param).getShape())
+    return reject<OpTy>(loc, "gradient ", grad.getType(),
+                        " does not match the parameter ", param.getType());
+  for (auto [name, value] : state)
+    if (value.getType() != param.getType())
+      return reject<OpTy>(loc, name, " ", value.getType(),
+                          " does not match the parameter ", param.getType());
+  return failure(failed(checkScalar<OpTy>(loc, "step", step)) ||
+                 failed(checkScalar<OpTy>(loc, "grad_scale", scale)));
+}
+} // namespace
+
+LogicalResult DivOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &results) {
+  if (failed(sameElementType<DivOp>(loc, "rhs", adaptor.getLhs(),
+                                    adaptor.getRhs())))
+    return failure();
+  SmallVector<int64_t> shape;
+  if (!OpTrait::util::getBroadcastedShape(tensorOf(adaptor.getLhs()).getShape(),
+                                          tensorOf(adaptor.getRhs()).getShape(),
+                                          shape))
+    return reject<DivOp>(loc, "operands ", adaptor.getLhs().getType(), " and ",
+                         adaptor.getRhs().getType(),
+                         " are not broadcast-compatible");
+  results.push_back(RankedTensorType::get(
+      shape, tensorOf(adaptor.getLhs()).getElementType()));
+  return success();
+}
+
+LogicalResult FillOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &results) {
+  Type dtype = adaptor.getDtype();
+  if (!dtype.isF32() && !dtype.isBF16() && !dtype.isF16())
+    return reject<FillOp>(loc, "dtype must be f32, bf16 or f16, got ", dtype);
+  for (int64_t d : adaptor.getShape())
+    if (d < 1)
+      return reject<FillOp>(loc, "shape entries must be >= 1, got ", d);
+  results.push_back(RankedTensorType::get(adaptor.getShape(), dtype));
+  return success();
+}
+
+LogicalResult TokenCountOp::inferTypes(MLIRContext *context,
+                                       std::optional<Location>, Adaptor,
+                                       SmallVectorImpl<Type> &results) {
+  results.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult ClipCoefficientOp::inferTypes(MLIRContext *context,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  if (failed(checkScalar<ClipCoefficientOp>(loc, "sum_of_squares",
+                                            adaptor.getSumOfSquares())))
+    return failure();
+  if (!(adaptor.getMaxNorm().convertToDouble() > 0.0))
+    return reject<ClipCoefficientOp>(loc, "max_norm must be > 0");
+  results.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult AdamWOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
+  if (failed(checkUpdate<AdamWOp>(loc, adaptor.getParam(), adaptor.getGrad(),
+                                  {{"exp_avg", adaptor.getExpAvg()},
+                                   {"exp_avg_sq", adaptor.getExpAvgSq()}},
+                                  adaptor.getStep(), adaptor.getGradScale())))
+    return failure();
+  Type param = adaptor.getParam().getType();
+  results.append({param, param, param});
+  return success();
+}
+
+LogicalResult SGDOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &results) {
+  if (failed(
+          checkUpdate<SGDOp>(loc, adaptor.getParam(), adaptor.getGrad(),
+                             {{"momentum_buffer", adaptor.getMomentumBuffer()}},
+                             adaptor.getStep(), adaptor.getGradScale())))
+    return failure();
+  Type param = adaptor.getParam().getType();
+  results.append({param, param});
+  return success();
+}
