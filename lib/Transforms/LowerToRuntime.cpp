@@ -165,6 +165,12 @@ private:
     ++numOpCalls;
   }
   Value lookup(Value original) { return mapping.lookup(original); }
+  /// Lowers `op` in destination-passing style: one fsdp_tensor_new per
+  /// result, then `callee(p, results..., operands..., literals...)`.
+  void destinationCall(Operation *op, StringRef callee, ValueRange operands,
+                       ArrayRef<std::string> literals = {});
+  /// Lowers the training-step ops; fails on ops it does not know.
+  FailureOr<bool> lowerTrainingOp(Operation *op);
 
   ModuleOp module;
   func::FuncOp entry;
@@ -250,11 +256,19 @@ LogicalResult Lowering::emitDescribe(Location loc) {
             .emit(builder, loc);
       continue;
     }
+    if (auto state = entry.getArgAttrOfType<StringAttr>(
+            i, nn::NNDialect::kStateAttrName)) {
+      call("fsdp_prog_state")
+          .literal(stringLiteral(state.getValue()))
+          .literal(typeLiteral(type))
+          .emit(builder, loc);
+      continue;
+    }
     auto name =
         entry.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kParamAttrName);
     if (!name)
       return entry.emitOpError("argument #")
-             << i << " has neither nn.input nor nn.param";
+             << i << " has neither nn.input, nn.param nor nn.state";
     auto init =
         entry.getArgAttrOfType<nn::InitAttr>(i, nn::NNDialect::kInitAttrName);
     static const char *kinds[] = {"FSDP_INIT_ZEROS", "FSDP_INIT_ONES",
@@ -276,6 +290,13 @@ LogicalResult Lowering::emitDescribe(Location loc) {
                                     : "output" + std::to_string(i)))
         .emit(builder, loc);
   }
+  for (unsigned i = 0; i < entry.getNumResults(); ++i)
+    if (auto arg = entry.getResultAttrOfType<IntegerAttr>(
+            i, nn::NNDialect::kUpdatesAttrName))
+      call("fsdp_prog_output_update")
+          .literal(intLiteral(i))
+          .literal(intLiteral(arg.getInt()))
+          .emit(builder, loc);
   for (uint32_t mask : groups)
     call("fsdp_prog_group").literal(intLiteral(mask) + "u").emit(builder, loc);
   emitc::ReturnOp::create(builder, loc, Value());
@@ -326,6 +347,23 @@ LogicalResult Lowering::lowerCollective(dist::CollectiveOpInterface op) {
   return success();
 }
 
+void Lowering::destinationCall(Operation *op, StringRef callee,
+                               ValueRange operands,
+                               ArrayRef<std::string> literals) {
+  Call c = call(callee);
+  for (Value result : op->getResults()) {
+    Call alloc = call("fsdp_tensor_new").literal(
+        typeLiteral(cast<RankedTensorType>(result.getType())));
+    define(result, alloc);
+    c.value(lookup(result));
+  }
+  for (Value operand : operands)
+    c.value(lookup(operand));
+  for (const std::string &literal : literals)
+    c.literal(literal);
+  c.emit(builder, op->getLoc());
+}
+
 /// The dim `dim` of a rank-`rank` tensor, counted from the front.
 int64_t frontDim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + rank : dim;
@@ -334,6 +372,11 @@ int64_t frontDim(int64_t dim, int64_t rank) {
 LogicalResult Lowering::lowerOp(Operation *op) {
   if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op))
     return lowerCollective(collective);
+  FailureOr<bool> training = lowerTrainingOp(op);
+  if (failed(training))
+    return failure();
+  if (*training)
+    return success();
   if (auto wait = dyn_cast<dist::WaitOp>(op)) {
     Call c = call("fsdp_wait").value(lookup(wait.getFuture()));
     define(wait.getResult(), c);
@@ -433,8 +476,12 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         return success();
       })
       .Case([&](nn::RotaryOp o) -> LogicalResult {
-        if (o.getInverse())
-          return o.emitOpError("with 'inverse' has no runtime lowering yet");
+        if (o.getInverse()) {
+          destinationCall(
+              op, "fsdp_op_rotary_inverse", {o.getInput(), o.getPositions()},
+              {doubleLiteral(o.getTheta().convertToDouble())});
+          return success();
+        }
         Call c = opCall("fsdp_op_rotary", resultType);
         c.value(value(o.getInput()))
             .value(value(o.getPositions()))
@@ -553,6 +600,105 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       .Default([&](Operation *) {
         return op->emitOpError("has no runtime lowering");
       });
+}
+
+FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
+  auto f64 = [](APFloat v) { return doubleLiteral(v.convertToDouble()); };
+  auto dim = [](int64_t d, Value v) {
+    return intLiteral(
+        frontDim(d, cast<RankedTensorType>(v.getType()).getRank()));
+  };
+  auto reduction = [](StringRef r) -> std::string {
+    return r == "sum"    ? "FSDP_LOSS_SUM"
+           : r == "none" ? "FSDP_LOSS_NONE"
+                         : "FSDP_LOSS_MEAN";
+  };
+  bool handled = true;
+  TypeSwitch<Operation *>(op)
+      .Case([&](nn::SiluGradOp o) {
+        destinationCall(op, "fsdp_op_silu_grad", {o.getInput(), o.getGrad()});
+      })
+      .Case([&](nn::GeluGradOp o) {
+        destinationCall(op, "fsdp_op_gelu_grad", {o.getInput(), o.getGrad()},
+                        {boolLiteral(o.getApproximate() == "tanh")});
+      })
+      .Case([&](nn::RMSNormGradOp o) {
+        destinationCall(op, "fsdp_op_rms_norm_grad",
+                        {o.getInput(), o.getWeight(), o.getGrad()},
+                        {f64(o.getEps())});
+      })
+      .Case([&](nn::LayerNormGradOp o) {
+        destinationCall(op, "fsdp_op_layer_norm_grad",
+                        {o.getInput(), o.getWeight(), o.getGrad()},
+                        {f64(o.getEps())});
+      })
+      .Case([&](nn::AttentionGradOp o) {
+        destinationCall(
+            op, "fsdp_op_attention_grad",
+            {o.getQuery(), o.getKey(), o.getValue(), o.getGrad()},
+            {boolLiteral(o.getCausal()),
+             intLiteral(
+                 static_cast<int64_t>(o.getSlidingWindow().value_or(0))),
+             doubleLiteral(o.getScale() ? o.getScale()->convertToDouble()
+                                        : 0.0)});
+      })
+      .Case([&](nn::SoftmaxGradOp o) {
+        destinationCall(op, "fsdp_op_softmax_grad",
+                        {o.getOutput(), o.getGrad()},
+                        {dim(static_cast<int64_t>(o.getDim()), o.getOutput())});
+      })
+      .Case([&](nn::EmbeddingGradOp o) {
+        destinationCall(op, "fsdp_op_embedding_grad", {o.getIds(), o.getGrad()});
+      })
+      .Case([&](nn::CrossEntropyGradOp o) {
+        destinationCall(
+            op, "fsdp_op_cross_entropy_grad",
+            {o.getLogits(), o.getLabels(), o.getGrad()},
+            {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
+             reduction(o.getReduction())});
+      })
+      .Case([&](nn::ReduceSumToOp o) {
+        destinationCall(op, "fsdp_op_reduce_sum_to", {o.getInput()});
+      })
+      .Case([&](nn::PadOp o) {
+        destinationCall(op, "fsdp_op_pad", {o.getInput()},
+                        {dim(static_cast<int64_t>(o.getDim()), o.getInput()),
+                         intLiteral(static_cast<int64_t>(o.getBefore())),
+                         intLiteral(static_cast<int64_t>(o.getAfter()))});
+      })
+      .Case([&](nn::SumSquaresOp o) {
+        destinationCall(op, "fsdp_op_sum_squares", {o.getInput()});
+      })
+      .Case([&](nn::DivOp o) {
+        destinationCall(op, "fsdp_op_div", {o.getLhs(), o.getRhs()});
+      })
+      .Case([&](nn::FillOp o) {
+        destinationCall(op, "fsdp_op_fill", {}, {f64(o.getValue())});
+      })
+      .Case([&](nn::TokenCountOp o) {
+        destinationCall(op, "fsdp_op_token_count", {o.getLabels()},
+                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex()))});
+      })
+      .Case([&](nn::ClipCoefficientOp o) {
+        destinationCall(op, "fsdp_op_clip_coefficient",
+                        {o.getSumOfSquares()}, {f64(o.getMaxNorm())});
+      })
+      .Case([&](nn::AdamWOp o) {
+        destinationCall(op, "fsdp_op_adamw",
+                        {o.getParam(), o.getGrad(), o.getExpAvg(),
+                         o.getExpAvgSq(), o.getStep(), o.getGradScale()},
+                        {f64(o.getLr()), f64(o.getBeta1()), f64(o.getBeta2()),
+                         f64(o.getEps()), f64(o.getWeightDecay())});
+      })
+      .Case([&](nn::SGDOp o) {
+        destinationCall(op, "fsdp_op_sgd",
+                        {o.getParam(), o.getGrad(), o.getMomentumBuffer(),
+                         o.getStep(), o.getGradScale()},
+                        {f64(o.getLr()), f64(o.getMomentum()),
+                         f64(o.getWeightDecay())});
+      })
+      .Default([&](Operation *) { handled = false; });
+  return handled;
 }
 
 void Lowering::emitReleases(Block &body) {

@@ -11,7 +11,7 @@ module {
 
 // -----
 
-// expected-error @+1 {{'func.func' op argument #0 has neither nn.input nor nn.param}}
+// expected-error @+1 {{'func.func' op argument #0 has neither nn.input, nn.param nor nn.state}}
 func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }
@@ -43,10 +43,3 @@ func.func @forward(%x: tensor<4xf32> {nn.input = "x"}) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }
 
-// -----
-
-func.func @forward(%x: tensor<1x2x1x4xf32> {nn.input = "x"}, %pos: tensor<1x2xi64> {nn.input = "p"}) -> tensor<1x2x1x4xf32> {
-  // expected-error @+1 {{'nn.rotary' op with 'inverse' has no runtime lowering yet}}
-  %y = nn.rotary %x, %pos {theta = 10000.0 : f64, inverse} : (tensor<1x2x1x4xf32>, tensor<1x2xi64>) -> tensor<1x2x1x4xf32>
-  return %y : tensor<1x2x1x4xf32>
-}

@@ -221,6 +221,70 @@ fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
 fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f);
 
 //===----------------------------------------------------------------------===//
+// Training steps
+//===----------------------------------------------------------------------===//
+
+/// Declares optimizer state `name` (an argument after the parameters,
+/// zero-initialized, not saved with the parameters).
+void fsdp_prog_state(fsdp_program *p, const char *name, fsdp_type type);
+/// After each step, output `output_index` replaces argument `arg_index` (a
+/// parameter or state): how a step updates its parameters "in place".
+void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
+                             int64_t arg_index);
+
+// The ops below write their results into tensors the program created with
+// fsdp_tensor_new (results first, then operands), so one call can produce
+// several results.
+
+void fsdp_op_silu_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *x,
+                       fsdp_tensor *dy);
+void fsdp_op_gelu_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *x,
+                       fsdp_tensor *dy, bool tanh_approximation);
+void fsdp_op_rms_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
+                           fsdp_tensor *x, fsdp_tensor *w, fsdp_tensor *dy,
+                           double eps);
+void fsdp_op_layer_norm_grad(fsdp_program *p, fsdp_tensor *dx,
+                             fsdp_tensor *dw, fsdp_tensor *db, fsdp_tensor *x,
+                             fsdp_tensor *w, fsdp_tensor *dy, double eps);
+/// The rotation by the negative angle (rotary's transpose).
+void fsdp_op_rotary_inverse(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x,
+                            fsdp_tensor *positions, double theta);
+void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
+                            fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
+                            fsdp_tensor *v, fsdp_tensor *dout, bool causal,
+                            int64_t sliding_window, double scale);
+void fsdp_op_softmax_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *y,
+                          fsdp_tensor *dy, int64_t dim);
+void fsdp_op_embedding_grad(fsdp_program *p, fsdp_tensor *dtable,
+                            fsdp_tensor *ids, fsdp_tensor *dy);
+void fsdp_op_cross_entropy_grad(fsdp_program *p, fsdp_tensor *dlogits,
+                                fsdp_tensor *logits, fsdp_tensor *labels,
+                                fsdp_tensor *dloss, int64_t ignore_index,
+                                fsdp_loss_reduction reduction);
+void fsdp_op_reduce_sum_to(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x);
+void fsdp_op_pad(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x,
+                 int64_t dim, int64_t before, int64_t after);
+void fsdp_op_sum_squares(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x);
+void fsdp_op_div(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *a,
+                 fsdp_tensor *b);
+void fsdp_op_fill(fsdp_program *p, fsdp_tensor *out, double value);
+void fsdp_op_token_count(fsdp_program *p, fsdp_tensor *out,
+                         fsdp_tensor *labels, int64_t ignore_index);
+void fsdp_op_clip_coefficient(fsdp_program *p, fsdp_tensor *out,
+                              fsdp_tensor *sum_of_squares, double max_norm);
+void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
+                   fsdp_tensor *new_exp_avg, fsdp_tensor *new_exp_avg_sq,
+                   fsdp_tensor *param, fsdp_tensor *grad, fsdp_tensor *exp_avg,
+                   fsdp_tensor *exp_avg_sq, fsdp_tensor *step,
+                   fsdp_tensor *grad_scale, double lr, double beta1,
+                   double beta2, double eps, double weight_decay);
+void fsdp_op_sgd(fsdp_program *p, fsdp_tensor *new_param,
+                 fsdp_tensor *new_momentum_buffer, fsdp_tensor *param,
+                 fsdp_tensor *grad, fsdp_tensor *momentum_buffer,
+                 fsdp_tensor *step, fsdp_tensor *grad_scale, double lr,
+                 double momentum, double weight_decay);
+
+//===----------------------------------------------------------------------===//
 // Defined by the generated program
 //===----------------------------------------------------------------------===//
 

@@ -195,6 +195,14 @@ void fsdp_rt_mul(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                  const int64_t *x_shape, int x_rank, const void *y,
                  const int64_t *y_shape, int y_rank, const int64_t *out_shape,
                  int out_rank, void *out);
+/// Broadcasting x / y, as fsdp_rt_add.
+void fsdp_rt_div(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
+                 const int64_t *x_shape, int x_rank, const void *y,
+                 const int64_t *y_shape, int y_rank, const int64_t *out_shape,
+                 int out_rank, void *out);
+/// out[0, numel) = value.
+void fsdp_rt_fill(fsdp_rt_stream stream, fsdp_rt_dtype dtype, int64_t numel,
+                  double value, void *out);
 
 /// Unary elementwise kernels over `numel` elements.
 void fsdp_rt_neg(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,

@@ -12,7 +12,7 @@
 using namespace fsdp::rt;
 
 namespace {
-enum class BinaryKind { Add, Sub, Mul };
+enum class BinaryKind { Add, Sub, Mul, Div };
 } // namespace
 
 /// Strides of an operand in the output's index space: aligned at the last
@@ -46,7 +46,8 @@ static void binary(BinaryKind kind, fsdp_rt_dtype dtype, const void *x,
     float a = px[xi], b = py[yi];
     po[i] = kind == BinaryKind::Add   ? a + b
             : kind == BinaryKind::Sub ? a - b
-                                      : a * b;
+            : kind == BinaryKind::Mul ? a * b
+                                      : a / b;
     // Advance the multi-index like an odometer, keeping both offsets.
     for (int d = outRank - 1; d >= 0; --d) {
       xi += xs[d];
@@ -83,6 +84,21 @@ void fsdp_rt_mul(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                  int out_rank, void *out) {
   binary(BinaryKind::Mul, dtype, x, x_shape, x_rank, y, y_shape, y_rank,
          out_shape, out_rank, out);
+}
+
+void fsdp_rt_div(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                 const int64_t *x_shape, int x_rank, const void *y,
+                 const int64_t *y_shape, int y_rank, const int64_t *out_shape,
+                 int out_rank, void *out) {
+  binary(BinaryKind::Div, dtype, x, x_shape, x_rank, y, y_shape, y_rank,
+         out_shape, out_rank, out);
+}
+
+void fsdp_rt_fill(fsdp_rt_stream, fsdp_rt_dtype dtype, int64_t numel,
+                  double value, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
+  std::vector<float> v(static_cast<size_t>(numel), static_cast<float>(value));
+  fsdp::rt::fromFloat(dtype, v.data(), numel, out);
 }
 
 /// Applies `fn` to each of `n` elements in f32.

@@ -26,6 +26,9 @@ using namespace fsdp::host;
 
 namespace {
 
+/// The 1-based step count a training step's optimizer reads (an f32 scalar).
+const char *const kOptimizerStep = "optimizer_step";
+
 bool isTokenInput(const std::string &name) {
   return name == "input_ids" || name == "labels" || name == "position_ids";
 }
@@ -109,7 +112,8 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
   for (Input &in : p.inputs) {
     in.tensor = newTensor(in.type);
     in.tensor->borrowed = true;
-    if (!isTokenInput(in.name) && p.worldRank == 0)
+    if (!isTokenInput(in.name) && in.name != kOptimizerStep &&
+        p.worldRank == 0)
       std::fprintf(stderr,
                    "warning: input '%s' is not input_ids, labels or "
                    "position_ids; it is zero-filled\n",
@@ -127,6 +131,14 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
 
 void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
                             int64_t step) {
+  for (Input &in : p.inputs)
+    if (in.name == kOptimizerStep) {
+      if (in.type.dtype != FSDP_RT_F32 || in.type.rank != 0)
+        fail("data", std::string(kOptimizerStep) + " is " +
+                         typeString(in.type) + ", expected an f32 scalar");
+      float count = float(step + 1);
+      upload(in.tensor, &count);
+    }
   BatchShape shape = batchShape(p);
   if (!shape.batch)
     return;

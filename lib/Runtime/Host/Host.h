@@ -60,6 +60,8 @@ struct Param {
   fsdp_init_kind init;
   double a, b;
   fsdp_tensor *tensor = nullptr;
+  /// Optimizer state: zero-initialized, neither saved nor dumped.
+  bool state = false;
 };
 
 /// The communicator of one axis set: this rank's place in it.
@@ -77,6 +79,9 @@ struct fsdp_program {
   std::vector<fsdp::host::Param> params;
   std::vector<std::string> outputNames;
   std::vector<fsdp_tensor *> outputs;
+  /// (output index, argument index): the output replaces the argument after
+  /// each step.
+  std::vector<std::pair<int64_t, int64_t>> updates;
   std::vector<uint32_t> groupMasks;
   /// Token range of integer inputs (fsdp_prog_input_range).
   std::map<std::string, int64_t> inputRanges;

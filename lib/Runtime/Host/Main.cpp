@@ -174,6 +174,14 @@ int main(int argc, char **argv) {
     }
     if (step == 0 && !o.dumpDir.empty())
       dumpTensors(p, o.dumpDir);
+    // Updated parameters and optimizer state replace the old ones.
+    for (auto [out, arg] : p.updates) {
+      Param &param = p.params[size_t(arg) - p.inputs.size()];
+      param.tensor->borrowed = false;
+      fsdp_release(param.tensor);
+      param.tensor = fsdp_retain(p.outputs[size_t(out)]);
+      param.tensor->borrowed = true;
+    }
     for (fsdp_tensor *&t : p.outputs) {
       fsdp_release(t);
       t = nullptr;

@@ -120,6 +120,13 @@ void fsdp::host::validate(fsdp_program &p) {
     if (!names.insert(param.name).second)
       fail("describe",
            "duplicate input or parameter name '" + param.name + "'");
+  int64_t numArgs = int64_t(p.inputs.size() + p.params.size());
+  for (auto [out, arg] : p.updates)
+    if (out < 0 || out >= int64_t(p.outputs.size()) ||
+        arg < int64_t(p.inputs.size()) || arg >= numArgs)
+      fail("describe", "output " + std::to_string(out) +
+                           " cannot update argument " + std::to_string(arg) +
+                           " (only parameters and state are updated)");
   for (uint32_t mask : p.groupMasks)
     if (mask >> p.axes.size())
       fail("group", "axis mask " + std::to_string(mask) +
@@ -161,6 +168,17 @@ void fsdp_prog_input_range(fsdp_program *p, const char *name, int64_t high) {
 void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
                      fsdp_init_kind init, double a, double b) {
   p->params.push_back({name, type, init, a, b, nullptr});
+}
+
+void fsdp_prog_state(fsdp_program *p, const char *name, fsdp_type type) {
+  Param state{name, type, FSDP_INIT_ZEROS, 0.0, 0.0, nullptr};
+  state.state = true;
+  p->params.push_back(state);
+}
+
+void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
+                             int64_t arg_index) {
+  p->updates.push_back({output_index, arg_index});
 }
 
 void fsdp_prog_output_name(fsdp_program *p, const char *name) {

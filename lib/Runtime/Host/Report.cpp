@@ -54,7 +54,8 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
   if (!manifest)
     fail("dump", rankDir + "/manifest.txt: cannot open for writing");
   for (const Param &param : p.params)
-    dumpOne(manifest, rankDir, param.name, param.tensor);
+    if (!param.state)
+      dumpOne(manifest, rankDir, param.name, param.tensor);
   for (const Input &in : p.inputs)
     dumpOne(manifest, rankDir, in.name, in.tensor);
   for (size_t i = 0; i < p.outputs.size(); ++i)

@@ -129,6 +129,8 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path) {
   for (Param &param : p.params) {
     param.tensor = newTensor(param.type);
     param.tensor->borrowed = true;
+    if (param.state)
+      continue; // optimizer state starts at zero
     // Every rank reads the whole tensor today; an FSDP shard will pass its
     // own dim-0 row range.
     int64_t rows = param.type.rank ? param.type.dims[0] : 1;
@@ -143,6 +145,8 @@ void fsdp::host::saveParams(const fsdp_program &p, const std::string &path) {
   header["__metadata__"] = {{"format", "pt"}};
   int64_t offset = 0;
   for (const Param &param : p.params) {
+    if (param.state)
+      continue;
     int64_t bytes = byteSize(param.type);
     header[param.name] = {
         {"dtype", safetensorsDtype(param.type.dtype)},
@@ -164,6 +168,8 @@ void fsdp::host::saveParams(const fsdp_program &p, const std::string &path) {
   bool ok = std::fwrite(lenBytes, 1, 8, file.get()) == 8 &&
             std::fwrite(text.data(), 1, text.size(), file.get()) == text.size();
   for (const Param &param : p.params) {
+    if (param.state)
+      continue;
     std::vector<char> image = download(param.tensor);
     ok = ok &&
          std::fwrite(image.data(), 1, image.size(), file.get()) == image.size();

@@ -42,6 +42,11 @@ def NN_Dialect : Dialect {
     static constexpr llvm::StringLiteral kParamAttrName = "nn.param";
     /// Argument attribute holding a parameter's initializer.
     static constexpr llvm::StringLiteral kInitAttrName = "nn.init";
+    /// Argument attribute naming optimizer state (zero-initialized).
+    static constexpr llvm::StringLiteral kStateAttrName = "nn.state";
+    /// Result attribute: the index of the argument this result replaces
+    /// after each step.
+    static constexpr llvm::StringLiteral kUpdatesAttrName = "nn.updates";
     /// Result attribute naming a function output.
     static constexpr llvm::StringLiteral kOutputAttrName = "nn.output";
     /// Function attribute naming the model architecture.

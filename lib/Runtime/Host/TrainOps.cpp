@@ -1,0 +1,298 @@
+//===- TrainOps.cpp - Backward, loss and optimizer ops --------------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// The ops a training step adds. They write into results the program created
+// (destination passing), so one call can return several tensors. Operand
+// shapes were verified by the compiler; each op checks what its kernel would
+// otherwise read out of bounds.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Host.h"
+
+#include <cmath>
+
+using namespace fsdp::host;
+
+namespace {
+
+/// Aborts with `op`'s name unless `ok`.
+void require(const char *op, bool ok, const std::string &what) {
+  if (!ok)
+    fail(op, what);
+}
+
+/// Requires `t` to have `want`'s dtype and dims.
+void sameType(const char *op, const fsdp_tensor *t, const fsdp_type &want,
+              const char *what) {
+  bool ok = t && t->type.dtype == want.dtype && t->type.rank == want.rank;
+  for (int64_t i = 0; ok && i < want.rank; ++i)
+    ok = t->type.dims[i] == want.dims[i];
+  require(op, ok,
+          std::string(what) + " is " + (t ? typeString(t->type) : "null") +
+              ", expected " + typeString(want));
+}
+
+/// [rows, h] of a tensor normalized over its last dim.
+std::pair<int64_t, int64_t> rowsAndWidth(const fsdp_type &t) {
+  int64_t h = t.rank ? t.dims[t.rank - 1] : 1;
+  return {h ? numElements(t) / h : 0, h};
+}
+
+/// The scalar in an f32 tensor.
+float scalar(const char *op, const fsdp_tensor *t, const char *what) {
+  require(op, t && t->type.dtype == FSDP_RT_F32 && t->type.rank == 0,
+          std::string(what) + " must be an f32 scalar");
+  float value = 0;
+  fsdp_rt_copy_to_host(nullptr, &value, t->data, sizeof(float));
+  fsdp_rt_stream_synchronize(nullptr);
+  return value;
+}
+
+int int32(int64_t v) { return static_cast<int>(v); }
+
+} // namespace
+
+void fsdp_op_silu_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *x,
+                       fsdp_tensor *dy) {
+  sameType("silu_grad", dy, x->type, "gradient");
+  sameType("silu_grad", dx, x->type, "result");
+  fsdp_rt_silu_grad(nullptr, x->type.dtype, x->data, dy->data,
+                    numElements(x->type), dx->data);
+}
+
+void fsdp_op_gelu_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *x,
+                       fsdp_tensor *dy, bool tanh_approximation) {
+  sameType("gelu_grad", dy, x->type, "gradient");
+  sameType("gelu_grad", dx, x->type, "result");
+  fsdp_rt_gelu_grad(nullptr, x->type.dtype, x->data, dy->data,
+                    numElements(x->type), tanh_approximation, dx->data);
+}
+
+void fsdp_op_rms_norm_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *dw,
+                           fsdp_tensor *x, fsdp_tensor *w, fsdp_tensor *dy,
+                           double eps) {
+  sameType("rms_norm_grad", dy, x->type, "gradient");
+  sameType("rms_norm_grad", dx, x->type, "input gradient");
+  sameType("rms_norm_grad", dw, w->type, "weight gradient");
+  auto [rows, h] = rowsAndWidth(x->type);
+  fsdp_rt_rms_norm_grad(nullptr, x->type.dtype, x->data, w->data, dy->data,
+                        rows, h, eps, dx->data, dw->data);
+}
+
+void fsdp_op_layer_norm_grad(fsdp_program *, fsdp_tensor *dx,
+                             fsdp_tensor *dw, fsdp_tensor *db, fsdp_tensor *x,
+                             fsdp_tensor *w, fsdp_tensor *dy, double eps) {
+  sameType("layer_norm_grad", dy, x->type, "gradient");
+  sameType("layer_norm_grad", dx, x->type, "input gradient");
+  sameType("layer_norm_grad", dw, w->type, "weight gradient");
+  sameType("layer_norm_grad", db, w->type, "bias gradient");
+  auto [rows, h] = rowsAndWidth(x->type);
+  fsdp_rt_layer_norm_grad(nullptr, x->type.dtype, x->data, w->data, dy->data,
+                          rows, h, eps, dx->data, dw->data, db->data);
+}
+
+void fsdp_op_rotary_inverse(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x,
+                            fsdp_tensor *positions, double theta) {
+  require("rotary", x->type.rank == 4, "input is " + typeString(x->type) +
+                                           ", expected [B, S, N, D]");
+  sameType("rotary", out, x->type, "result");
+  require("rotary",
+          positions->type.rank == 2 &&
+              positions->type.dims[0] == x->type.dims[0] &&
+              positions->type.dims[1] == x->type.dims[1],
+          "positions are " + typeString(positions->type));
+  fsdp_rt_rotary_grad(nullptr, x->type.dtype, x->data, positions->type.dtype,
+                      positions->data, x->type.dims[0], x->type.dims[1],
+                      x->type.dims[2], x->type.dims[3], theta, out->data);
+}
+
+void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
+                            fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
+                            fsdp_tensor *v, fsdp_tensor *dout, bool causal,
+                            int64_t sliding_window, double scale) {
+  sameType("attention_grad", dq, q->type, "query gradient");
+  sameType("attention_grad", dk, k->type, "key gradient");
+  sameType("attention_grad", dv, v->type, "value gradient");
+  require("attention_grad", q->type.rank == 4 && k->type.rank == 4,
+          "operands must be [B, S, N, D]");
+  int64_t d = q->type.dims[3];
+  if (scale <= 0)
+    scale = 1.0 / std::sqrt(double(d));
+  fsdp_rt_attention_grad(nullptr, q->type.dtype, q->data, k->data, v->data,
+                         dout->data, q->type.dims[0], q->type.dims[1],
+                         q->type.dims[2], k->type.dims[2], d, v->type.dims[3],
+                         causal, sliding_window, scale, dq->data, dk->data,
+                         dv->data);
+}
+
+void fsdp_op_softmax_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *y,
+                          fsdp_tensor *dy, int64_t dim) {
+  sameType("softmax_grad", dy, y->type, "gradient");
+  sameType("softmax_grad", dx, y->type, "result");
+  fsdp_rt_softmax_grad(nullptr, y->type.dtype, y->data, dy->data,
+                       y->type.dims, int32(y->type.rank), int32(dim),
+                       dx->data);
+}
+
+void fsdp_op_embedding_grad(fsdp_program *, fsdp_tensor *dtable,
+                            fsdp_tensor *ids, fsdp_tensor *dy) {
+  int64_t vocab = dtable->type.dims[0], hidden = dtable->type.dims[1];
+  int64_t numIds = numElements(ids->type);
+  require("embedding_grad", numElements(dy->type) == numIds * hidden,
+          "gradient " + typeString(dy->type) + " does not match the ids");
+  int64_t n = numIds;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t id = ids->type.dtype == FSDP_RT_I32
+                     ? static_cast<const int32_t *>(ids->data)[i]
+                     : static_cast<const int64_t *>(ids->data)[i];
+    require("embedding_grad", id >= 0 && id < vocab,
+            "id " + std::to_string(id) + " is outside [0, " +
+                std::to_string(vocab) + ")");
+  }
+  fsdp_rt_embedding_grad(nullptr, dtable->type.dtype, ids->type.dtype,
+                         ids->data, numIds, dy->data, vocab, hidden,
+                         dtable->data);
+}
+
+void fsdp_op_cross_entropy_grad(fsdp_program *, fsdp_tensor *dlogits,
+                                fsdp_tensor *logits, fsdp_tensor *labels,
+                                fsdp_tensor *dloss, int64_t ignore_index,
+                                fsdp_loss_reduction reduction) {
+  sameType("cross_entropy_grad", dlogits, logits->type, "result");
+  auto [rows, vocab] = rowsAndWidth(logits->type);
+  require("cross_entropy_grad", numElements(labels->type) == rows,
+          "labels " + typeString(labels->type) + " do not match the logits");
+  require("cross_entropy_grad",
+          dloss->type.dtype == FSDP_RT_F32 &&
+              numElements(dloss->type) ==
+                  (reduction == FSDP_LOSS_NONE ? rows : 1),
+          "loss gradient is " + typeString(dloss->type));
+  fsdp_rt_reduction kind = reduction == FSDP_LOSS_NONE ? FSDP_RT_REDUCTION_NONE
+                           : reduction == FSDP_LOSS_SUM
+                               ? FSDP_RT_REDUCTION_SUM
+                               : FSDP_RT_REDUCTION_MEAN;
+  fsdp_rt_cross_entropy_grad(nullptr, logits->type.dtype, logits->data,
+                             labels->type.dtype, labels->data, rows, vocab,
+                             ignore_index, kind,
+                             static_cast<const float *>(dloss->data),
+                             dlogits->data);
+}
+
+void fsdp_op_reduce_sum_to(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x) {
+  require("reduce_sum_to", out->type.dtype == x->type.dtype,
+          "result is " + typeString(out->type));
+  fsdp_rt_reduce_sum_to(nullptr, x->type.dtype, x->data, x->type.dims,
+                        int32(x->type.rank), out->type.dims,
+                        int32(out->type.rank), out->data);
+}
+
+void fsdp_op_pad(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x,
+                 int64_t dim, int64_t before, int64_t after) {
+  require("pad",
+          dim >= 0 && dim < x->type.rank &&
+              out->type.dims[dim] == x->type.dims[dim] + before + after,
+          "result " + typeString(out->type) + " does not fit the padding");
+  fsdp_rt_pad(nullptr, x->type.dtype, x->data, x->type.dims,
+              int32(x->type.rank), int32(dim), before, after, out->data);
+}
+
+void fsdp_op_sum_squares(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x) {
+  require("sum_squares",
+          out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
+          "result must be an f32 scalar");
+  fsdp_rt_sum_squares(nullptr, x->type.dtype, x->data, numElements(x->type),
+                      static_cast<float *>(out->data));
+}
+
+void fsdp_op_div(fsdp_program *, fsdp_tensor *out, fsdp_tensor *a,
+                 fsdp_tensor *b) {
+  require("div", a->type.dtype == b->type.dtype &&
+                     out->type.dtype == a->type.dtype,
+          "operands " + typeString(a->type) + " and " + typeString(b->type));
+  fsdp_rt_div(nullptr, a->type.dtype, a->data, a->type.dims,
+              int32(a->type.rank), b->data, b->type.dims, int32(b->type.rank),
+              out->type.dims, int32(out->type.rank), out->data);
+}
+
+void fsdp_op_fill(fsdp_program *, fsdp_tensor *out, double value) {
+  fsdp_rt_fill(nullptr, out->type.dtype, numElements(out->type), value,
+               out->data);
+}
+
+void fsdp_op_token_count(fsdp_program *, fsdp_tensor *out,
+                         fsdp_tensor *labels, int64_t ignore_index) {
+  require("token_count",
+          out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
+          "result must be an f32 scalar");
+  int64_t n = numElements(labels->type), count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t label = labels->type.dtype == FSDP_RT_I32
+                        ? static_cast<const int32_t *>(labels->data)[i]
+                        : static_cast<const int64_t *>(labels->data)[i];
+    count += label != ignore_index;
+  }
+  float value = float(count);
+  fsdp_rt_copy_to_device(nullptr, out->data, &value, sizeof(float));
+}
+
+void fsdp_op_clip_coefficient(fsdp_program *, fsdp_tensor *out,
+                              fsdp_tensor *sum_of_squares, double max_norm) {
+  double norm =
+      std::sqrt(double(scalar("clip_coefficient", sum_of_squares, "input")));
+  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1.
+  float coefficient = float(std::min(1.0, max_norm / (norm + 1e-6)));
+  fsdp_rt_copy_to_device(nullptr, out->data, &coefficient, sizeof(float));
+}
+
+void fsdp_op_adamw(fsdp_program *, fsdp_tensor *new_param,
+                   fsdp_tensor *new_exp_avg, fsdp_tensor *new_exp_avg_sq,
+                   fsdp_tensor *param, fsdp_tensor *grad, fsdp_tensor *exp_avg,
+                   fsdp_tensor *exp_avg_sq, fsdp_tensor *step,
+                   fsdp_tensor *grad_scale, double lr, double beta1,
+                   double beta2, double eps, double weight_decay) {
+  for (fsdp_tensor *t : {new_param, new_exp_avg, new_exp_avg_sq, exp_avg,
+                         exp_avg_sq})
+    sameType("adamw", t, param->type, "optimizer tensor");
+  require("adamw", numElements(grad->type) == numElements(param->type),
+          "gradient " + typeString(grad->type) + " does not match " +
+              typeString(param->type));
+  size_t bytes = size_t(byteSize(param->type));
+  fsdp_rt_copy_to_device(nullptr, new_param->data, param->data, bytes);
+  fsdp_rt_copy_to_device(nullptr, new_exp_avg->data, exp_avg->data, bytes);
+  fsdp_rt_copy_to_device(nullptr, new_exp_avg_sq->data, exp_avg_sq->data,
+                         bytes);
+  fsdp_rt_adamw(nullptr, static_cast<float *>(new_param->data),
+                static_cast<float *>(new_exp_avg->data),
+                static_cast<float *>(new_exp_avg_sq->data), grad->type.dtype,
+                grad->data, numElements(param->type), lr, beta1, beta2, eps,
+                weight_decay, int64_t(scalar("adamw", step, "step")),
+                scalar("adamw", grad_scale, "grad_scale"));
+}
+
+void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,
+                 fsdp_tensor *new_momentum_buffer, fsdp_tensor *param,
+                 fsdp_tensor *grad, fsdp_tensor *momentum_buffer,
+                 fsdp_tensor *step, fsdp_tensor *grad_scale, double lr,
+                 double momentum, double weight_decay) {
+  for (fsdp_tensor *t : {new_param, new_momentum_buffer, momentum_buffer})
+    sameType("sgd", t, param->type, "optimizer tensor");
+  require("sgd", numElements(grad->type) == numElements(param->type),
+          "gradient " + typeString(grad->type) + " does not match " +
+              typeString(param->type));
+  size_t bytes = size_t(byteSize(param->type));
+  fsdp_rt_copy_to_device(nullptr, new_param->data, param->data, bytes);
+  fsdp_rt_copy_to_device(nullptr, new_momentum_buffer->data,
+                         momentum_buffer->data, bytes);
+  fsdp_rt_sgd(nullptr, static_cast<float *>(new_param->data),
+              momentum == 0.0
+                  ? nullptr
+                  : static_cast<float *>(new_momentum_buffer->data),
+              grad->type.dtype, grad->data, numElements(param->type), lr,
+              momentum, weight_decay, int64_t(scalar("sgd", step, "step")),
+              scalar("sgd", grad_scale, "grad_scale"));
+}
