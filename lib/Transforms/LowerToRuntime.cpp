@@ -352,8 +352,9 @@ void Lowering::destinationCall(Operation *op, StringRef callee,
                                ArrayRef<std::string> literals) {
   Call c = call(callee);
   for (Value result : op->getResults()) {
-    Call alloc = call("fsdp_tensor_new").literal(
-        typeLiteral(cast<RankedTensorType>(result.getType())));
+    Call alloc =
+        call("fsdp_tensor_new")
+            .literal(typeLiteral(cast<RankedTensorType>(result.getType())));
     define(result, alloc);
     c.value(lookup(result));
   }
@@ -477,9 +478,9 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       })
       .Case([&](nn::RotaryOp o) -> LogicalResult {
         if (o.getInverse()) {
-          destinationCall(
-              op, "fsdp_op_rotary_inverse", {o.getInput(), o.getPositions()},
-              {doubleLiteral(o.getTheta().convertToDouble())});
+          destinationCall(op, "fsdp_op_rotary_inverse",
+                          {o.getInput(), o.getPositions()},
+                          {doubleLiteral(o.getTheta().convertToDouble())});
           return success();
         }
         Call c = opCall("fsdp_op_rotary", resultType);
@@ -637,8 +638,7 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
             op, "fsdp_op_attention_grad",
             {o.getQuery(), o.getKey(), o.getValue(), o.getGrad()},
             {boolLiteral(o.getCausal()),
-             intLiteral(
-                 static_cast<int64_t>(o.getSlidingWindow().value_or(0))),
+             intLiteral(static_cast<int64_t>(o.getSlidingWindow().value_or(0))),
              doubleLiteral(o.getScale() ? o.getScale()->convertToDouble()
                                         : 0.0)});
       })
@@ -648,14 +648,14 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
                         {dim(static_cast<int64_t>(o.getDim()), o.getOutput())});
       })
       .Case([&](nn::EmbeddingGradOp o) {
-        destinationCall(op, "fsdp_op_embedding_grad", {o.getIds(), o.getGrad()});
+        destinationCall(op, "fsdp_op_embedding_grad",
+                        {o.getIds(), o.getGrad()});
       })
       .Case([&](nn::CrossEntropyGradOp o) {
-        destinationCall(
-            op, "fsdp_op_cross_entropy_grad",
-            {o.getLogits(), o.getLabels(), o.getGrad()},
-            {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
-             reduction(o.getReduction())});
+        destinationCall(op, "fsdp_op_cross_entropy_grad",
+                        {o.getLogits(), o.getLabels(), o.getGrad()},
+                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
+                         reduction(o.getReduction())});
       })
       .Case([&](nn::ReduceSumToOp o) {
         destinationCall(op, "fsdp_op_reduce_sum_to", {o.getInput()});
@@ -680,8 +680,8 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
                         {intLiteral(static_cast<int64_t>(o.getIgnoreIndex()))});
       })
       .Case([&](nn::ClipCoefficientOp o) {
-        destinationCall(op, "fsdp_op_clip_coefficient",
-                        {o.getSumOfSquares()}, {f64(o.getMaxNorm())});
+        destinationCall(op, "fsdp_op_clip_coefficient", {o.getSumOfSquares()},
+                        {f64(o.getMaxNorm())});
       })
       .Case([&](nn::AdamWOp o) {
         destinationCall(op, "fsdp_op_adamw",
@@ -691,11 +691,11 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
                          f64(o.getEps()), f64(o.getWeightDecay())});
       })
       .Case([&](nn::SGDOp o) {
-        destinationCall(op, "fsdp_op_sgd",
-                        {o.getParam(), o.getGrad(), o.getMomentumBuffer(),
-                         o.getStep(), o.getGradScale()},
-                        {f64(o.getLr()), f64(o.getMomentum()),
-                         f64(o.getWeightDecay())});
+        destinationCall(
+            op, "fsdp_op_sgd",
+            {o.getParam(), o.getGrad(), o.getMomentumBuffer(), o.getStep(),
+             o.getGradScale()},
+            {f64(o.getLr()), f64(o.getMomentum()), f64(o.getWeightDecay())});
       })
       .Default([&](Operation *) { handled = false; });
   return handled;

@@ -22,6 +22,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Target/Cpp/CppEmitter.h"
 #include "llvm/Support/CommandLine.h"
@@ -50,6 +51,11 @@ static cl::opt<std::string>
              cl::desc("Replicated mesh the program runs on, e.g. dp=4 "
                       "(default: one rank)"),
              cl::value_desc("axis=size,..."));
+static cl::opt<std::string>
+    passes("passes",
+           cl::desc("Passes to run before lowering, as a pass pipeline, e.g. "
+                    "'fsdp-build-train-step{optimizer=adamw lr=1e-3}'"),
+           cl::value_desc("pipeline"));
 static cl::opt<bool> sourceOnly("source-only",
                                 cl::desc("Stop after writing --emit-source"));
 static cl::opt<std::string>
@@ -153,6 +159,7 @@ static LogicalResult compileAndLink(StringRef source) {
 static LogicalResult run() {
   DialectRegistry registry;
   fsdp::registerAllDialects(registry);
+  fsdp::registerAllPasses();
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
 
@@ -163,6 +170,8 @@ static LogicalResult run() {
     return failure();
 
   PassManager pm(&context);
+  if (!passes.empty() && failed(parsePassPipeline(passes, pm, llvm::errs())))
+    return usageError("--passes: cannot parse '" + passes + "'");
   pm.addPass(fsdp::createLowerToRuntimePass());
   if (failed(pm.run(*module)))
     return failure();

@@ -243,9 +243,9 @@ void fsdp_op_gelu_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *x,
 void fsdp_op_rms_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
                            fsdp_tensor *x, fsdp_tensor *w, fsdp_tensor *dy,
                            double eps);
-void fsdp_op_layer_norm_grad(fsdp_program *p, fsdp_tensor *dx,
-                             fsdp_tensor *dw, fsdp_tensor *db, fsdp_tensor *x,
-                             fsdp_tensor *w, fsdp_tensor *dy, double eps);
+void fsdp_op_layer_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
+                             fsdp_tensor *db, fsdp_tensor *x, fsdp_tensor *w,
+                             fsdp_tensor *dy, double eps);
 /// The rotation by the negative angle (rotary's transpose).
 void fsdp_op_rotary_inverse(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x,
                             fsdp_tensor *positions, double theta);
@@ -262,14 +262,14 @@ void fsdp_op_cross_entropy_grad(fsdp_program *p, fsdp_tensor *dlogits,
                                 fsdp_tensor *dloss, int64_t ignore_index,
                                 fsdp_loss_reduction reduction);
 void fsdp_op_reduce_sum_to(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x);
-void fsdp_op_pad(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x,
-                 int64_t dim, int64_t before, int64_t after);
+void fsdp_op_pad(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x, int64_t dim,
+                 int64_t before, int64_t after);
 void fsdp_op_sum_squares(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x);
 void fsdp_op_div(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *a,
                  fsdp_tensor *b);
 void fsdp_op_fill(fsdp_program *p, fsdp_tensor *out, double value);
-void fsdp_op_token_count(fsdp_program *p, fsdp_tensor *out,
-                         fsdp_tensor *labels, int64_t ignore_index);
+void fsdp_op_token_count(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *labels,
+                         int64_t ignore_index);
 void fsdp_op_clip_coefficient(fsdp_program *p, fsdp_tensor *out,
                               fsdp_tensor *sum_of_squares, double max_norm);
 void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,

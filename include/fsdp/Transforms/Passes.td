@@ -64,4 +64,62 @@ def LowerToRuntimePass : Pass<"fsdp-lower-to-runtime", "mlir::ModuleOp"> {
   ];
 }
 
+def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
+  let summary = "Turn a forward function into a training step";
+  let description = [{
+    Rewrites the entry function (a forward pass whose `loss` output is an
+    `nn.cross_entropy`) into one training step:
+
+    1. the loss becomes the summed cross-entropy divided by the number of
+       non-ignored tokens (`nn.token_count`), so it does not depend on how
+       tokens are split into microbatches or ranks;
+    2. with `microbatches = M`, the data inputs grow by `M` along dim 0 and
+       the forward and backward run once per slice, gradients accumulating;
+    3. reverse-mode autodiff of every `nn` op yields each parameter's
+       gradient (the transposes are forward ops where one exists:
+       `linear`'s are `matmul`s, `slice`'s is `pad`, `rotary`'s is the
+       inverse rotation);
+    4. with `max-grad-norm > 0`, gradients are scaled by PyTorch's
+       `clip_grad_norm_` coefficient of their global norm;
+    5. the optimizer (`adamw` or `sgd`) updates each f32 parameter and its
+       state (`nn.state` arguments, zero at start); each new value is a
+       result marked `nn.updates = <argument>`, which the runtime keeps in
+       place of the old one. With `optimizer = none` the step returns the
+       gradients instead (`grad.<name>`), for testing.
+
+    ```mlir
+    // Before: %loss = nn.cross_entropy %logits, %labels : ... -> tensor<f32>
+    // After (abridged):
+    %sum = nn.cross_entropy %logits, %labels {reduction = "sum"} : ...
+    %n = nn.token_count %labels : tensor<2x16xi64> -> tensor<f32>
+    %loss = nn.div %sum, %n : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    %seed = nn.div %one, %n : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    %dlogits = nn.cross_entropy_grad %logits, %labels, %seed {reduction = "sum"} : ...
+    ...
+    %w1, %m1, %v1 = nn.adamw %w, %dw, %m, %v, %step, %coef {lr = ...} : ...
+    ```
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The forward function to rewrite">,
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+           "adamw, sgd, or none (return gradients)">,
+    Option<"lr", "lr", "double", /*default=*/"1e-3", "Learning rate">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.01",
+           "Weight decay (decoupled for AdamW, L2 for SGD)">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.0",
+           "SGD momentum">,
+    Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0.0",
+           "Clip the global gradient norm to this (0 = no clipping)">,
+    Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
+           "Microbatches accumulated per step">,
+  ];
+  let statistics = [
+    Statistic<"numGradOps", "grad-ops", "Ops the backward pass emitted">,
+  ];
+}
+
 #endif // FSDP_TRANSFORMS_PASSES_TD

@@ -112,8 +112,7 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
   for (Input &in : p.inputs) {
     in.tensor = newTensor(in.type);
     in.tensor->borrowed = true;
-    if (!isTokenInput(in.name) && in.name != kOptimizerStep &&
-        p.worldRank == 0)
+    if (!isTokenInput(in.name) && in.name != kOptimizerStep && p.worldRank == 0)
       std::fprintf(stderr,
                    "warning: input '%s' is not input_ids, labels or "
                    "position_ids; it is zero-filled\n",

@@ -84,9 +84,9 @@ void fsdp_op_rms_norm_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *dw,
                         rows, h, eps, dx->data, dw->data);
 }
 
-void fsdp_op_layer_norm_grad(fsdp_program *, fsdp_tensor *dx,
-                             fsdp_tensor *dw, fsdp_tensor *db, fsdp_tensor *x,
-                             fsdp_tensor *w, fsdp_tensor *dy, double eps) {
+void fsdp_op_layer_norm_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *dw,
+                             fsdp_tensor *db, fsdp_tensor *x, fsdp_tensor *w,
+                             fsdp_tensor *dy, double eps) {
   sameType("layer_norm_grad", dy, x->type, "gradient");
   sameType("layer_norm_grad", dx, x->type, "input gradient");
   sameType("layer_norm_grad", dw, w->type, "weight gradient");
@@ -98,8 +98,8 @@ void fsdp_op_layer_norm_grad(fsdp_program *, fsdp_tensor *dx,
 
 void fsdp_op_rotary_inverse(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x,
                             fsdp_tensor *positions, double theta) {
-  require("rotary", x->type.rank == 4, "input is " + typeString(x->type) +
-                                           ", expected [B, S, N, D]");
+  require("rotary", x->type.rank == 4,
+          "input is " + typeString(x->type) + ", expected [B, S, N, D]");
   sameType("rotary", out, x->type, "result");
   require("rotary",
           positions->type.rank == 2 &&
@@ -134,9 +134,8 @@ void fsdp_op_softmax_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *y,
                           fsdp_tensor *dy, int64_t dim) {
   sameType("softmax_grad", dy, y->type, "gradient");
   sameType("softmax_grad", dx, y->type, "result");
-  fsdp_rt_softmax_grad(nullptr, y->type.dtype, y->data, dy->data,
-                       y->type.dims, int32(y->type.rank), int32(dim),
-                       dx->data);
+  fsdp_rt_softmax_grad(nullptr, y->type.dtype, y->data, dy->data, y->type.dims,
+                       int32(y->type.rank), int32(dim), dx->data);
 }
 
 void fsdp_op_embedding_grad(fsdp_program *, fsdp_tensor *dtable,
@@ -176,11 +175,10 @@ void fsdp_op_cross_entropy_grad(fsdp_program *, fsdp_tensor *dlogits,
                            : reduction == FSDP_LOSS_SUM
                                ? FSDP_RT_REDUCTION_SUM
                                : FSDP_RT_REDUCTION_MEAN;
-  fsdp_rt_cross_entropy_grad(nullptr, logits->type.dtype, logits->data,
-                             labels->type.dtype, labels->data, rows, vocab,
-                             ignore_index, kind,
-                             static_cast<const float *>(dloss->data),
-                             dlogits->data);
+  fsdp_rt_cross_entropy_grad(
+      nullptr, logits->type.dtype, logits->data, labels->type.dtype,
+      labels->data, rows, vocab, ignore_index, kind,
+      static_cast<const float *>(dloss->data), dlogits->data);
 }
 
 void fsdp_op_reduce_sum_to(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x) {
@@ -191,8 +189,8 @@ void fsdp_op_reduce_sum_to(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x) {
                         int32(out->type.rank), out->data);
 }
 
-void fsdp_op_pad(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x,
-                 int64_t dim, int64_t before, int64_t after) {
+void fsdp_op_pad(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x, int64_t dim,
+                 int64_t before, int64_t after) {
   require("pad",
           dim >= 0 && dim < x->type.rank &&
               out->type.dims[dim] == x->type.dims[dim] + before + after,
@@ -202,8 +200,7 @@ void fsdp_op_pad(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x,
 }
 
 void fsdp_op_sum_squares(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x) {
-  require("sum_squares",
-          out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
+  require("sum_squares", out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
           "result must be an f32 scalar");
   fsdp_rt_sum_squares(nullptr, x->type.dtype, x->data, numElements(x->type),
                       static_cast<float *>(out->data));
@@ -211,8 +208,8 @@ void fsdp_op_sum_squares(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x) {
 
 void fsdp_op_div(fsdp_program *, fsdp_tensor *out, fsdp_tensor *a,
                  fsdp_tensor *b) {
-  require("div", a->type.dtype == b->type.dtype &&
-                     out->type.dtype == a->type.dtype,
+  require("div",
+          a->type.dtype == b->type.dtype && out->type.dtype == a->type.dtype,
           "operands " + typeString(a->type) + " and " + typeString(b->type));
   fsdp_rt_div(nullptr, a->type.dtype, a->data, a->type.dims,
               int32(a->type.rank), b->data, b->type.dims, int32(b->type.rank),
@@ -224,10 +221,9 @@ void fsdp_op_fill(fsdp_program *, fsdp_tensor *out, double value) {
                out->data);
 }
 
-void fsdp_op_token_count(fsdp_program *, fsdp_tensor *out,
-                         fsdp_tensor *labels, int64_t ignore_index) {
-  require("token_count",
-          out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
+void fsdp_op_token_count(fsdp_program *, fsdp_tensor *out, fsdp_tensor *labels,
+                         int64_t ignore_index) {
+  require("token_count", out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
           "result must be an f32 scalar");
   int64_t n = numElements(labels->type), count = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -255,8 +251,8 @@ void fsdp_op_adamw(fsdp_program *, fsdp_tensor *new_param,
                    fsdp_tensor *exp_avg_sq, fsdp_tensor *step,
                    fsdp_tensor *grad_scale, double lr, double beta1,
                    double beta2, double eps, double weight_decay) {
-  for (fsdp_tensor *t : {new_param, new_exp_avg, new_exp_avg_sq, exp_avg,
-                         exp_avg_sq})
+  for (fsdp_tensor *t :
+       {new_param, new_exp_avg, new_exp_avg_sq, exp_avg, exp_avg_sq})
     sameType("adamw", t, param->type, "optimizer tensor");
   require("adamw", numElements(grad->type) == numElements(param->type),
           "gradient " + typeString(grad->type) + " does not match " +
@@ -289,9 +285,8 @@ void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,
   fsdp_rt_copy_to_device(nullptr, new_momentum_buffer->data,
                          momentum_buffer->data, bytes);
   fsdp_rt_sgd(nullptr, static_cast<float *>(new_param->data),
-              momentum == 0.0
-                  ? nullptr
-                  : static_cast<float *>(new_momentum_buffer->data),
+              momentum == 0.0 ? nullptr
+                              : static_cast<float *>(new_momentum_buffer->data),
               grad->type.dtype, grad->data, numElements(param->type), lr,
               momentum, weight_decay, int64_t(scalar("sgd", step, "step")),
               scalar("sgd", grad_scale, "grad_scale"));

@@ -1,0 +1,687 @@
+//===- BuildTrainStep.cpp - Forward function to training step -----------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements `fsdp-build-train-step`: loss normalization, microbatching,
+// reverse-mode autodiff of nn ops, gradient clipping and the optimizer. Every
+// op is built through its shape rule (ShapeRuleOpInterface), so a backward
+// rule that produced an ill-typed op is caught where it is built.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace fsdp {
+#define GEN_PASS_DEF_BUILDTRAINSTEPPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+using namespace fsdp::nn;
+
+namespace {
+
+RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// Builds nn ops with their inferred result types.
+class Builder {
+public:
+  Builder(OpBuilder &b, Location loc) : b(b), loc(loc) {}
+
+  /// Creates op `OpTy`; returns null (after an error) if its rule rejects
+  /// the operands, which would be a bug in a backward rule.
+  template <typename OpTy>
+  Operation *op(ValueRange operands, ArrayRef<NamedAttribute> attrs = {}) {
+    SmallVector<Type> types;
+    DictionaryAttr dict = b.getDictionaryAttr(attrs);
+    if (failed(
+            OpTy::inferResultTypes(b.getContext(), loc, operands, dict, types)))
+      return nullptr;
+    OperationState state(loc, OpTy::getOperationName());
+    state.addOperands(operands);
+    state.addAttributes(attrs);
+    state.addTypes(types);
+    ++count;
+    return b.create(state);
+  }
+  template <typename OpTy>
+  Value value(ValueRange operands, ArrayRef<NamedAttribute> attrs = {}) {
+    Operation *o = op<OpTy>(operands, attrs);
+    return o ? o->getResult(0) : Value();
+  }
+
+  NamedAttribute attr(StringRef name, Attribute value) {
+    return b.getNamedAttr(name, value);
+  }
+  NamedAttribute i64(StringRef name, int64_t v) {
+    return attr(name, b.getI64IntegerAttr(v));
+  }
+  NamedAttribute f64(StringRef name, double v) {
+    return attr(name, b.getF64FloatAttr(v));
+  }
+  NamedAttribute ints(StringRef name, ArrayRef<int64_t> v) {
+    return attr(name, b.getDenseI64ArrayAttr(v));
+  }
+  NamedAttribute unit(StringRef name) { return attr(name, b.getUnitAttr()); }
+
+  Value fill(double v, RankedTensorType type) {
+    ++count;
+    return FillOp::create(b, loc, v, type).getResult();
+  }
+  Value reshape(Value x, ArrayRef<int64_t> shape) {
+    if (tensorOf(x).getShape() == shape)
+      return x;
+    return value<ReshapeOp>({x}, {ints("shape", shape)});
+  }
+  /// Sums `g` down to `type` (the transpose of broadcasting).
+  Value sumTo(Value g, Type type) {
+    if (!g || g.getType() == type)
+      return g;
+    return value<ReduceSumToOp>(
+        {g}, {ints("shape", cast<RankedTensorType>(type).getShape())});
+  }
+  /// `x` flattened to [rows, last dim].
+  Value rows(Value x) {
+    RankedTensorType t = tensorOf(x);
+    int64_t last = t.getShape().back();
+    return reshape(x, {t.getNumElements() / last, last});
+  }
+
+  OpBuilder &b;
+  Location loc;
+  unsigned count = 0;
+};
+
+/// The gradients of values, accumulated over their uses.
+class Gradients {
+public:
+  explicit Gradients(Builder &build) : build(build) {}
+
+  void add(Value v, Value g) {
+    if (!g)
+      return;
+    Value &slot = grads[v];
+    slot = slot ? build.value<AddOp>({slot, g}) : g;
+  }
+  Value get(Value v) const { return grads.lookup(v); }
+
+private:
+  Builder &build;
+  DenseMap<Value, Value> grads;
+};
+
+/// Reverse-mode rules: given the result gradients of `op`, adds the
+/// gradients of its operands that `needs` holds.
+class Backward {
+public:
+  Backward(Builder &build, Gradients &grads, const DenseSet<Value> &needs)
+      : build(build), grads(grads), needs(needs) {}
+
+  LogicalResult run(Operation *op);
+
+private:
+  bool need(Value v) const { return v && needs.contains(v); }
+  void add(Value v, Value g) {
+    if (need(v))
+      grads.add(v, g);
+  }
+
+  LogicalResult linear(LinearOp op, Value dy);
+  LogicalResult matmul(MatmulOp op, Value dy);
+  LogicalResult batchMatmul(BatchMatmulOp op, Value dy);
+
+  Builder &build;
+  Gradients &grads;
+  const DenseSet<Value> &needs;
+};
+
+LogicalResult Backward::linear(LinearOp op, Value dy) {
+  Value x = op.getInput(), w = op.getWeight(), bias = op.getBias();
+  if (need(x))
+    add(x, build.value<MatmulOp>({dy, w}));
+  if (need(w))
+    add(w, build.value<MatmulOp>({build.rows(dy), build.rows(x)},
+                                 {build.unit("transpose_a")}));
+  if (need(bias))
+    add(bias, build.sumTo(dy, bias.getType()));
+  return success();
+}
+
+LogicalResult Backward::matmul(MatmulOp op, Value dy) {
+  if (op.getTransposeA())
+    return op.emitOpError("with transpose_a has no gradient rule yet");
+  Value a = op.getLhs(), b = op.getRhs();
+  bool tb = op.getTransposeB();
+  // C = A · op(B): dA = dC · op(B)ᵀ; d op(B) = Aᵀ · dC over all rows.
+  if (need(a))
+    add(a, tb ? build.value<MatmulOp>({dy, b})
+              : build.value<MatmulOp>({dy, b}, {build.unit("transpose_b")}));
+  if (need(b)) {
+    Value a2 = build.rows(a), dy2 = build.rows(dy);
+    add(b, tb ? build.value<MatmulOp>({dy2, a2}, {build.unit("transpose_a")})
+              : build.value<MatmulOp>({a2, dy2}, {build.unit("transpose_a")}));
+  }
+  return success();
+}
+
+LogicalResult Backward::batchMatmul(BatchMatmulOp op, Value dy) {
+  if (op.getTransposeA())
+    return op.emitOpError("with transpose_a has no gradient rule yet");
+  Value a = op.getLhs(), b = op.getRhs();
+  bool tb = op.getTransposeB();
+  if (need(a))
+    add(a,
+        tb ? build.value<BatchMatmulOp>({dy, b})
+           : build.value<BatchMatmulOp>({dy, b}, {build.unit("transpose_b")}));
+  if (need(b))
+    add(b,
+        tb ? build.value<BatchMatmulOp>({dy, a}, {build.unit("transpose_a")})
+           : build.value<BatchMatmulOp>({a, dy}, {build.unit("transpose_a")}));
+  return success();
+}
+
+LogicalResult Backward::run(Operation *op) {
+  // Ops whose results carry no gradient contribute nothing.
+  SmallVector<Value> dys;
+  bool any = false;
+  for (Value r : op->getResults()) {
+    dys.push_back(grads.get(r));
+    any |= bool(dys.back());
+  }
+  if (!any)
+    return success();
+  Value dy = dys.front();
+  auto same = [&](Value operand, Value g) { add(operand, g); };
+
+  return TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](EmbeddingOp o) {
+        if (need(o.getTable()))
+          add(o.getTable(),
+              build.value<EmbeddingGradOp>(
+                  {o.getIds(), dy},
+                  {build.i64("num_embeddings",
+                             o.getTable().getType().getDimSize(0))}));
+        return success();
+      })
+      .Case([&](LinearOp o) { return linear(o, dy); })
+      .Case([&](MatmulOp o) { return matmul(o, dy); })
+      .Case([&](BatchMatmulOp o) { return batchMatmul(o, dy); })
+      .Case([&](AddOp o) {
+        same(o.getLhs(), build.sumTo(dy, o.getLhs().getType()));
+        same(o.getRhs(), build.sumTo(dy, o.getRhs().getType()));
+        return success();
+      })
+      .Case([&](SubOp o) {
+        same(o.getLhs(), build.sumTo(dy, o.getLhs().getType()));
+        if (need(o.getRhs()))
+          add(o.getRhs(),
+              build.value<NegOp>({build.sumTo(dy, o.getRhs().getType())}));
+        return success();
+      })
+      .Case([&](MulOp o) {
+        if (need(o.getLhs()))
+          add(o.getLhs(), build.sumTo(build.value<MulOp>({dy, o.getRhs()}),
+                                      o.getLhs().getType()));
+        if (need(o.getRhs()))
+          add(o.getRhs(), build.sumTo(build.value<MulOp>({dy, o.getLhs()}),
+                                      o.getRhs().getType()));
+        return success();
+      })
+      .Case([&](NegOp o) {
+        same(o.getInput(), build.value<NegOp>({dy}));
+        return success();
+      })
+      .Case([&](ScaleOp o) {
+        same(o.getInput(),
+             build.value<ScaleOp>({dy},
+                                  {build.attr("factor", o.getFactorAttr())}));
+        return success();
+      })
+      .Case([&](SiluOp o) {
+        same(o.getInput(), build.value<SiluGradOp>({o.getInput(), dy}));
+        return success();
+      })
+      .Case([&](GeluOp o) {
+        same(o.getInput(),
+             build.value<GeluGradOp>(
+                 {o.getInput(), dy},
+                 {build.attr("approximate", o.getApproximateAttr())}));
+        return success();
+      })
+      .Case([&](RMSNormOp o) {
+        Operation *g =
+            build.op<RMSNormGradOp>({o.getInput(), o.getWeight(), dy},
+                                    {build.attr("eps", o.getEpsAttr())});
+        if (!g)
+          return failure();
+        add(o.getInput(), g->getResult(0));
+        add(o.getWeight(), g->getResult(1));
+        return success();
+      })
+      .Case([&](LayerNormOp o) {
+        Operation *g =
+            build.op<LayerNormGradOp>({o.getInput(), o.getWeight(), dy},
+                                      {build.attr("eps", o.getEpsAttr())});
+        if (!g)
+          return failure();
+        add(o.getInput(), g->getResult(0));
+        add(o.getWeight(), g->getResult(1));
+        add(o.getBias(), g->getResult(2));
+        return success();
+      })
+      .Case([&](RotaryOp o) {
+        SmallVector<NamedAttribute> attrs = {
+            build.attr("theta", o.getThetaAttr())};
+        if (!o.getInverse())
+          attrs.push_back(build.unit("inverse"));
+        same(o.getInput(),
+             build.value<RotaryOp>({dy, o.getPositions()}, attrs));
+        return success();
+      })
+      .Case([&](AttentionOp o) {
+        SmallVector<NamedAttribute> attrs;
+        for (StringRef name : {"causal", "sliding_window", "scale"})
+          if (Attribute a = o->getAttr(name))
+            attrs.push_back(build.attr(name, a));
+        Operation *g = build.op<AttentionGradOp>(
+            {o.getQuery(), o.getKey(), o.getValue(), dy}, attrs);
+        if (!g)
+          return failure();
+        add(o.getQuery(), g->getResult(0));
+        add(o.getKey(), g->getResult(1));
+        add(o.getValue(), g->getResult(2));
+        return success();
+      })
+      .Case([&](SoftmaxOp o) {
+        same(o.getInput(),
+             build.value<SoftmaxGradOp>({o.getResult(), dy},
+                                        {build.attr("dim", o.getDimAttr())}));
+        return success();
+      })
+      .Case([&](ReshapeOp o) {
+        same(o.getInput(),
+             build.reshape(dy, o.getInput().getType().getShape()));
+        return success();
+      })
+      .Case([&](TransposeOp o) {
+        SmallVector<int64_t> inverse(o.getPerm().size());
+        for (auto [i, p] : llvm::enumerate(o.getPerm()))
+          inverse[p] = i;
+        same(o.getInput(),
+             build.value<TransposeOp>({dy}, {build.ints("perm", inverse)}));
+        return success();
+      })
+      .Case([&](SliceOp o) {
+        RankedTensorType in = o.getInput().getType();
+        int64_t rank = in.getRank(), dim = static_cast<int64_t>(o.getDim());
+        if (dim < 0)
+          dim += rank;
+        int64_t start = static_cast<int64_t>(o.getStart());
+        int64_t size = static_cast<int64_t>(o.getSize());
+        same(
+            o.getInput(),
+            build.value<PadOp>(
+                {dy}, {build.i64("dim", dim), build.i64("before", start),
+                       build.i64("after", in.getDimSize(dim) - start - size)}));
+        return success();
+      })
+      .Case([&](SplitOp o) {
+        RankedTensorType in = o.getInput().getType();
+        int64_t dim = static_cast<int64_t>(o.getDim());
+        if (dim < 0)
+          dim += in.getRank();
+        int64_t start = 0;
+        for (auto [result, size] : llvm::zip(o.getResults(), o.getSizes())) {
+          if (Value g = grads.get(result))
+            same(o.getInput(),
+                 build.value<PadOp>(
+                     {g},
+                     {build.i64("dim", dim), build.i64("before", start),
+                      build.i64("after", in.getDimSize(dim) - start - size)}));
+          start += size;
+        }
+        return success();
+      })
+      .Case([&](ConcatOp o) {
+        int64_t rank = tensorOf(o.getResult()).getRank();
+        int64_t dim = static_cast<int64_t>(o.getDim());
+        if (dim < 0)
+          dim += rank;
+        int64_t start = 0;
+        for (Value input : o.getInputs()) {
+          int64_t size = tensorOf(input).getDimSize(dim);
+          if (need(input))
+            add(input, build.value<SliceOp>({dy}, {build.i64("dim", dim),
+                                                   build.i64("start", start),
+                                                   build.i64("size", size)}));
+          start += size;
+        }
+        return success();
+      })
+      .Case([&](CastOp o) {
+        same(o.getInput(),
+             build.value<CastOp>(
+                 {dy},
+                 {build.attr(
+                     "dtype",
+                     TypeAttr::get(o.getInput().getType().getElementType()))}));
+        return success();
+      })
+      .Default(
+          [&](Operation *) { return op->emitOpError("has no gradient rule"); });
+}
+
+/// The values that depend on a parameter, in `body`.
+DenseSet<Value> valuesNeedingGrad(Block &body, ArrayRef<Value> params) {
+  DenseSet<Value> needs(params.begin(), params.end());
+  for (Operation &op : body)
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return needs.contains(v); }))
+      for (Value r : op.getResults())
+        if (isa<FloatType>(tensorOf(r).getElementType()))
+          needs.insert(r);
+  return needs;
+}
+
+struct BuildTrainStepPass
+    : fsdp::impl::BuildTrainStepPassBase<BuildTrainStepPass> {
+  using BuildTrainStepPassBase::BuildTrainStepPassBase;
+
+  void runOnOperation() override;
+  LogicalResult rewrite(func::FuncOp forward);
+};
+
+LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
+  MLIRContext *context = &getContext();
+  if (optimizer != "adamw" && optimizer != "sgd" && optimizer != "none")
+    return forward.emitOpError("optimizer must be adamw, sgd or none, got '")
+           << optimizer << "'";
+  if (microbatches < 1)
+    return forward.emitOpError("microbatches must be >= 1");
+  if (!forward.getBody().hasOneBlock())
+    return forward.emitOpError("must have a single block");
+  Block &body = forward.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+
+  // The loss: the output named "loss", a cross-entropy.
+  CrossEntropyOp loss;
+  for (unsigned i = 0; i < forward.getNumResults(); ++i) {
+    auto name =
+        forward.getResultAttrOfType<StringAttr>(i, NNDialect::kOutputAttrName);
+    if (name && name.getValue() == "loss")
+      loss = ret.getOperand(i).getDefiningOp<CrossEntropyOp>();
+  }
+  if (!loss || loss.getReduction() == "none")
+    return forward.emitOpError("needs an output named 'loss' computed by "
+                               "nn.cross_entropy with a mean or sum reduction");
+
+  // The new signature: data inputs (grown by the microbatch count), the
+  // optimizer step, parameters, optimizer state.
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  SmallVector<unsigned> dataArgs, paramArgs;
+  OpBuilder b(context);
+  auto dict = [&](StringRef key, Attribute value) {
+    return b.getDictionaryAttr(b.getNamedAttr(key, value));
+  };
+  for (BlockArgument arg : forward.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    if (!forward.getArgAttr(i, NNDialect::kInputAttrName))
+      continue;
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (microbatches > 1) {
+      if (type.getRank() == 0)
+        return forward.emitOpError("input #")
+               << i << " is a scalar; microbatching splits inputs on dim 0";
+      SmallVector<int64_t> shape(type.getShape());
+      shape[0] *= microbatches;
+      type = RankedTensorType::get(shape, type.getElementType());
+    }
+    dataArgs.push_back(i);
+    argTypes.push_back(type);
+    argAttrs.push_back(forward.getArgAttrDict(i));
+  }
+  bool train = optimizer != "none";
+  auto f32 = RankedTensorType::get({}, b.getF32Type());
+  if (train) {
+    argTypes.push_back(f32);
+    argAttrs.push_back(
+        dict(NNDialect::kInputAttrName, b.getStringAttr("optimizer_step")));
+  }
+  for (BlockArgument arg : forward.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    if (!forward.getArgAttr(i, NNDialect::kParamAttrName))
+      continue;
+    if (train && !tensorOf(arg).getElementType().isF32())
+      return forward.emitOpError("parameter #")
+             << i << " is " << arg.getType()
+             << "; the optimizer keeps f32 master parameters";
+    paramArgs.push_back(i);
+    argTypes.push_back(arg.getType());
+    argAttrs.push_back(forward.getArgAttrDict(i));
+  }
+  if (dataArgs.size() + paramArgs.size() != forward.getNumArguments())
+    return forward.emitOpError(
+        "has arguments that are neither nn.input nor nn.param");
+  SmallVector<StringRef> stateNames =
+      optimizer == "adamw" ? SmallVector<StringRef>{"exp_avg", "exp_avg_sq"}
+      : optimizer == "sgd" && momentum != 0.0
+          ? SmallVector<StringRef>{"momentum_buffer"}
+          : SmallVector<StringRef>{};
+  unsigned firstState = argTypes.size();
+  for (unsigned p : paramArgs)
+    for (StringRef state : stateNames) {
+      auto name =
+          forward.getArgAttrOfType<StringAttr>(p, NNDialect::kParamAttrName);
+      argTypes.push_back(forward.getArgument(p).getType());
+      argAttrs.push_back(dict(NNDialect::kStateAttrName,
+                              b.getStringAttr(name.getValue() + "." + state)));
+    }
+
+  b.setInsertionPoint(forward);
+  auto step = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
+                                   b.getFunctionType(argTypes, {}));
+  Block *entryBlock = step.addEntryBlock();
+  b.setInsertionPointToEnd(entryBlock);
+  Builder build(b, forward.getLoc());
+  unsigned firstParam = dataArgs.size() + (train ? 1 : 0);
+  auto paramValue = [&](unsigned k) {
+    return entryBlock->getArgument(firstParam + k);
+  };
+
+  // Slices of the data inputs for microbatch `m`.
+  auto microbatch = [&](int64_t m, IRMapping &map) {
+    for (auto [k, i] : llvm::enumerate(dataArgs)) {
+      Value whole = entryBlock->getArgument(k);
+      if (microbatches == 1) {
+        map.map(forward.getArgument(i), whole);
+        continue;
+      }
+      int64_t rows = tensorOf(forward.getArgument(i)).getDimSize(0);
+      map.map(forward.getArgument(i),
+              build.value<SliceOp>({whole}, {build.i64("dim", 0),
+                                             build.i64("start", m * rows),
+                                             build.i64("size", rows)}));
+    }
+    for (auto [k, i] : llvm::enumerate(paramArgs))
+      map.map(forward.getArgument(i), paramValue(k));
+  };
+
+  // The global token count over all microbatches comes first: every
+  // microbatch's backward is seeded with 1 / count.
+  Value count;
+  for (int64_t m = 0; m < microbatches; ++m) {
+    IRMapping map;
+    microbatch(m, map);
+    Value c = build.value<TokenCountOp>(
+        {map.lookup(loss.getLabels())},
+        {build.attr("ignore_index", loss.getIgnoreIndexAttr())});
+    count = count ? build.value<AddOp>({count, c}) : c;
+  }
+  Value seed = build.value<DivOp>({build.fill(1.0, f32), count});
+
+  SmallVector<Value> paramGrads(paramArgs.size());
+  Value lossSum;
+  SmallVector<Value> extraOutputs;
+  for (int64_t m = 0; m < microbatches; ++m) {
+    IRMapping map;
+    microbatch(m, map);
+    // Forward, with the loss summed instead of averaged.
+    SmallVector<Operation *> cloned;
+    Value logits, labels;
+    for (Operation &op : body.without_terminator()) {
+      if (&op == loss.getOperation()) {
+        logits = map.lookup(loss.getLogits());
+        labels = map.lookup(loss.getLabels());
+        Value sum = build.value<CrossEntropyOp>(
+            {logits, labels},
+            {build.attr("ignore_index", loss.getIgnoreIndexAttr()),
+             build.attr("reduction", b.getStringAttr("sum"))});
+        map.map(loss.getResult(), sum);
+        lossSum = lossSum ? build.value<AddOp>({lossSum, sum}) : sum;
+        continue;
+      }
+      cloned.push_back(b.clone(op, map));
+    }
+    if (microbatches == 1)
+      for (unsigned i = 0; i < forward.getNumResults(); ++i)
+        if (ret.getOperand(i) != loss.getResult())
+          extraOutputs.push_back(map.lookup(ret.getOperand(i)));
+
+    // Backward.
+    SmallVector<Value> params;
+    for (unsigned k = 0; k < paramArgs.size(); ++k)
+      params.push_back(paramValue(k));
+    DenseSet<Value> needs = valuesNeedingGrad(*entryBlock, params);
+    Gradients grads(build);
+    if (needs.contains(logits))
+      grads.add(logits,
+                build.value<CrossEntropyGradOp>(
+                    {logits, labels, seed},
+                    {build.attr("ignore_index", loss.getIgnoreIndexAttr()),
+                     build.attr("reduction", b.getStringAttr("sum"))}));
+    Backward backward(build, grads, needs);
+    for (Operation *op : llvm::reverse(cloned))
+      if (failed(backward.run(op)))
+        return failure();
+    for (unsigned k = 0; k < params.size(); ++k) {
+      Value g = grads.get(params[k]);
+      if (g)
+        paramGrads[k] =
+            paramGrads[k] ? build.value<AddOp>({paramGrads[k], g}) : g;
+    }
+  }
+  for (unsigned k = 0; k < paramGrads.size(); ++k)
+    if (!paramGrads[k])
+      paramGrads[k] = build.fill(0.0, tensorOf(paramValue(k)));
+  Value lossValue = build.value<DivOp>({lossSum, count});
+
+  // Results: the loss, then updates (or gradients), then other outputs.
+  SmallVector<Value> results = {lossValue};
+  SmallVector<DictionaryAttr> resultAttrs = {
+      dict(NNDialect::kOutputAttrName, b.getStringAttr("loss"))};
+  auto paramName = [&](unsigned k) {
+    return forward
+        .getArgAttrOfType<StringAttr>(paramArgs[k], NNDialect::kParamAttrName)
+        .getValue();
+  };
+  auto update = [&](Value v, StringRef name, unsigned arg) {
+    results.push_back(v);
+    resultAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(NNDialect::kOutputAttrName, b.getStringAttr(name)),
+         b.getNamedAttr(NNDialect::kUpdatesAttrName,
+                        b.getI64IntegerAttr(arg))}));
+  };
+  if (!train) {
+    for (unsigned k = 0; k < paramGrads.size(); ++k) {
+      results.push_back(paramGrads[k]);
+      resultAttrs.push_back(dict(NNDialect::kOutputAttrName,
+                                 b.getStringAttr("grad." + paramName(k))));
+    }
+  } else {
+    Value scale = build.fill(1.0, f32);
+    if (maxGradNorm > 0.0) {
+      Value total;
+      for (Value g : paramGrads) {
+        Value s = build.value<SumSquaresOp>({g});
+        total = total ? build.value<AddOp>({total, s}) : s;
+      }
+      scale = build.value<ClipCoefficientOp>(
+          {total}, {build.f64("max_norm", maxGradNorm)});
+    }
+    Value stepCount = entryBlock->getArgument(dataArgs.size());
+    for (unsigned k = 0; k < paramGrads.size(); ++k) {
+      unsigned stateArg = firstState + k * stateNames.size();
+      Value param = paramValue(k);
+      std::string name = paramName(k).str();
+      if (optimizer == "adamw") {
+        Operation *o = build.op<AdamWOp>(
+            {param, paramGrads[k], entryBlock->getArgument(stateArg),
+             entryBlock->getArgument(stateArg + 1), stepCount, scale},
+            {build.f64("lr", lr), build.f64("beta1", beta1),
+             build.f64("beta2", beta2), build.f64("eps", eps),
+             build.f64("weight_decay", weightDecay)});
+        if (!o)
+          return failure();
+        update(o->getResult(0), name, firstParam + k);
+        update(o->getResult(1), name + ".exp_avg", stateArg);
+        update(o->getResult(2), name + ".exp_avg_sq", stateArg + 1);
+        continue;
+      }
+      // SGD without momentum still has a buffer operand; it stays zero.
+      Value buffer = stateNames.empty() ? build.fill(0.0, tensorOf(param))
+                                        : entryBlock->getArgument(stateArg);
+      Operation *o =
+          build.op<SGDOp>({param, paramGrads[k], buffer, stepCount, scale},
+                          {build.f64("lr", lr), build.f64("momentum", momentum),
+                           build.f64("weight_decay", weightDecay)});
+      if (!o)
+        return failure();
+      update(o->getResult(0), name, firstParam + k);
+      if (!stateNames.empty())
+        update(o->getResult(1), name + ".momentum_buffer", stateArg);
+    }
+  }
+  for (auto [i, v] : llvm::enumerate(extraOutputs)) {
+    results.push_back(v);
+    unsigned original = 0;
+    for (unsigned r = 0, seen = 0; r < forward.getNumResults(); ++r)
+      if (ret.getOperand(r) != loss.getResult() && seen++ == i)
+        original = r;
+    resultAttrs.push_back(forward.getResultAttrDict(original));
+  }
+  func::ReturnOp::create(b, forward.getLoc(), results);
+  step.setFunctionType(
+      b.getFunctionType(argTypes, TypeRange(ValueRange(results))));
+  step.setAllArgAttrs(argAttrs);
+  step.setAllResultAttrs(resultAttrs);
+  for (NamedAttribute attr : forward->getDiscardableAttrs())
+    step->setAttr(attr.getName(), attr.getValue());
+  numGradOps += build.count;
+  forward.erase();
+  return success();
+}
+
+void BuildTrainStepPass::runOnOperation() {
+  auto forward = getOperation().lookupSymbol<func::FuncOp>(entry);
+  if (!forward) {
+    getOperation().emitError("no function @") << entry << " to train";
+    return signalPassFailure();
+  }
+  if (failed(rewrite(forward)))
+    signalPassFailure();
+}
+
+} // namespace
