@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace fsdp {
@@ -395,6 +396,36 @@ DenseSet<Value> valuesNeedingGrad(Block &body, ArrayRef<Value> params) {
   return needs;
 }
 
+/// Re-creates `op` on mapped operands with result types from its shape rule,
+/// so that a dtype change upstream (mixed precision) flows through.
+Operation *rebuild(OpBuilder &b, Operation &op, IRMapping &map) {
+  auto *rule = op.getName().getInterface<ShapeRuleOpInterface>();
+  if (!rule)
+    return b.clone(op, map);
+  SmallVector<Value> operands = llvm::map_to_vector(
+      op.getOperands(), [&](Value v) { return map.lookupOrDefault(v); });
+  SmallVector<Type> types;
+  if (failed(rule->inferResultTypes(b.getContext(), op.getLoc(), operands,
+                                    op.getAttrDictionary(), types)))
+    return nullptr;
+  OperationState state(op.getLoc(), op.getName());
+  state.addOperands(operands);
+  state.addAttributes(op.getAttrs());
+  state.addTypes(types);
+  Operation *copy = b.create(state);
+  map.map(op.getResults(), copy->getResults());
+  return copy;
+}
+
+/// The float type named `name` (f32, bf16, f16), or null.
+Type floatType(MLIRContext *context, StringRef name) {
+  return llvm::StringSwitch<Type>(name)
+      .Case("f32", Float32Type::get(context))
+      .Case("bf16", BFloat16Type::get(context))
+      .Case("f16", Float16Type::get(context))
+      .Default(Type());
+}
+
 struct BuildTrainStepPass
     : fsdp::impl::BuildTrainStepPassBase<BuildTrainStepPass> {
   using BuildTrainStepPassBase::BuildTrainStepPassBase;
@@ -410,6 +441,13 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
            << optimizer << "'";
   if (microbatches < 1)
     return forward.emitOpError("microbatches must be >= 1");
+  Type computeType = floatType(context, paramDtype);
+  Type outputType =
+      outputDtype.empty() ? Type() : floatType(context, outputDtype);
+  if (!computeType || (!outputDtype.empty() && !outputType))
+    return forward.emitOpError("param-dtype and output-dtype must be f32, "
+                               "bf16 or f16, got '")
+           << paramDtype << "' and '" << outputDtype << "'";
   if (!forward.getBody().hasOneBlock())
     return forward.emitOpError("must have a single block");
   Block &body = forward.getBody().front();
@@ -502,21 +540,29 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   };
 
   // Slices of the data inputs for microbatch `m`.
-  auto microbatch = [&](int64_t m, IRMapping &map) {
+  // A float value in the compute dtype (mixed precision), else itself.
+  auto compute = [&](Value v) {
+    Type element = tensorOf(v).getElementType();
+    if (!isa<FloatType>(element) || element == computeType)
+      return v;
+    return build.value<CastOp>(
+        {v}, {build.attr("dtype", TypeAttr::get(computeType))});
+  };
+  auto microbatch = [&](int64_t m, IRMapping &map, bool withParams) {
     for (auto [k, i] : llvm::enumerate(dataArgs)) {
       Value whole = entryBlock->getArgument(k);
-      if (microbatches == 1) {
-        map.map(forward.getArgument(i), whole);
-        continue;
+      if (microbatches > 1) {
+        int64_t rows = tensorOf(forward.getArgument(i)).getDimSize(0);
+        whole = build.value<SliceOp>({whole}, {build.i64("dim", 0),
+                                               build.i64("start", m * rows),
+                                               build.i64("size", rows)});
       }
-      int64_t rows = tensorOf(forward.getArgument(i)).getDimSize(0);
       map.map(forward.getArgument(i),
-              build.value<SliceOp>({whole}, {build.i64("dim", 0),
-                                             build.i64("start", m * rows),
-                                             build.i64("size", rows)}));
+              castForwardInputs ? compute(whole) : whole);
     }
-    for (auto [k, i] : llvm::enumerate(paramArgs))
-      map.map(forward.getArgument(i), paramValue(k));
+    if (withParams)
+      for (auto [k, i] : llvm::enumerate(paramArgs))
+        map.map(forward.getArgument(i), compute(paramValue(k)));
   };
 
   // The global token count over all microbatches comes first: every
@@ -524,7 +570,7 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   Value count;
   for (int64_t m = 0; m < microbatches; ++m) {
     IRMapping map;
-    microbatch(m, map);
+    microbatch(m, map, /*withParams=*/false);
     Value c = build.value<TokenCountOp>(
         {map.lookup(loss.getLabels())},
         {build.attr("ignore_index", loss.getIgnoreIndexAttr())});
@@ -537,7 +583,7 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   SmallVector<Value> extraOutputs;
   for (int64_t m = 0; m < microbatches; ++m) {
     IRMapping map;
-    microbatch(m, map);
+    microbatch(m, map, /*withParams=*/true);
     // Forward, with the loss summed instead of averaged.
     SmallVector<Operation *> cloned;
     Value logits, labels;
@@ -553,12 +599,21 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
         lossSum = lossSum ? build.value<AddOp>({lossSum, sum}) : sum;
         continue;
       }
-      cloned.push_back(b.clone(op, map));
+      Operation *copy = rebuild(b, op, map);
+      if (!copy)
+        return failure();
+      cloned.push_back(copy);
     }
     if (microbatches == 1)
       for (unsigned i = 0; i < forward.getNumResults(); ++i)
-        if (ret.getOperand(i) != loss.getResult())
-          extraOutputs.push_back(map.lookup(ret.getOperand(i)));
+        if (ret.getOperand(i) != loss.getResult()) {
+          Value v = map.lookup(ret.getOperand(i));
+          Type element = tensorOf(v).getElementType();
+          if (outputType && isa<FloatType>(element) && element != outputType)
+            v = build.value<CastOp>(
+                {v}, {build.attr("dtype", TypeAttr::get(outputType))});
+          extraOutputs.push_back(v);
+        }
 
     // Backward.
     SmallVector<Value> params;
@@ -577,7 +632,15 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
       if (failed(backward.run(op)))
         return failure();
     for (unsigned k = 0; k < params.size(); ++k) {
-      Value g = grads.get(params[k]);
+      // Mixed precision: the forward read a cast copy; its gradient comes
+      // back to the f32 master through the cast's transpose.
+      Value read = map.lookup(forward.getArgument(paramArgs[k]));
+      Value g = grads.get(read);
+      if (g && read != params[k])
+        g = build.value<CastOp>(
+            {g},
+            {build.attr("dtype",
+                        TypeAttr::get(tensorOf(params[k]).getElementType()))});
       if (g)
         paramGrads[k] =
             paramGrads[k] ? build.value<AddOp>({paramGrads[k], g}) : g;
@@ -599,10 +662,11 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   };
   auto update = [&](Value v, StringRef name, unsigned arg) {
     results.push_back(v);
-    resultAttrs.push_back(b.getDictionaryAttr(
-        {b.getNamedAttr(NNDialect::kOutputAttrName, b.getStringAttr(name)),
-         b.getNamedAttr(NNDialect::kUpdatesAttrName,
-                        b.getI64IntegerAttr(arg))}));
+    resultAttrs.push_back(
+        b.getDictionaryAttr({b.getNamedAttr(NNDialect::kOutputAttrName,
+                                            b.getStringAttr("updated." + name)),
+                             b.getNamedAttr(NNDialect::kUpdatesAttrName,
+                                            b.getI64IntegerAttr(arg))}));
   };
   if (!train) {
     for (unsigned k = 0; k < paramGrads.size(); ++k) {

@@ -240,14 +240,21 @@ LogicalResult Lowering::emitDescribe(Location loc) {
           .emit(builder, loc);
       // Token ids feed an embedding; labels feed a loss: both ranges are
       // known from the vocabulary, which the data generator needs.
+      // Through the slices and reshapes that microbatching adds.
       std::optional<int64_t> high;
-      for (Operation *user : arg.getUsers()) {
-        if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
-            embedding && embedding.getIds() == arg)
-          high = embedding.getTable().getType().getDimSize(0);
-        if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
-            loss && loss.getLabels() == arg)
-          high = loss.getLogits().getType().getShape().back();
+      SmallVector<Value> worklist = {arg};
+      while (!worklist.empty()) {
+        Value v = worklist.pop_back_val();
+        for (Operation *user : v.getUsers()) {
+          if (isa<nn::SliceOp, nn::ReshapeOp>(user))
+            worklist.push_back(user->getResult(0));
+          if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
+              embedding && embedding.getIds() == v)
+            high = embedding.getTable().getType().getDimSize(0);
+          if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
+              loss && loss.getLabels() == v)
+            high = loss.getLogits().getType().getShape().back();
+        }
       }
       if (high)
         call("fsdp_prog_input_range")

@@ -79,11 +79,15 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
        gradient (the transposes are forward ops where one exists:
        `linear`'s are `matmul`s, `slice`'s is `pad`, `rotary`'s is the
        inverse rotation);
-    4. with `max-grad-norm > 0`, gradients are scaled by PyTorch's
+    4. with `param-dtype = bf16` (or f16), FSDP2's `MixedPrecisionPolicy`:
+       the forward and backward compute in that dtype on cast copies of the
+       f32 master parameters, whose gradients come back in f32;
+    5. with `max-grad-norm > 0`, gradients are scaled by PyTorch's
        `clip_grad_norm_` coefficient of their global norm;
-    5. the optimizer (`adamw` or `sgd`) updates each f32 parameter and its
+    6. the optimizer (`adamw` or `sgd`) updates each f32 parameter and its
        state (`nn.state` arguments, zero at start); each new value is a
-       result marked `nn.updates = <argument>`, which the runtime keeps in
+       result `updated.<name>` marked `nn.updates = <argument>`, which the
+       runtime keeps in
        place of the old one. With `optimizer = none` the step returns the
        gradients instead (`grad.<name>`), for testing.
 
@@ -116,6 +120,16 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
            "Clip the global gradient norm to this (0 = no clipping)">,
     Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
            "Microbatches accumulated per step">,
+    Option<"paramDtype", "param-dtype", "std::string", /*default=*/"\"f32\"",
+           "MixedPrecisionPolicy.param_dtype: parameters are cast to it for "
+           "forward and backward; the optimizer keeps f32 masters">,
+    Option<"outputDtype", "output-dtype", "std::string", /*default=*/"\"\"",
+           "MixedPrecisionPolicy.output_dtype: the step's other outputs "
+           "(logits) are cast to it (empty: the compute dtype)">,
+    Option<"castForwardInputs", "cast-forward-inputs", "bool",
+           /*default=*/"true",
+           "MixedPrecisionPolicy.cast_forward_inputs: float data inputs are "
+           "cast to param-dtype">,
   ];
   let statistics = [
     Statistic<"numGradOps", "grad-ops", "Ops the backward pass emitted">,

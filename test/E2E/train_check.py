@@ -1,0 +1,128 @@
+# Trains a compiled step and PyTorch side by side and compares the loss
+# trajectories.
+#
+# The program (fsdp-graphgen + fsdp-compile with fsdp-build-train-step) runs
+# --steps steps on a token file this script writes; PyTorch runs the float64
+# reference model of reference.py from the program's dumped initial weights
+# with torch.optim.AdamW or SGD and the same hyperparameters, on the same
+# batches (the runtime reads sample b of step k at token offset
+# ((k * B + b) * (S + 1)) mod (tokens - S - 1)).
+#
+# Usage: /usr/bin/python3 train_check.py --config C --bin-dir build/bin
+#            --work DIR [--optimizer adamw|sgd] [--steps 20] [--lr 1e-2]
+#            [--max-grad-norm 0] [--batch 2] [--seq 16] [--rtol 1e-4]
+#            [--mpirun "mpirun ..."]
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+
+STEP = re.compile(r"^step (\d+) loss (\S+) time")
+
+
+def run(cmd):
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    if result.returncode != 0:
+        sys.exit(f"error: {' '.join(cmd)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--optimizer", default="adamw")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--max-grad-norm", type=float, default=0.0)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=16)
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--mpirun",
+                        default="mpirun --allow-run-as-root --oversubscribe")
+    args = parser.parse_args()
+
+    with open(args.config) as f:
+        spec = reference.ModelSpec(json.load(f))
+    os.makedirs(args.work, exist_ok=True)
+    graph = os.path.join(args.work, "graph.json")
+    prog = os.path.join(args.work, "step")
+    tokens_path = os.path.join(args.work, "tokens.bin")
+    dump = os.path.join(args.work, "dump")
+
+    opts = f"optimizer={args.optimizer} lr={args.lr} " \
+           f"weight-decay={args.weight_decay}"
+    if args.optimizer == "sgd":
+        opts += f" momentum={args.momentum}"
+    if args.max_grad_norm > 0:
+        opts += f" max-grad-norm={args.max_grad_norm}"
+    run([os.path.join(args.bin_dir, "fsdp-graphgen"), args.config,
+         "--batch", str(args.batch), "--seq", str(args.seq), "-o", graph])
+    run([os.path.join(args.bin_dir, "fsdp-compile"), graph,
+         f"--passes=fsdp-build-train-step{{{opts}}}", "-o", prog])
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, spec.vocab, size=4096, dtype=np.int32)
+    tokens.tofile(tokens_path)
+    out = run(shlex.split(args.mpirun) + [
+        "-np", "1", prog, "--steps", str(args.steps), "--data", tokens_path,
+        "--dump-dir", dump])
+    ours = [float(m.group(2)) for m in map(STEP.match, out.splitlines()) if m]
+    if len(ours) != args.steps:
+        sys.exit(f"error: expected {args.steps} loss lines, got:\n{out}")
+
+    # PyTorch from the same initial weights (dumped before the first update).
+    directory = os.path.join(dump, "rank0")
+    manifest = reference.read_manifest(directory)
+    params = {n: reference.load_tensor(directory, n, *manifest[n])
+              .to(torch.float64).requires_grad_(True)
+              for n in spec.parameter_shapes()}
+    if args.optimizer == "adamw":
+        opt = torch.optim.AdamW(params.values(), lr=args.lr,
+                                weight_decay=args.weight_decay)
+    else:
+        opt = torch.optim.SGD(params.values(), lr=args.lr,
+                              momentum=args.momentum,
+                              weight_decay=args.weight_decay)
+    b, s = args.batch, args.seq
+    window = len(tokens) - s - 1
+    positions = torch.arange(s).repeat(b, 1)
+    worst = 0.0
+    for k in range(args.steps):
+        rows = [tokens[((k * b + i) * (s + 1)) % window:][:s + 1]
+                for i in range(b)]
+        batch = torch.from_numpy(np.stack(rows).astype(np.int64))
+        opt.zero_grad()
+        _, loss = reference.forward(spec, reference.Params(params),
+                                    batch[:, :s], positions, batch[:, 1:])
+        loss.backward()
+        if args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params.values(), args.max_grad_norm)
+        opt.step()
+        err = abs(ours[k] - loss.item()) / abs(loss.item())
+        worst = max(worst, err)
+        print(f"step {k} loss {ours[k]:.6f} torch {loss.item():.6f} "
+              f"rel_err {err:.2e}")
+    print(f"{args.optimizer} {args.steps} steps: loss {ours[0]:.6f} -> "
+          f"{ours[-1]:.6f}, max_rel_err {worst:.2e}")
+    if not worst <= args.rtol:
+        print(f"FAIL max_rel_err {worst:.2e} > {args.rtol:g}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
