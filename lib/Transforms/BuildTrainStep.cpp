@@ -548,17 +548,23 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     return build.value<CastOp>(
         {v}, {build.attr("dtype", TypeAttr::get(computeType))});
   };
+  // Each input's slice for each microbatch, built once.
+  DenseMap<std::pair<unsigned, int64_t>, Value> slices;
   auto microbatch = [&](int64_t m, IRMapping &map, bool withParams) {
     for (auto [k, i] : llvm::enumerate(dataArgs)) {
-      Value whole = entryBlock->getArgument(k);
-      if (microbatches > 1) {
-        int64_t rows = tensorOf(forward.getArgument(i)).getDimSize(0);
-        whole = build.value<SliceOp>({whole}, {build.i64("dim", 0),
+      Value &part = slices[{unsigned(k), m}];
+      if (!part) {
+        part = entryBlock->getArgument(k);
+        if (microbatches > 1) {
+          int64_t rows = tensorOf(forward.getArgument(i)).getDimSize(0);
+          part = build.value<SliceOp>({part}, {build.i64("dim", 0),
                                                build.i64("start", m * rows),
                                                build.i64("size", rows)});
+        }
+        if (castForwardInputs)
+          part = compute(part);
       }
-      map.map(forward.getArgument(i),
-              castForwardInputs ? compute(whole) : whole);
+      map.map(forward.getArgument(i), part);
     }
     if (withParams)
       for (auto [k, i] : llvm::enumerate(paramArgs))
