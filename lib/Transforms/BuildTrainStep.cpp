@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
 
@@ -127,8 +128,9 @@ private:
 /// gradients of its operands that `needs` holds.
 class Backward {
 public:
-  Backward(Builder &build, Gradients &grads, const DenseSet<Value> &needs)
-      : build(build), grads(grads), needs(needs) {}
+  Backward(Builder &build, Gradients &grads, const DenseSet<Value> &needs,
+           Type reduceType)
+      : build(build), grads(grads), needs(needs), reduceType(reduceType) {}
 
   LogicalResult run(Operation *op);
 
@@ -140,13 +142,97 @@ private:
   }
 
   LogicalResult linear(LinearOp op, Value dy);
+  LogicalResult collective(dist::CollectiveOpInterface op, Value dy);
   LogicalResult matmul(MatmulOp op, Value dy);
   LogicalResult batchMatmul(BatchMatmulOp op, Value dy);
 
   Builder &build;
   Gradients &grads;
   const DenseSet<Value> &needs;
+  /// MixedPrecisionPolicy.reduce_dtype: gradients are reduced across ranks
+  /// in this type (null: their own).
+  Type reduceType;
 };
+
+LogicalResult Backward::collective(dist::CollectiveOpInterface op, Value dy) {
+  if (op.isAsync())
+    return op->emitOpError("in its asynchronous form has no gradient rule; "
+                           "differentiate before scheduling");
+  Value x = op.getInput();
+  if (!need(x))
+    return success();
+  OpBuilder &b = build.b;
+  Location loc = op->getLoc();
+  // A gradient crosses ranks in reduce_dtype and comes back in its own type.
+  Type own = tensorOf(dy).getElementType();
+  auto toReduce = [&](Value v) {
+    if (!reduceType || reduceType == own)
+      return v;
+    return build.value<CastOp>(
+        {v}, {build.attr("dtype", TypeAttr::get(reduceType))});
+  };
+  auto fromReduce = [&](Value v) {
+    if (tensorOf(v).getElementType() == own)
+      return v;
+    return build.value<CastOp>({v}, {build.attr("dtype", TypeAttr::get(own))});
+  };
+  auto like = [&](Value v, RankedTensorType shape) {
+    return RankedTensorType::get(shape.getShape(),
+                                 tensorOf(v).getElementType());
+  };
+  FlatSymbolRefAttr mesh = op.getMeshAttr();
+  ArrayAttr axes = op.getMeshAxes();
+  auto sum =
+      dist::ReductionKindAttr::get(b.getContext(), dist::ReductionKind::sum);
+  return TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](dist::AllGatherOp o) {
+        // all_gather's transpose: reduce_scatter (sum) along the same dim.
+        Value g = toReduce(dy);
+        auto rs =
+            dist::ReduceScatterOp::create(b, loc, like(g, tensorOf(x)), g, mesh,
+                                          axes, sum, o.getGatherDimAttr());
+        ++build.count;
+        add(x, fromReduce(rs.getResult()));
+        return success();
+      })
+      .Case([&](dist::ReduceScatterOp o) -> LogicalResult {
+        if (o.getReduction() != dist::ReductionKind::sum)
+          return o.emitOpError("with a non-sum reduction has no gradient "
+                               "rule");
+        auto ag = dist::AllGatherOp::create(b, loc, like(dy, tensorOf(x)), dy,
+                                            mesh, axes, o.getScatterDimAttr());
+        ++build.count;
+        add(x, ag.getResult());
+        return success();
+      })
+      .Case([&](dist::AllReduceOp o) -> LogicalResult {
+        // Megatron's g: the reduced value is replicated and so is its
+        // gradient; each rank's partial sum receives it unchanged.
+        if (o.getReduction() != dist::ReductionKind::sum)
+          return o.emitOpError("with a non-sum reduction has no gradient "
+                               "rule");
+        add(x, dy);
+        return success();
+      })
+      .Case([&](dist::AllToAllOp o) {
+        auto a2a = dist::AllToAllOp::create(b, loc, like(dy, tensorOf(x)), dy,
+                                            mesh, axes, o.getConcatDimAttr(),
+                                            o.getSplitDimAttr());
+        ++build.count;
+        add(x, a2a.getResult());
+        return success();
+      })
+      .Case([&](dist::PermuteOp o) {
+        auto back = dist::PermuteOp::create(
+            b, loc, dy.getType(), dy, mesh, axes,
+            b.getI64IntegerAttr(-static_cast<int64_t>(o.getOffset())));
+        ++build.count;
+        add(x, back.getResult());
+        return success();
+      })
+      .Default(
+          [&](Operation *) { return op->emitOpError("has no gradient rule"); });
+}
 
 LogicalResult Backward::linear(LinearOp op, Value dy) {
   Value x = op.getInput(), w = op.getWeight(), bias = op.getBias();
@@ -206,6 +292,8 @@ LogicalResult Backward::run(Operation *op) {
   Value dy = dys.front();
   auto same = [&](Value operand, Value g) { add(operand, g); };
 
+  if (auto c = dyn_cast<dist::CollectiveOpInterface>(op))
+    return collective(c, dy);
   return TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](EmbeddingOp o) {
         if (need(o.getTable()))
@@ -444,6 +532,11 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   Type computeType = floatType(context, paramDtype);
   Type outputType =
       outputDtype.empty() ? Type() : floatType(context, outputDtype);
+  Type reduceType =
+      reduceDtype.empty() ? Type() : floatType(context, reduceDtype);
+  if (!reduceDtype.empty() && !reduceType)
+    return forward.emitOpError("reduce-dtype must be f32, bf16 or f16, got '")
+           << reduceDtype << "'";
   if (!computeType || (!outputDtype.empty() && !outputType))
     return forward.emitOpError("param-dtype and output-dtype must be f32, "
                                "bf16 or f16, got '")
@@ -633,7 +726,7 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
                     {logits, labels, seed},
                     {build.attr("ignore_index", loss.getIgnoreIndexAttr()),
                      build.attr("reduction", b.getStringAttr("sum"))}));
-    Backward backward(build, grads, needs);
+    Backward backward(build, grads, needs, reduceType);
     for (Operation *op : llvm::reverse(cloned))
       if (failed(backward.run(op)))
         return failure();

@@ -75,8 +75,10 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
        tokens are split into microbatches or ranks;
     2. with `microbatches = M`, the data inputs grow by `M` along dim 0 and
        the forward and backward run once per slice, gradients accumulating;
-    3. reverse-mode autodiff of every `nn` op yields each parameter's
-       gradient (the transposes are forward ops where one exists:
+    3. reverse-mode autodiff of every `nn` op and `dist` collective yields
+       each parameter's gradient (`all_gather` ↔ `reduce_scatter`,
+       `all_reduce` ↔ identity as Megatron's f/g, `all_to_all` with its
+       dims swapped, `permute` by the negative offset) (the transposes are forward ops where one exists:
        `linear`'s are `matmul`s, `slice`'s is `pad`, `rotary`'s is the
        inverse rotation);
     4. with `param-dtype = bf16` (or f16), FSDP2's `MixedPrecisionPolicy`:
@@ -126,6 +128,9 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
     Option<"outputDtype", "output-dtype", "std::string", /*default=*/"\"\"",
            "MixedPrecisionPolicy.output_dtype: the step's other outputs "
            "(logits) are cast to it (empty: the compute dtype)">,
+    Option<"reduceDtype", "reduce-dtype", "std::string", /*default=*/"\"\"",
+           "MixedPrecisionPolicy.reduce_dtype: gradients cross ranks (the "
+           "backward of dist collectives) in this dtype (empty: their own)">,
     Option<"castForwardInputs", "cast-forward-inputs", "bool",
            /*default=*/"true",
            "MixedPrecisionPolicy.cast_forward_inputs: float data inputs are "
