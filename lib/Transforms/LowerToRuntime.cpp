@@ -200,16 +200,21 @@ LogicalResult Lowering::collectMesh() {
 FailureOr<uint32_t> Lowering::axisMask(dist::CollectiveOpInterface op) {
   uint32_t mask = 0;
   int64_t previous = -1;
-  for (Attribute axis : op.getMeshAxes()) {
-    auto it = axisIndex.find(cast<StringAttr>(axis).getValue());
-    if (!mesh || it == axisIndex.end())
-      return op->emitOpError("names an axis of no mesh in this module");
-    if (static_cast<int64_t>(it->second) <= previous)
-      return op->emitOpError("lists its mesh axes out of the mesh's order; "
-                             "the runtime orders a group's ranks by the mesh");
-    previous = it->second;
-    mask |= 1u << it->second;
-  }
+  if (!mesh)
+    return op->emitOpError("names an axis of no mesh in this module");
+  for (Attribute listed : op.getMeshAxes())
+    for (StringRef axis :
+         mesh.expandAxis(cast<StringAttr>(listed).getValue())) {
+      auto it = axisIndex.find(axis);
+      if (it == axisIndex.end())
+        return op->emitOpError("names an axis of no mesh in this module");
+      if (static_cast<int64_t>(it->second) <= previous)
+        return op->emitOpError(
+            "lists its mesh axes out of the mesh's order; the runtime "
+            "orders a group's ranks by the mesh");
+      previous = it->second;
+      mask |= 1u << it->second;
+    }
   return mask;
 }
 

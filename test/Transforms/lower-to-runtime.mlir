@@ -96,3 +96,14 @@ func.func @forward(%x: tensor<2x12xf32> {nn.input = "x"}) -> (tensor<2x12xf32> {
 // CHECK: call_opaque "fsdp_op_concat"(%{{.+}}, %[[CB]], %[[A]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 12}}">, 1 : index, 2 : index, #emitc.opaque<"1">]}
 // CHECK-DAG: call_opaque "fsdp_release"(%[[CB]])
 // CHECK-DAG: call_opaque "fsdp_release"(%[[A]])
+
+// -----
+
+// Tests that a view lowers to the mask of its axes.
+dist.mesh @mesh(dp_replicate = 2, dp_shard = 2, tp = 2) {views = {dp = ["dp_replicate", "dp_shard"]}}
+func.func @forward(%x: tensor<8x4xf32> {nn.input = "x"}) -> (tensor<2x4xf32> {nn.output = "y"}) {
+  %y = dist.reduce_scatter %x on @mesh[dp] sum dim 0 : tensor<8x4xf32> -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+// CHECK-LABEL: emitc.func @fsdp_program_forward
+// CHECK: call_opaque "fsdp_op_reduce_scatter"({{.+}}) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 4}}">, 1 : index, #emitc.opaque<"3u">, #emitc.opaque<"FSDP_REDUCE_SUM">, #emitc.opaque<"0">]}

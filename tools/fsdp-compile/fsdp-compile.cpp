@@ -90,9 +90,9 @@ static LogicalResult addMesh(ModuleOp module) {
     sizes.push_back(value);
   }
   builder.setInsertionPointToStart(module.getBody());
-  auto mesh = fsdp::dist::MeshOp::create(builder, module.getLoc(), "mesh",
-                                         builder.getArrayAttr(axes),
-                                         builder.getDenseI64ArrayAttr(sizes));
+  auto mesh = fsdp::dist::MeshOp::create(
+      builder, module.getLoc(), "mesh", builder.getArrayAttr(axes),
+      builder.getDenseI64ArrayAttr(sizes), DictionaryAttr());
   return verify(mesh);
 }
 

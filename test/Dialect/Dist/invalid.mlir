@@ -217,3 +217,22 @@ func.func @wait_type(%f: !dist.future<tensor<8x32xf32>>) {
   %0 = "dist.wait"(%f) : (!dist.future<tensor<8x32xf32>>) -> tensor<4x32xf32>
   return
 }
+
+// -----
+
+// expected-error @+1 {{'dist.mesh' op view 'dp' names "tp2", which is not an axis}}
+dist.mesh @mesh(dp_shard = 2, tp = 2) {views = {dp = ["dp_shard", "tp2"]}}
+
+// -----
+
+// expected-error @+1 {{'dist.mesh' op view 'tp' has an axis's name}}
+dist.mesh @mesh(dp_shard = 2, tp = 2) {views = {tp = ["dp_shard"]}}
+
+// -----
+
+dist.mesh @mesh(dp_replicate = 2, dp_shard = 2) {views = {dp = ["dp_replicate", "dp_shard"]}}
+func.func @view_overlap(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'dist.all_reduce' op mesh axis 'dp_shard' is in the group twice (through a view)}}
+  %0 = dist.all_reduce %x on @mesh[dp, dp_shard] sum : tensor<8x4xf32> -> tensor<8x4xf32>
+  return
+}

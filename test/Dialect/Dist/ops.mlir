@@ -74,3 +74,16 @@ func.func @one_d(%x: tensor<4xf32>) -> tensor<16xf32> {
   %0 = dist.all_gather %x on @world[ranks] dim 0 : tensor<4xf32> -> tensor<16xf32>
   return %0 : tensor<16xf32>
 }
+
+// -----
+
+// Tests FSDP2's flattened views: a collective over a view is a collective
+// over its axes.
+// CHECK: dist.mesh @hsdp(dp_replicate = 2, dp_shard = 2, cp = 1, tp = 2) {views = {dp = ["dp_replicate", "dp_shard"], dp_cp = ["dp_replicate", "dp_shard", "cp"], dp_shard_cp = ["dp_shard", "cp"]}}
+dist.mesh @hsdp(dp_replicate = 2, dp_shard = 2, cp = 1, tp = 2) {views = {dp = ["dp_replicate", "dp_shard"], dp_shard_cp = ["dp_shard", "cp"], dp_cp = ["dp_replicate", "dp_shard", "cp"]}}
+// CHECK-LABEL: func.func @views
+func.func @views(%x: tensor<8x4xf32>) -> tensor<2x4xf32> {
+  // CHECK: dist.reduce_scatter %{{.+}} on @hsdp[dp] sum dim 0 : tensor<8x4xf32> -> tensor<2x4xf32>
+  %0 = dist.reduce_scatter %x on @hsdp[dp] sum dim 0 : tensor<8x4xf32> -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}

@@ -102,14 +102,49 @@ LogicalResult MeshOp::verify() {
       return emitOpError("axis '")
              << name << "' has size " << size << ", expected >= 1";
   }
+  if (DictionaryAttr views = getViewsAttr())
+    for (NamedAttribute view : views) {
+      StringRef name = view.getName().getValue();
+      if (seen.contains(name))
+        return emitOpError("view '") << name << "' has an axis's name";
+      auto axes = dyn_cast<ArrayAttr>(view.getValue());
+      if (!axes || axes.empty())
+        return emitOpError("view '") << name << "' must list at least one axis";
+      llvm::StringSet<> inView;
+      for (Attribute axis : axes) {
+        auto axisName = dyn_cast<StringAttr>(axis);
+        if (!axisName || !seen.contains(axisName.getValue()))
+          return emitOpError("view '")
+                 << name << "' names " << axis << ", which is not an axis";
+        if (!inView.insert(axisName.getValue()).second)
+          return emitOpError("view '")
+                 << name << "' lists '" << axisName.getValue() << "' twice";
+      }
+    }
   return success();
 }
 
 std::optional<int64_t> MeshOp::getAxisSize(StringRef name) {
-  for (auto [axis, size] : llvm::zip(getAxes(), getShape()))
+  SmallVector<StringRef> axes = expandAxis(name);
+  if (axes.empty())
+    return std::nullopt;
+  int64_t product = 1;
+  for (StringRef axis : axes)
+    for (auto [a, size] : llvm::zip(getAxes(), getShape()))
+      if (cast<StringAttr>(a).getValue() == axis)
+        product *= size;
+  return product;
+}
+
+SmallVector<StringRef> MeshOp::expandAxis(StringRef name) {
+  for (Attribute axis : getAxes())
     if (cast<StringAttr>(axis).getValue() == name)
-      return size;
-  return std::nullopt;
+      return {name};
+  if (DictionaryAttr views = getViewsAttr())
+    if (auto view = dyn_cast_or_null<ArrayAttr>(views.get(name)))
+      return llvm::map_to_vector(
+          view, [](Attribute a) { return cast<StringAttr>(a).getValue(); });
+  return {};
 }
 
 int64_t MeshOp::getNumRanks() {
@@ -170,12 +205,17 @@ fsdp::dist::verifyCollectiveSymbolUses(CollectiveOpInterface op,
     return op->emitOpError("'")
            << op.getMeshAttr().getValue() << "' does not name a dist.mesh";
   int64_t groupSize = 1;
+  llvm::StringSet<> used;
   for (Attribute axis : op.getMeshAxes()) {
     StringRef name = cast<StringAttr>(axis).getValue();
     std::optional<int64_t> size = mesh.getAxisSize(name);
     if (!size)
       return op->emitOpError("mesh '")
              << mesh.getSymName() << "' has no axis '" << name << "'";
+    for (StringRef expanded : mesh.expandAxis(name))
+      if (!used.insert(expanded).second)
+        return op->emitOpError("mesh axis '")
+               << expanded << "' is in the group twice (through a view)";
     groupSize *= *size;
   }
   return op.verifyGroupShape(groupSize);

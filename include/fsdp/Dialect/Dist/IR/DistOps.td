@@ -35,14 +35,28 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol]> {
     ```mlir
     dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 2)
     ```
+
+    `views` names flattened groups of axes, e.g. FSDP2's `dp = [dp_replicate,
+    dp_shard]`, `dp_shard_cp = [dp_shard, cp]` and `dp_cp`; a collective or
+    sharding may name a view wherever it names an axis, and means the view's
+    axes in order.
+
+    ```mlir
+    dist.mesh @mesh(dp_replicate = 2, dp_shard = 2, cp = 1, tp = 2)
+        {views = {dp = ["dp_replicate", "dp_shard"]}}
+    ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axes,
-                       DenseI64ArrayAttr:$shape);
+                       DenseI64ArrayAttr:$shape,
+                       OptionalAttr<DictionaryAttr>:$views);
   let assemblyFormat = "$sym_name `(` custom<MeshShape>($axes, $shape) `)` attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// The size of axis `name`, if the mesh has it.
+    /// The size of axis or view `name`, if the mesh has it.
     std::optional<int64_t> getAxisSize(llvm::StringRef name);
+    /// The axes `name` stands for: itself for an axis, its axes for a view,
+    /// none if the mesh has neither.
+    llvm::SmallVector<llvm::StringRef> expandAxis(llvm::StringRef name);
     /// The number of ranks: the product of all axis sizes.
     int64_t getNumRanks();
   }];
