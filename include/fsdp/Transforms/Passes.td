@@ -141,4 +141,29 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
   ];
 }
 
+def CommReportPass : Pass<"fsdp-comm-report", "mlir::ModuleOp"> {
+  let summary = "Report the communication of one step, per collective and group";
+  let description = [{
+    Counts, for each `dist` collective kind and each group of mesh axes, the
+    calls and the bytes one rank sends in one step of the entry function,
+    with the runtime's convention (docs/runtime-abi.md): all_gather sends its
+    input to n - 1 peers, reduce_scatter and all_to_all (n - 1)/n of it,
+    all_reduce 2(n - 1)/n, permute and broadcast all of it. The runtime's
+    counters after one step equal this report exactly. The IR is unchanged.
+
+    ```
+    collective       group             calls     bytes sent
+    all_gather       {dp_shard}            4          32768
+    ```
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The step function to report on">,
+    Option<"format", "format", "std::string", /*default=*/"\"table\"",
+           "table (the runtime's --report layout) or json">,
+    Option<"output", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the report (- for stdout)">,
+  ];
+}
+
 #endif // FSDP_TRANSFORMS_PASSES_TD

@@ -1,0 +1,149 @@
+//===- CommReport.cpp - Static communication volume of one step -----------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements `fsdp-comm-report`. The byte convention is the runtime's
+// (lib/Runtime/Host/Collectives.cpp counts with the same formulas), so a run
+// of one step reports exactly these numbers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+#include <map>
+
+namespace fsdp {
+#define GEN_PASS_DEF_COMMREPORTPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+/// Calls and bytes of one (kind, group).
+struct Volume {
+  int64_t calls = 0, bytes = 0;
+};
+
+/// The runtime's kinds, in its report order.
+const char *const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce",
+                              "all_to_all", "permute",        "broadcast"};
+
+int kindIndex(Operation *op) {
+  StringRef name = op->getName().stripDialect();
+  for (int i = 0; i < 6; ++i)
+    if (name == kKinds[i])
+      return i;
+  return -1;
+}
+
+/// Bytes one rank sends for `op` over a group of `n`.
+int64_t bytesSent(dist::CollectiveOpInterface op, int64_t n) {
+  RankedTensorType input = op.getInput().getType();
+  int64_t bytes =
+      input.getNumElements() * ((input.getElementTypeBitWidth() + 7) / 8);
+  return TypeSwitch<Operation *, int64_t>(op)
+      .Case([&](dist::AllGatherOp) { return bytes * (n - 1); })
+      .Case<dist::ReduceScatterOp, dist::AllToAllOp>(
+          [&](auto) { return bytes * (n - 1) / n; })
+      .Case([&](dist::AllReduceOp) { return 2 * bytes * (n - 1) / n; })
+      .Default([&](Operation *) { return bytes; });
+}
+
+struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
+  using CommReportPassBase::CommReportPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>(entry);
+    if (!func) {
+      module.emitError("no function @") << entry << " to report on";
+      return signalPassFailure();
+    }
+    if (format != "table" && format != "json") {
+      module.emitError("format must be table or json, got '") << format << "'";
+      return signalPassFailure();
+    }
+    // (kind, axis mask in mesh order) -> volume, and the group names.
+    std::map<std::pair<int, uint32_t>, Volume> volumes;
+    std::map<uint32_t, std::string> groupNames;
+    SymbolTableCollection symbols;
+    WalkResult walk = func.walk([&](dist::CollectiveOpInterface op) {
+      auto mesh =
+          symbols.lookupNearestSymbolFrom<dist::MeshOp>(op, op.getMeshAttr());
+      if (!mesh) {
+        op->emitOpError("has no mesh to report on");
+        return WalkResult::interrupt();
+      }
+      uint32_t mask = 0;
+      int64_t n = 1;
+      for (Attribute listed : op.getMeshAxes())
+        for (StringRef axis :
+             mesh.expandAxis(cast<StringAttr>(listed).getValue()))
+          for (auto [i, a] : llvm::enumerate(mesh.getAxes()))
+            if (cast<StringAttr>(a).getValue() == axis) {
+              mask |= 1u << i;
+              n *= mesh.getShape()[i];
+            }
+      std::string name;
+      for (auto [i, a] : llvm::enumerate(mesh.getAxes()))
+        if (mask & (1u << i))
+          name +=
+              (name.empty() ? "" : ",") + cast<StringAttr>(a).getValue().str();
+      groupNames[mask] = "{" + name + "}";
+      Volume &v = volumes[{kindIndex(op), mask}];
+      ++v.calls;
+      v.bytes += bytesSent(op, n);
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
+
+    std::string error;
+    auto file = openOutputFile(output, &error);
+    if (!file) {
+      module.emitError(error);
+      return signalPassFailure();
+    }
+    raw_ostream &os = file->os();
+    if (format == "json") {
+      llvm::json::Array rows;
+      int64_t total = 0;
+      for (auto &[key, v] : volumes) {
+        rows.push_back(llvm::json::Object{{"kind", kKinds[key.first]},
+                                          {"group", groupNames[key.second]},
+                                          {"calls", v.calls},
+                                          {"bytes", v.bytes}});
+        total += v.bytes;
+      }
+      os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
+                                       {"collectives", std::move(rows)},
+                                       {"total_bytes", total}}))
+         << "\n";
+    } else {
+      os << llvm::format("%-16s %-12s %10s %14s\n", "collective", "group",
+                         "calls", "bytes sent");
+      for (auto &[key, v] : volumes)
+        os << llvm::format("%-16s %-12s %10lld %14lld\n", kKinds[key.first],
+                           groupNames[key.second].c_str(), (long long)v.calls,
+                           (long long)v.bytes);
+    }
+    file->keep();
+    markAllAnalysesPreserved();
+  }
+};
+
+} // namespace
