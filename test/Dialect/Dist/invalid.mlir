@@ -129,8 +129,7 @@ func.func @reduce_scatter_shape(%x: tensor<8x32xf32>) {
 
 dist.mesh @mesh(dp = 2, tp = 4)
 func.func @reduce_scatter_kind(%x: tensor<8x32xf32>) {
-  // expected-error @+2 {{expected ::fsdp::dist::ReductionKind to be one of: sum, avg, max}}
-  // expected-error @+1 {{failed to parse Dist_ReductionKindAttr parameter 'value'}}
+  // expected-error @+1 {{custom op 'dist.reduce_scatter' expected string or keyword containing one of the following enum values for attribute 'reduction' [sum, avg, max]}}
   %0 = dist.reduce_scatter %x on @mesh[tp] min dim 0 : tensor<8x32xf32> -> tensor<2x32xf32>
   return
 }

@@ -20,13 +20,10 @@ def Dist_ReductionKind : I32EnumAttr<"ReductionKind",
     I32EnumAttrCase<"max", 2>
   ]> {
   let cppNamespace = "::fsdp::dist";
-  let genSpecializedAttr = 0;
 }
 
-def Dist_ReductionKindAttr : EnumAttr<Dist_Dialect, Dist_ReductionKind,
-                                      "reduction"> {
-  let assemblyFormat = "$value";
-}
+/// Printed as a bare keyword (`sum`) inside collectives.
+defvar Dist_ReductionKindAttr = Dist_ReductionKind;
 
 def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
   let mnemonic = "sharding";
