@@ -143,6 +143,20 @@ private:
 
   LogicalResult linear(LinearOp op, Value dy);
   LogicalResult collective(dist::CollectiveOpInterface op, Value dy);
+  /// `v` in reduce_dtype, to cross ranks.
+  Value toReduce(Value v) {
+    Type own = tensorOf(v).getElementType();
+    if (!reduceType || reduceType == own)
+      return v;
+    return build.value<CastOp>(
+        {v}, {build.attr("dtype", TypeAttr::get(reduceType))});
+  }
+  /// `v` back in element type `own` after crossing ranks.
+  Value fromReduce(Value v, Type own) {
+    if (tensorOf(v).getElementType() == own)
+      return v;
+    return build.value<CastOp>({v}, {build.attr("dtype", TypeAttr::get(own))});
+  }
   LogicalResult matmul(MatmulOp op, Value dy);
   LogicalResult batchMatmul(BatchMatmulOp op, Value dy);
 
@@ -165,17 +179,6 @@ LogicalResult Backward::collective(dist::CollectiveOpInterface op, Value dy) {
   Location loc = op->getLoc();
   // A gradient crosses ranks in reduce_dtype and comes back in its own type.
   Type own = tensorOf(dy).getElementType();
-  auto toReduce = [&](Value v) {
-    if (!reduceType || reduceType == own)
-      return v;
-    return build.value<CastOp>(
-        {v}, {build.attr("dtype", TypeAttr::get(reduceType))});
-  };
-  auto fromReduce = [&](Value v) {
-    if (tensorOf(v).getElementType() == own)
-      return v;
-    return build.value<CastOp>({v}, {build.attr("dtype", TypeAttr::get(own))});
-  };
   auto like = [&](Value v, RankedTensorType shape) {
     return RankedTensorType::get(shape.getShape(),
                                  tensorOf(v).getElementType());
@@ -192,7 +195,7 @@ LogicalResult Backward::collective(dist::CollectiveOpInterface op, Value dy) {
             dist::ReduceScatterOp::create(b, loc, like(g, tensorOf(x)), g, mesh,
                                           axes, sum, o.getGatherDimAttr());
         ++build.count;
-        add(x, fromReduce(rs.getResult()));
+        add(x, fromReduce(rs.getResult(), own));
         return success();
       })
       .Case([&](dist::ReduceScatterOp o) -> LogicalResult {
@@ -294,6 +297,21 @@ LogicalResult Backward::run(Operation *op) {
 
   if (auto c = dyn_cast<dist::CollectiveOpInterface>(op))
     return collective(c, dy);
+  if (auto copy = dyn_cast<dist::CopyOp>(op)) {
+    // Megatron's f: the replicated input's gradient sums the ranks' parts.
+    if (!need(copy.getInput()))
+      return success();
+    OpBuilder &b = build.b;
+    Value g = toReduce(dy);
+    auto ar = dist::AllReduceOp::create(
+        b, copy.getLoc(), g.getType(), g, copy.getMeshAttr(),
+        copy.getMeshAxes(),
+        dist::ReductionKindAttr::get(b.getContext(), dist::ReductionKind::sum));
+    ++build.count;
+    add(copy.getInput(),
+        fromReduce(ar.getResult(), tensorOf(dy).getElementType()));
+    return success();
+  }
   return TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](EmbeddingOp o) {
         if (need(o.getTable()))

@@ -390,6 +390,12 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     return failure();
   if (*training)
     return success();
+  if (auto copy = dyn_cast<dist::CopyOp>(op)) {
+    // The identity: another reference to the same tensor.
+    Call c = Call(context, "fsdp_retain").value(lookup(copy.getInput()));
+    define(copy.getResult(), c);
+    return success();
+  }
   if (auto wait = dyn_cast<dist::WaitOp>(op)) {
     Call c = call("fsdp_wait").value(lookup(wait.getFuture()));
     define(wait.getResult(), c);

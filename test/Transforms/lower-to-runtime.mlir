@@ -107,3 +107,17 @@ func.func @forward(%x: tensor<8x4xf32> {nn.input = "x"}) -> (tensor<2x4xf32> {nn
 }
 // CHECK-LABEL: emitc.func @fsdp_program_forward
 // CHECK: call_opaque "fsdp_op_reduce_scatter"({{.+}}) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 4}}">, 1 : index, #emitc.opaque<"3u">, #emitc.opaque<"FSDP_REDUCE_SUM">, #emitc.opaque<"0">]}
+
+// -----
+
+// Tests that dist.copy lowers to another reference to the same tensor.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<4xf32> {nn.input = "x"}) -> (tensor<4xf32> {nn.output = "y"}) {
+  %y = dist.copy %x on @mesh[tp] : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+// CHECK-LABEL: emitc.func @fsdp_program_forward
+// CHECK: %[[X:.+]] = call_opaque "fsdp_prog_arg"
+// CHECK: %[[Y:.+]] = call_opaque "fsdp_retain"(%[[X]]) {args = [0 : index]}
+// CHECK: call_opaque "fsdp_prog_result"(%{{.+}}, %[[Y]])
+// CHECK: call_opaque "fsdp_release"(%[[Y]])

@@ -235,3 +235,12 @@ func.func @view_overlap(%x: tensor<8x4xf32>) {
   %0 = dist.all_reduce %x on @mesh[dp, dp_shard] sum : tensor<8x4xf32> -> tensor<8x4xf32>
   return
 }
+
+// -----
+
+dist.mesh @mesh(tp = 2)
+func.func @copy_unknown_axis(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'dist.copy' op mesh 'mesh' has no axis 'dp'}}
+  %0 = dist.copy %x on @mesh[dp] : tensor<4xf32>
+  return
+}

@@ -87,3 +87,14 @@ func.func @views(%x: tensor<8x4xf32>) -> tensor<2x4xf32> {
   %0 = dist.reduce_scatter %x on @hsdp[dp] sum dim 0 : tensor<8x4xf32> -> tensor<2x4xf32>
   return %0 : tensor<2x4xf32>
 }
+
+// -----
+
+// Tests Megatron's f: an identity on the way into per-rank computation.
+dist.mesh @tpmesh(tp = 2)
+// CHECK-LABEL: func.func @copy
+func.func @copy(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
+  // CHECK: dist.copy %{{.+}} on @tpmesh[tp] : tensor<2x16x64xf32>
+  %0 = dist.copy %x on @tpmesh[tp] : tensor<2x16x64xf32>
+  return %0 : tensor<2x16x64xf32>
+}

@@ -166,6 +166,23 @@ LogicalResult AnnotateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 }
 
 //===----------------------------------------------------------------------===//
+// CopyOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CopyOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr());
+  if (!mesh)
+    return emitOpError("'") << getMesh() << "' does not name a dist.mesh";
+  if (getMeshAxes().empty())
+    return emitOpError("needs at least one mesh axis");
+  for (Attribute axis : getMeshAxes())
+    if (!mesh.getAxisSize(cast<StringAttr>(axis).getValue()))
+      return emitOpError("mesh '") << mesh.getSymName() << "' has no axis '"
+                                   << cast<StringAttr>(axis).getValue() << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Collectives: shared checks
 //===----------------------------------------------------------------------===//
 

@@ -80,6 +80,29 @@ def Dist_AnnotateOp : Dist_Op<"annotate", [
   let assemblyFormat = "$input `sharding` $sharding attr-dict `:` type($input)";
 }
 
+def Dist_CopyOp : Dist_Op<"copy", [
+    Pure, AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Identity whose gradient is an all_reduce (Megatron's f)";
+  let description = [{
+    Marks a value replicated over `mesh_axes` entering computation that each
+    rank does on its own part (a column-parallel projection): the forward is
+    the identity, and because every rank's gradient is a partial sum, the
+    gradient is an `all_reduce` (sum) over the same axes. It moves no data
+    forward.
+
+    ```mlir
+    %x1 = dist.copy %x on @mesh[tp] : tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$mesh_axes);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` custom<MeshAxes>($mesh, $mesh_axes) attr-dict `:` type($input)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Collectives
 //===----------------------------------------------------------------------===//
