@@ -33,6 +33,9 @@ using namespace fsdp;
 
 namespace {
 
+/// Argument attribute: the block of a parameter this rank holds.
+constexpr llvm::StringLiteral kShardingAttrName = "dist.sharding";
+
 //===----------------------------------------------------------------------===//
 // C++ literals
 //===----------------------------------------------------------------------===//
@@ -80,6 +83,16 @@ std::string doubleLiteral(double value) {
 }
 
 std::string intLiteral(int64_t value) { return std::to_string(value); }
+
+/// `fsdp_ints{3, {1, 2, 3}}`.
+std::string intsLiteral(ArrayRef<int64_t> values) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "fsdp_ints{" << values.size() << ", {";
+  llvm::interleaveComma(values, os);
+  os << "}}";
+  return s;
+}
 std::string boolLiteral(bool value) { return value ? "true" : "false"; }
 
 //===----------------------------------------------------------------------===//
@@ -285,6 +298,39 @@ LogicalResult Lowering::emitDescribe(Location loc) {
         entry.getArgAttrOfType<nn::InitAttr>(i, nn::NNDialect::kInitAttrName);
     static const char *kinds[] = {"FSDP_INIT_ZEROS", "FSDP_INIT_ONES",
                                   "FSDP_INIT_NORMAL", "FSDP_INIT_UNIFORM"};
+    if (auto sharding =
+            entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
+      // This rank holds one block: the whole tensor's dims and the axes
+      // that split each dim let the runtime fill exactly that block.
+      if (!mesh || sharding.getMesh().getValue() != mesh.getSymName())
+        return entry.emitOpError("argument #")
+               << i << " is sharded over a mesh this module does not have";
+      if (!sharding.getPartial().empty() ||
+          static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
+        return entry.emitOpError("argument #")
+               << i << " has a sharding that does not fit a parameter";
+      SmallVector<int64_t> global, masks;
+      for (int64_t d = 0; d < type.getRank(); ++d) {
+        int64_t parts = 1, mask = 0;
+        for (StringRef listed : sharding.getDimAxes(d))
+          for (StringRef axis : mesh.expandAxis(listed)) {
+            mask |= int64_t(1) << axisIndex[axis];
+            parts *= *mesh.getAxisSize(axis);
+          }
+        global.push_back(type.getDimSize(d) * parts);
+        masks.push_back(mask);
+      }
+      call("fsdp_prog_param_shard")
+          .literal(stringLiteral(name.getValue()))
+          .literal(typeLiteral(type))
+          .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
+          .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
+          .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
+          .literal(intsLiteral(global))
+          .literal(intsLiteral(masks))
+          .emit(builder, loc);
+      continue;
+    }
     call("fsdp_prog_param")
         .literal(stringLiteral(name.getValue()))
         .literal(typeLiteral(type))
@@ -534,13 +580,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         return success();
       })
       .Case([&](nn::TransposeOp o) {
-        std::string perm;
-        llvm::raw_string_ostream os(perm);
-        os << "fsdp_ints{" << o.getPerm().size() << ", {";
-        llvm::interleaveComma(o.getPerm(), os);
-        os << "}}";
         Call c = opCall("fsdp_op_transpose", resultType);
-        c.value(value(o.getInput())).literal(perm);
+        c.value(value(o.getInput())).literal(intsLiteral(o.getPerm()));
         define(o.getResult(), c);
         return success();
       })

@@ -62,6 +62,10 @@ struct Param {
   fsdp_tensor *tensor = nullptr;
   /// Optimizer state: zero-initialized, neither saved nor dumped.
   bool state = false;
+  /// For a block of a sharded parameter: the whole tensor's dims and, per
+  /// dim, the mask of mesh axes that split it. Empty when not sharded.
+  std::vector<int64_t> globalDims;
+  std::vector<uint32_t> dimAxes;
 };
 
 /// The communicator of one axis set: this rank's place in it.

@@ -74,13 +74,52 @@ void fsdp::host::initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a,
   fsdp::rt::fromFloat(dtype, values.data(), n, out);
 }
 
+namespace {
+/// Fills this rank's block of a sharded parameter: each run of the last
+/// local dim is a contiguous run of the whole tensor.
+void initBlock(const fsdp_program &p, const Param &param, uint64_t seed,
+               char *out) {
+  int64_t rank = param.type.rank;
+  // This rank's block index along each dim: its coordinates on the dim's
+  // axes, row-major with the mesh's axis order.
+  std::vector<int64_t> block(size_t(rank), 0);
+  for (int64_t d = 0; d < rank; ++d)
+    for (size_t i = 0; i < p.axes.size(); ++i)
+      if (param.dimAxes[d] & (1u << i))
+        block[d] = block[d] * p.axes[i].size + p.coords[i];
+  int64_t last = rank ? param.type.dims[rank - 1] : 1;
+  int64_t rows = last ? numElements(param.type) / last : 0;
+  size_t esize = fsdp_rt_dtype_size(param.type.dtype);
+  std::vector<int64_t> coord(size_t(rank), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    // Local coordinates of row r (all dims but the last).
+    for (int64_t d = rank - 2, rest = r; d >= 0; --d) {
+      coord[d] = rest % param.type.dims[d];
+      rest /= param.type.dims[d];
+    }
+    int64_t begin = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t local = d == rank - 1 ? 0 : coord[d];
+      begin =
+          begin * param.globalDims[d] + block[d] * param.type.dims[d] + local;
+    }
+    initFill(param.type.dtype, param.init, param.a, param.b, seed,
+             param.name.c_str(), begin, begin + last,
+             out + size_t(r * last) * esize);
+  }
+}
+} // namespace
+
 void fsdp::host::initParams(fsdp_program &p, uint64_t seed) {
   for (Param &param : p.params) {
     param.tensor = newTensor(param.type);
     param.tensor->borrowed = true;
     std::vector<char> image(size_t(byteSize(param.type)));
-    initFill(param.type.dtype, param.init, param.a, param.b, seed,
-             param.name.c_str(), 0, numElements(param.type), image.data());
+    if (!param.globalDims.empty())
+      initBlock(p, param, seed, image.data());
+    else
+      initFill(param.type.dtype, param.init, param.a, param.b, seed,
+               param.name.c_str(), 0, numElements(param.type), image.data());
     upload(param.tensor, image.data());
   }
 }

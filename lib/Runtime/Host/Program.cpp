@@ -120,6 +120,22 @@ void fsdp::host::validate(fsdp_program &p) {
     if (!names.insert(param.name).second)
       fail("describe",
            "duplicate input or parameter name '" + param.name + "'");
+  for (const Param &param : p.params)
+    for (size_t d = 0; d < param.dimAxes.size(); ++d) {
+      int64_t parts = 1;
+      for (size_t i = 0; i < p.axes.size(); ++i)
+        if (param.dimAxes[d] & (1u << i))
+          parts *= p.axes[i].size;
+      if (param.dimAxes[d] >> p.axes.size() ||
+          param.type.dims[d] * parts != param.globalDims[d])
+        fail("describe", "sharded parameter '" + param.name + "': dim " +
+                             std::to_string(d) + " is " +
+                             std::to_string(param.type.dims[d]) + " split " +
+                             std::to_string(parts) +
+                             " ways, but the whole "
+                             "tensor's is " +
+                             std::to_string(param.globalDims[d]));
+    }
   int64_t numArgs = int64_t(p.inputs.size() + p.params.size());
   for (auto [out, arg] : p.updates)
     if (out < 0 || out >= int64_t(p.outputs.size()) ||
@@ -168,6 +184,22 @@ void fsdp_prog_input_range(fsdp_program *p, const char *name, int64_t high) {
 void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
                      fsdp_init_kind init, double a, double b) {
   p->params.push_back({name, type, init, a, b, nullptr});
+}
+
+void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
+                           fsdp_init_kind init, double a, double b,
+                           fsdp_ints global_dims, fsdp_ints dim_axes) {
+  Param param{name, type, init, a, b, nullptr};
+  if (global_dims.size != type.rank || dim_axes.size != type.rank)
+    fail("describe", std::string("sharded parameter '") + name + "' has " +
+                         std::to_string(global_dims.size) +
+                         " global dims and " + std::to_string(dim_axes.size) +
+                         " axis masks for rank " + std::to_string(type.rank));
+  param.globalDims.assign(global_dims.values,
+                          global_dims.values + global_dims.size);
+  for (int64_t d = 0; d < dim_axes.size; ++d)
+    param.dimAxes.push_back(uint32_t(dim_axes.values[d]));
+  p->params.push_back(param);
 }
 
 void fsdp_prog_state(fsdp_program *p, const char *name, fsdp_type type) {

@@ -125,6 +125,10 @@ struct Reader {
 } // namespace
 
 void fsdp::host::loadParams(fsdp_program &p, const std::string &path) {
+  for (const Param &param : p.params)
+    if (!param.globalDims.empty())
+      fail("load", path + ": parameter '" + param.name +
+                       "' is sharded; loading shards is not supported yet");
   Reader reader(path);
   for (Param &param : p.params) {
     param.tensor = newTensor(param.type);
@@ -141,6 +145,10 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path) {
 }
 
 void fsdp::host::saveParams(const fsdp_program &p, const std::string &path) {
+  for (const Param &param : p.params)
+    if (!param.globalDims.empty())
+      fail("save", path + ": parameter '" + param.name +
+                       "' is sharded; saving shards is not supported yet");
   json header = json::object();
   header["__metadata__"] = {{"format", "pt"}};
   int64_t offset = 0;
