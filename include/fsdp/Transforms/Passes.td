@@ -166,4 +166,35 @@ def CommReportPass : Pass<"fsdp-comm-report", "mlir::ModuleOp"> {
   ];
 }
 
+def TensorParallelPass : Pass<"fsdp-tensor-parallel", "mlir::ModuleOp"> {
+  let summary = "Megatron tensor parallelism from the built-in plan (no SP)";
+  let description = [{
+    Partitions the forward function over a `tp` mesh axis with the built-in
+    plan of the model's family (Llama, Mistral, Qwen2, Qwen3): `q_proj`,
+    `k_proj`, `v_proj`, `gate_proj` and `up_proj` are column-parallel (their
+    weights, and biases, keep rows `[r·N/tp, (r+1)·N/tp)` on tp rank `r`),
+    `o_proj` and `down_proj` row-parallel (columns split). A column-parallel
+    layer's input passes through `dist.copy` (Megatron's f: its gradient is
+    an all_reduce) and a row-parallel layer's output through one
+    `dist.all_reduce` (g). Attention runs on the rank's heads: the reshapes
+    around it, and every other op, get their per-rank shapes from the shape
+    rules. Parameters become per-rank blocks marked `dist.sharding`, which
+    the runtime initializes without building the whole tensor. Embeddings,
+    norms and the head stay replicated.
+
+    ```mlir
+    %q = nn.linear %h, %wq : (tensor<2x16x64xf32>, tensor<64x64xf32>) -> tensor<2x16x64xf32>
+    // becomes, with tp = 2:
+    %h1 = dist.copy %h on @mesh[tp] : tensor<2x16x64xf32>
+    %q = nn.linear %h1, %wq : (tensor<2x16x64xf32>, tensor<32x64xf32>) -> tensor<2x16x32xf32>
+    ```
+  }];
+  let dependentDialects = ["fsdp::dist::DistDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The forward function to partition">,
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel size">,
+  ];
+}
+
 #endif // FSDP_TRANSFORMS_PASSES_TD

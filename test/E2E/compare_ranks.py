@@ -1,0 +1,66 @@
+# Compares an N-rank run's dump with a 1-rank run's: every tensor the 1-rank
+# run dumped (parameters, gradients, outputs) must equal, within --rtol of
+# its largest magnitude, the N-rank one: a tensor every rank holds whole is
+# checked on every rank; a tensor the ranks hold in blocks along one dim (a
+# tensor-parallel weight or its gradient) is joined in rank order first.
+#
+# Usage: /usr/bin/python3 compare_ranks.py ONE_DIR MANY_DIR --ranks N
+#            [--rtol 1e-5] [--only PREFIX]
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("one")
+    parser.add_argument("many")
+    parser.add_argument("--ranks", type=int, required=True)
+    parser.add_argument("--rtol", type=float, default=1e-5)
+    parser.add_argument("--only", default="")
+    args = parser.parse_args()
+    one_dir = os.path.join(args.one, "rank0")
+    one = reference.read_manifest(one_dir)
+    dirs = [os.path.join(args.many, f"rank{r}") for r in range(args.ranks)]
+    many = [reference.read_manifest(d) for d in dirs]
+    worst, worst_name, split, failures = 0.0, "", 0, []
+    for name, (dtype, shape) in one.items():
+        if not name.startswith(args.only):
+            continue
+        full = reference.load_tensor(one_dir, name, dtype, shape) \
+            .to(torch.float64)
+        parts = [reference.load_tensor(d, name, *m[name]).to(torch.float64)
+                 for d, m in zip(dirs, many)]
+        if parts[0].shape == full.shape:
+            candidates = parts
+        else:
+            dims = [d for d in range(full.dim())
+                    if parts[0].shape[d] != full.shape[d]]
+            if len(dims) != 1:
+                failures.append(f"FAIL {name}: block {tuple(parts[0].shape)} "
+                                f"of {tuple(full.shape)}")
+                continue
+            candidates = [torch.cat(parts, dims[0])]
+            split += 1
+        scale = full.abs().max().item() or 1.0
+        for c in candidates:
+            e = (c - full).abs().max().item() / scale
+            if e > worst:
+                worst, worst_name = e, name
+            if not e <= args.rtol:
+                failures.append(f"FAIL {name} max_rel_err {e:.3e}")
+    print(f"{len(one)} tensors ({split} joined from blocks) "
+          f"max_rel_err {worst:.3e} ({worst_name})")
+    for line in failures:
+        print(line)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
