@@ -506,29 +506,19 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
   // the node's name so the user knows where in the graph to look.
   Location opLoc = NameLoc::get(builder.getStringAttr(name), loc);
   std::string opError;
-  SmallVector<Type> resultTypes;
-  LogicalResult inferred = success();
   Operation *op = nullptr;
+  bool valid = false;
   {
     ScopedDiagnosticHandler capture(context, [&](Diagnostic &diag) {
       if (opError.empty())
         opError = diag.str();
       return success();
     });
-    auto *rule = mlirName.getInterface<fsdp::nn::ShapeRuleOpInterface>();
-    inferred = rule->inferResultTypes(
-        context, opLoc, operands, attrs.getDictionary(context), resultTypes);
-    if (succeeded(inferred)) {
-      OperationState state(opLoc, mlirName);
-      state.addOperands(operands);
-      state.addAttributes(attrs);
-      state.addTypes(resultTypes);
-      op = builder.create(state);
-      if (failed(verify(op, /*verifyRecursively=*/false)))
-        inferred = failure();
-    }
+    op = fsdp::nn::createWithShapeRule(builder, opLoc, mlirName, operands,
+                                       attrs.getDictionary(context));
+    valid = op && succeeded(verify(op, /*verifyRecursively=*/false));
   }
-  if (failed(inferred)) {
+  if (!valid) {
     if (op)
       op->erase();
     return fail(loc, where + ": " + opError);

@@ -46,17 +46,11 @@ public:
   /// the operands, which would be a bug in a backward rule.
   template <typename OpTy>
   Operation *op(ValueRange operands, ArrayRef<NamedAttribute> attrs = {}) {
-    SmallVector<Type> types;
-    DictionaryAttr dict = b.getDictionaryAttr(attrs);
-    if (failed(
-            OpTy::inferResultTypes(b.getContext(), loc, operands, dict, types)))
-      return nullptr;
-    OperationState state(loc, OpTy::getOperationName());
-    state.addOperands(operands);
-    state.addAttributes(attrs);
-    state.addTypes(types);
-    ++count;
-    return b.create(state);
+    Operation *o = createWithShapeRule(
+        b, loc, OperationName(OpTy::getOperationName(), b.getContext()),
+        operands, b.getDictionaryAttr(attrs));
+    count += o != nullptr;
+    return o;
   }
   template <typename OpTy>
   Value value(ValueRange operands, ArrayRef<NamedAttribute> attrs = {}) {
@@ -505,21 +499,14 @@ DenseSet<Value> valuesNeedingGrad(Block &body, ArrayRef<Value> params) {
 /// Re-creates `op` on mapped operands with result types from its shape rule,
 /// so that a dtype change upstream (mixed precision) flows through.
 Operation *rebuild(OpBuilder &b, Operation &op, IRMapping &map) {
-  auto *rule = op.getName().getInterface<ShapeRuleOpInterface>();
-  if (!rule)
+  if (!op.getName().hasInterface<ShapeRuleOpInterface>())
     return b.clone(op, map);
   SmallVector<Value> operands = llvm::map_to_vector(
       op.getOperands(), [&](Value v) { return map.lookupOrDefault(v); });
-  SmallVector<Type> types;
-  if (failed(rule->inferResultTypes(b.getContext(), op.getLoc(), operands,
-                                    op.getAttrDictionary(), types)))
-    return nullptr;
-  OperationState state(op.getLoc(), op.getName());
-  state.addOperands(operands);
-  state.addAttributes(op.getAttrs());
-  state.addTypes(types);
-  Operation *copy = b.create(state);
-  map.map(op.getResults(), copy->getResults());
+  Operation *copy = createWithShapeRule(b, op.getLoc(), op.getName(), operands,
+                                        op.getAttrDictionary());
+  if (copy)
+    map.map(op.getResults(), copy->getResults());
   return copy;
 }
 

@@ -190,20 +190,13 @@ LogicalResult TensorParallelPass::partition(func::FuncOp forward,
         attrs.set("shape", b.getDenseI64ArrayAttr(shape));
       }
     }
-    auto *rule = op.getName().getInterface<nn::ShapeRuleOpInterface>();
-    if (!rule)
+    if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>())
       return op.emitOpError("cannot be partitioned by the tensor-parallel "
                             "plan");
-    SmallVector<Type> types;
-    DictionaryAttr dict = attrs.getDictionary(context);
-    if (failed(rule->inferResultTypes(context, op.getLoc(), operands, dict,
-                                      types)))
+    Operation *copy = nn::createWithShapeRule(
+        b, op.getLoc(), op.getName(), operands, attrs.getDictionary(context));
+    if (!copy)
       return failure();
-    OperationState state(op.getLoc(), op.getName());
-    state.addOperands(operands);
-    state.addAttributes(dict.getValue());
-    state.addTypes(types);
-    Operation *copy = b.create(state);
     Value result = copy->getResult(0);
     if (style == Style::Rowwise) {
       // Megatron's g: the partial sums of the rank's columns.

@@ -13,7 +13,6 @@
 
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
-#include "mlir/Dialect/Traits.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -34,22 +33,6 @@ std::pair<int64_t, int64_t> matrixDims(RankedTensorType type, bool transposed) {
   return transposed ? std::make_pair(cols, rows) : std::make_pair(rows, cols);
 }
 
-/// Result of an elementwise binary op with trailing-dimension broadcast.
-template <typename OpTy>
-LogicalResult inferBroadcast(std::optional<Location> loc, Value lhs, Value rhs,
-                             SmallVectorImpl<Type> &results) {
-  if (failed(sameElementType<OpTy>(loc, "rhs", lhs, rhs)))
-    return failure();
-  SmallVector<int64_t> shape;
-  if (!OpTrait::util::getBroadcastedShape(tensorOf(lhs).getShape(),
-                                          tensorOf(rhs).getShape(), shape))
-    return reject<OpTy>(loc, "operands ", lhs.getType(), " and ", rhs.getType(),
-                        " are not broadcast-compatible");
-  results.push_back(
-      RankedTensorType::get(shape, tensorOf(lhs).getElementType()));
-  return success();
-}
-
 /// Checks a norm's per-feature operand (weight or bias) against the input.
 template <typename OpTy>
 LogicalResult checkFeatureVector(std::optional<Location> loc, StringRef what,
@@ -66,6 +49,22 @@ LogicalResult checkFeatureVector(std::optional<Location> loc, StringRef what,
 }
 
 } // namespace
+
+Operation *fsdp::nn::createWithShapeRule(OpBuilder &builder, Location loc,
+                                         OperationName name,
+                                         ValueRange operands,
+                                         DictionaryAttr attributes) {
+  auto *rule = name.getInterface<ShapeRuleOpInterface>();
+  SmallVector<Type> types;
+  if (!rule || failed(rule->inferResultTypes(builder.getContext(), loc,
+                                             operands, attributes, types)))
+    return nullptr;
+  OperationState state(loc, name);
+  state.addOperands(operands);
+  state.addAttributes(attributes.getValue());
+  state.addTypes(types);
+  return builder.create(state);
+}
 
 LogicalResult fsdp::nn::verifyShapeRule(Operation *op) {
   SmallVector<Type> inferred;

@@ -7,8 +7,6 @@
 
 #include "ShapeRules.h"
 
-#include "mlir/Dialect/Traits.h"
-
 using namespace mlir;
 using namespace fsdp::nn;
 using namespace fsdp::nn::detail;
@@ -44,19 +42,8 @@ LogicalResult checkUpdate(std::optional<Location> loc, Value param, Value grad,
 LogicalResult DivOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                                 Adaptor adaptor,
                                 SmallVectorImpl<Type> &results) {
-  if (failed(sameElementType<DivOp>(loc, "rhs", adaptor.getLhs(),
-                                    adaptor.getRhs())))
-    return failure();
-  SmallVector<int64_t> shape;
-  if (!OpTrait::util::getBroadcastedShape(tensorOf(adaptor.getLhs()).getShape(),
-                                          tensorOf(adaptor.getRhs()).getShape(),
-                                          shape))
-    return reject<DivOp>(loc, "operands ", adaptor.getLhs().getType(), " and ",
-                         adaptor.getRhs().getType(),
-                         " are not broadcast-compatible");
-  results.push_back(RankedTensorType::get(
-      shape, tensorOf(adaptor.getLhs()).getElementType()));
-  return success();
+  return inferBroadcast<DivOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
+                               results);
 }
 
 LogicalResult FillOp::inferTypes(MLIRContext *, std::optional<Location> loc,

@@ -10,6 +10,8 @@
 
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
+#include "mlir/Dialect/Traits.h"
+
 namespace fsdp::nn::detail {
 
 using namespace mlir;
@@ -44,6 +46,22 @@ FailureOr<int64_t> normalizeDim(std::optional<Location> loc, int64_t dim,
     return failure();
   }
   return dim < 0 ? dim + rank : dim;
+}
+
+/// Result of an elementwise binary op with trailing-dimension broadcast.
+template <typename OpTy>
+LogicalResult inferBroadcast(std::optional<Location> loc, Value lhs, Value rhs,
+                             SmallVectorImpl<Type> &results) {
+  if (failed(sameElementType<OpTy>(loc, "rhs", lhs, rhs)))
+    return failure();
+  SmallVector<int64_t> shape;
+  if (!OpTrait::util::getBroadcastedShape(tensorOf(lhs).getShape(),
+                                          tensorOf(rhs).getShape(), shape))
+    return reject<OpTy>(loc, "operands ", lhs.getType(), " and ", rhs.getType(),
+                        " are not broadcast-compatible");
+  results.push_back(
+      RankedTensorType::get(shape, tensorOf(lhs).getElementType()));
+  return success();
 }
 
 } // namespace fsdp::nn::detail

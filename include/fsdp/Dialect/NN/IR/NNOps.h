@@ -17,6 +17,15 @@
 namespace fsdp::nn {
 /// Checks an op's result types against its shape rule.
 llvm::LogicalResult verifyShapeRule(mlir::Operation *op);
+/// Creates op `name` on `operands` with `attributes` and the result types
+/// its shape rule infers. When `name` has no shape rule, or the rule rejects
+/// the operands (its error is emitted at `loc`), creates nothing and returns
+/// null.
+mlir::Operation *createWithShapeRule(mlir::OpBuilder &builder,
+                                     mlir::Location loc,
+                                     mlir::OperationName name,
+                                     mlir::ValueRange operands,
+                                     mlir::DictionaryAttr attributes);
 } // namespace fsdp::nn
 
 #include "fsdp/Dialect/NN/IR/NNInterfaces.h.inc"
