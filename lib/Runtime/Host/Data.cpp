@@ -74,14 +74,14 @@ int64_t tokenRange(const fsdp_program &p, int64_t fallback) {
   return declared ? high : fallback;
 }
 
-int64_t fileTokens(const std::string &path) {
+/// Opens the token file; `count` is its number of int32 tokens.
+FILE *openTokens(const std::string &path, int64_t &count) {
   FILE *f = std::fopen(path.c_str(), "rb");
   if (!f)
     fail("data", path + ": cannot open for reading");
   fseeko(f, 0, SEEK_END);
-  int64_t bytes = int64_t(ftello(f));
-  std::fclose(f);
-  return bytes / 4;
+  count = int64_t(ftello(f)) / 4;
+  return f;
 }
 
 /// A host image of an integer input, written element by element and then
@@ -119,7 +119,8 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
                    in.name.c_str());
   }
   if (!options.path.empty() && shape.batch) {
-    int64_t tokens = fileTokens(options.path);
+    int64_t tokens = 0;
+    std::fclose(openTokens(options.path, tokens));
     if (tokens < shape.seq + 2)
       fail("data", options.path + ": " + std::to_string(tokens) +
                        " tokens, need at least " +
@@ -156,12 +157,8 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
   std::vector<int32_t> raw(size_t(seq + 1));
   FILE *file = nullptr;
   int64_t numTokens = 0;
-  if (!options.path.empty()) {
-    numTokens = fileTokens(options.path);
-    file = std::fopen(options.path.c_str(), "rb");
-    if (!file)
-      fail("data", options.path + ": cannot open for reading");
-  }
+  if (!options.path.empty())
+    file = openTokens(options.path, numTokens);
   int64_t high = tokenRange(p, file ? 0 : 2);
   for (int64_t b = 0; b < batch; ++b) {
     // Index of this sample in the global batch (replicated: b itself).

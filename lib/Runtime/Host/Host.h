@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,6 +33,13 @@ struct fsdp_tensor {
 };
 
 namespace fsdp::host {
+
+/// Element `i` of an integer (i32 or i64) tensor.
+inline int64_t indexAt(const fsdp_tensor *t, int64_t i) {
+  return t->type.dtype == FSDP_RT_I32
+             ? static_cast<const int32_t *>(t->data)[i]
+             : static_cast<const int64_t *>(t->data)[i];
+}
 
 /// The splitmix64 finalizer: a counter-based generator step, so that element
 /// i of a parameter or token s of a sample is drawn without drawing the ones
@@ -99,6 +107,11 @@ namespace fsdp::host {
 
 /// Prints `fsdp runtime error: <op>: <what>` and aborts every rank.
 [[noreturn]] void fail(const char *op, const std::string &what);
+/// Stops every rank, as fail(op, ...), unless each element of the integer
+/// tensor `ids` is in [0, high) or equals `ignore`.
+void checkIndices(const char *op, const fsdp_tensor *ids, int64_t high,
+                  const char *what,
+                  int64_t ignore = std::numeric_limits<int64_t>::min());
 
 int64_t numElements(const fsdp_type &type);
 int64_t byteSize(const fsdp_type &type);

@@ -86,21 +86,6 @@ int64_t product(const int64_t *dims, int64_t n) {
   return p;
 }
 
-/// Checks every index of `ids` against [0, high) (or `ignore`).
-void checkIndices(const Check &c, const fsdp_tensor *ids, int64_t high,
-                  const char *what,
-                  int64_t ignore = std::numeric_limits<int64_t>::min()) {
-  int64_t n = numElements(ids->type);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t v = ids->type.dtype == FSDP_RT_I32
-                    ? static_cast<const int32_t *>(ids->data)[i]
-                    : static_cast<const int64_t *>(ids->data)[i];
-    if (v != ignore && (v < 0 || v >= high))
-      c.fail(std::string(what) + " element " + std::to_string(i) + " is " +
-             std::to_string(v) + ", outside [0, " + std::to_string(high) + ")");
-  }
-}
-
 using BinaryKernel = void (*)(fsdp_rt_stream, fsdp_rt_dtype, const void *,
                               const int64_t *, int, const void *,
                               const int64_t *, int, const int64_t *, int,
@@ -157,7 +142,7 @@ fsdp_tensor *fsdp_op_embedding(fsdp_program *, fsdp_type r, fsdp_tensor *table,
   std::vector<int64_t> dims = Check::dimsOf(ids->type);
   dims.push_back(table->type.dims[1]);
   c.shape(r, dims, "result");
-  checkIndices(c, ids, table->type.dims[0], "ids");
+  checkIndices(c.op, ids, table->type.dims[0], "ids");
   fsdp_tensor *out = alloc(r);
   fsdp_rt_embedding(nullptr, r.dtype, table->data, table->type.dims[0],
                     table->type.dims[1], ids->type.dtype, ids->data,
@@ -507,7 +492,7 @@ fsdp_tensor *fsdp_op_cross_entropy(fsdp_program *, fsdp_type r,
          "result is " + typeString(r) + ", expected f32");
   c.shape(r, reduction == FSDP_LOSS_NONE ? rowDims : std::vector<int64_t>{},
           "result");
-  checkIndices(c, labels, vocab, "labels", ignore_index);
+  checkIndices(c.op, labels, vocab, "labels", ignore_index);
   int64_t rows = numElements(labels->type);
   fsdp_tensor *out = alloc(r);
   auto *result = static_cast<float *>(out->data);
@@ -527,4 +512,16 @@ fsdp_tensor *fsdp_op_cross_entropy(fsdp_program *, fsdp_type r,
     *result = count ? float(double(*result) / double(count))
                     : std::numeric_limits<float>::quiet_NaN();
   return out;
+}
+
+void fsdp::host::checkIndices(const char *op, const fsdp_tensor *ids,
+                              int64_t high, const char *what, int64_t ignore) {
+  int64_t n = numElements(ids->type);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t v = indexAt(ids, i);
+    if (v != ignore && (v < 0 || v >= high))
+      fail(op, std::string(what) + " element " + std::to_string(i) + " is " +
+                   std::to_string(v) + ", outside [0, " + std::to_string(high) +
+                   ")");
+  }
 }

@@ -144,15 +144,7 @@ void fsdp_op_embedding_grad(fsdp_program *, fsdp_tensor *dtable,
   int64_t numIds = numElements(ids->type);
   require("embedding_grad", numElements(dy->type) == numIds * hidden,
           "gradient " + typeString(dy->type) + " does not match the ids");
-  int64_t n = numIds;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t id = ids->type.dtype == FSDP_RT_I32
-                     ? static_cast<const int32_t *>(ids->data)[i]
-                     : static_cast<const int64_t *>(ids->data)[i];
-    require("embedding_grad", id >= 0 && id < vocab,
-            "id " + std::to_string(id) + " is outside [0, " +
-                std::to_string(vocab) + ")");
-  }
+  checkIndices("embedding_grad", ids, vocab, "ids");
   fsdp_rt_embedding_grad(nullptr, dtable->type.dtype, ids->type.dtype,
                          ids->data, numIds, dy->data, vocab, hidden,
                          dtable->data);
@@ -226,12 +218,8 @@ void fsdp_op_token_count(fsdp_program *, fsdp_tensor *out, fsdp_tensor *labels,
   require("token_count", out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
           "result must be an f32 scalar");
   int64_t n = numElements(labels->type), count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t label = labels->type.dtype == FSDP_RT_I32
-                        ? static_cast<const int32_t *>(labels->data)[i]
-                        : static_cast<const int64_t *>(labels->data)[i];
-    count += label != ignore_index;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    count += indexAt(labels, i) != ignore_index;
   float value = float(count);
   fsdp_rt_copy_to_device(nullptr, out->data, &value, sizeof(float));
 }
