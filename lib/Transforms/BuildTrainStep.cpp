@@ -291,6 +291,20 @@ LogicalResult Backward::run(Operation *op) {
 
   if (auto c = dyn_cast<dist::CollectiveOpInterface>(op))
     return collective(c, dy);
+  if (auto slice = dyn_cast<dist::AllSliceOp>(op)) {
+    // Each rank kept its block of a replicated value: the value's gradient
+    // is the blocks' gradients side by side.
+    if (!need(slice.getInput()))
+      return success();
+    auto type = RankedTensorType::get(slice.getInput().getType().getShape(),
+                                      tensorOf(dy).getElementType());
+    auto ag = dist::AllGatherOp::create(
+        build.b, slice.getLoc(), type, dy,
+        slice.getMeshAttr(), slice.getMeshAxes(), slice.getSliceDimAttr());
+    ++build.count;
+    add(slice.getInput(), ag.getResult());
+    return success();
+  }
   if (auto copy = dyn_cast<dist::CopyOp>(op)) {
     // Megatron's f: the replicated input's gradient sums the ranks' parts.
     if (!need(copy.getInput()))
@@ -308,12 +322,37 @@ LogicalResult Backward::run(Operation *op) {
   }
   return TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](EmbeddingOp o) {
+        SmallVector<Value> operands = {o.getIds(), dy};
+        if (Value index = o.getShardIndex())
+          operands.push_back(index);
         if (need(o.getTable()))
           add(o.getTable(),
               build.value<EmbeddingGradOp>(
-                  {o.getIds(), dy},
-                  {build.i64("num_embeddings",
-                             o.getTable().getType().getDimSize(0))}));
+                  operands, {build.i64("num_embeddings",
+                                       o.getTable().getType().getDimSize(0))}));
+        return success();
+      })
+      .Case([&](CrossEntropyPartialOp o) {
+        // The shift gets no gradient: it cancels out of the loss.
+        auto perPosition = tensorOf(o.getSumExp());
+        Value dSum = dys[0] ? dys[0] : build.fill(0.0, perPosition);
+        Value dTarget = dys[1] ? dys[1] : build.fill(0.0, perPosition);
+        same(o.getLogits(),
+             build.value<CrossEntropyPartialGradOp>(
+                 {o.getLogits(), o.getLabels(), o.getShift(),
+                  o.getShardIndex(), dSum, dTarget},
+                 {build.attr("ignore_index", o.getIgnoreIndexAttr())}));
+        return success();
+      })
+      .Case([&](CrossEntropyCombineOp o) -> LogicalResult {
+        Operation *g = build.op<CrossEntropyCombineGradOp>(
+            {o.getSumExp(), o.getLabels(), dy},
+            {build.attr("ignore_index", o.getIgnoreIndexAttr()),
+             build.attr("reduction", o.getReductionAttr())});
+        if (!g)
+          return failure();
+        add(o.getSumExp(), g->getResult(0));
+        add(o.getTarget(), g->getResult(1));
         return success();
       })
       .Case([&](LinearOp o) { return linear(o, dy); })

@@ -156,7 +156,10 @@ public:
 
 private:
   LogicalResult collectMesh();
-  FailureOr<uint32_t> axisMask(dist::CollectiveOpInterface op);
+  FailureOr<uint32_t> axisMask(Operation *op, ArrayAttr axes);
+  /// The number of blocks a vocabulary-parallel op's `shard_index` (a
+  /// dist.axis_index) counts, or 1.
+  int64_t numBlocks(Value shardIndex);
   LogicalResult emitDescribe(Location loc);
   LogicalResult emitForward(Location loc);
   LogicalResult lowerOp(Operation *op);
@@ -210,12 +213,23 @@ LogicalResult Lowering::collectMesh() {
   return success();
 }
 
-FailureOr<uint32_t> Lowering::axisMask(dist::CollectiveOpInterface op) {
+int64_t Lowering::numBlocks(Value shardIndex) {
+  auto index =
+      shardIndex ? shardIndex.getDefiningOp<dist::AxisIndexOp>() : nullptr;
+  if (!index || !mesh)
+    return 1;
+  int64_t n = 1;
+  for (Attribute axis : index.getMeshAxes())
+    n *= mesh.getAxisSize(cast<StringAttr>(axis).getValue()).value_or(1);
+  return n;
+}
+
+FailureOr<uint32_t> Lowering::axisMask(Operation *op, ArrayAttr axes) {
   uint32_t mask = 0;
   int64_t previous = -1;
   if (!mesh)
     return op->emitOpError("names an axis of no mesh in this module");
-  for (Attribute listed : op.getMeshAxes())
+  for (Attribute listed : axes)
     for (StringRef axis :
          mesh.expandAxis(cast<StringAttr>(listed).getValue())) {
       auto it = axisIndex.find(axis);
@@ -268,10 +282,15 @@ LogicalResult Lowering::emitDescribe(Location loc) {
             worklist.push_back(user->getResult(0));
           if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
               embedding && embedding.getIds() == v)
-            high = embedding.getTable().getType().getDimSize(0);
+            high = embedding.getTable().getType().getDimSize(0) *
+                   numBlocks(embedding.getShardIndex());
           if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
               loss && loss.getLabels() == v)
             high = loss.getLogits().getType().getShape().back();
+          if (auto loss = dyn_cast<nn::CrossEntropyPartialOp>(user);
+              loss && loss.getLabels() == v)
+            high = loss.getLogits().getType().getShape().back() *
+                   numBlocks(loss.getShardIndex());
         }
       }
       if (high)
@@ -362,7 +381,7 @@ LogicalResult Lowering::emitDescribe(Location loc) {
 }
 
 LogicalResult Lowering::lowerCollective(dist::CollectiveOpInterface op) {
-  FailureOr<uint32_t> mask = axisMask(op);
+  FailureOr<uint32_t> mask = axisMask(op, op.getMeshAxes());
   if (failed(mask))
     return failure();
   std::string callee = ("fsdp_op_" + op->getName().stripDialect()).str();
@@ -423,6 +442,13 @@ void Lowering::destinationCall(Operation *op, StringRef callee,
   c.emit(builder, op->getLoc());
 }
 
+/// The runtime's name of a loss reduction.
+std::string lossReduction(StringRef reduction) {
+  return reduction == "sum"    ? "FSDP_LOSS_SUM"
+         : reduction == "none" ? "FSDP_LOSS_NONE"
+                               : "FSDP_LOSS_MEAN";
+}
+
 /// The dim `dim` of a rank-`rank` tensor, counted from the front.
 int64_t frontDim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + rank : dim;
@@ -440,6 +466,23 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     // The identity: another reference to the same tensor.
     Call c = Call(context, "fsdp_retain").value(lookup(copy.getInput()));
     define(copy.getResult(), c);
+    return success();
+  }
+  if (isa<dist::AxisIndexOp, dist::AllSliceOp>(op)) {
+    auto axes = op->getAttrOfType<ArrayAttr>("mesh_axes");
+    FailureOr<uint32_t> mask = axisMask(op, axes);
+    if (failed(mask))
+      return failure();
+    groups.insert(*mask);
+    Call c = opCall(isa<dist::AxisIndexOp>(op) ? "fsdp_op_axis_index"
+                                               : "fsdp_op_all_slice",
+                    op->getResult(0).getType());
+    if (auto slice = dyn_cast<dist::AllSliceOp>(op))
+      c.value(lookup(slice.getInput()));
+    c.literal(intLiteral(*mask) + "u");
+    if (auto slice = dyn_cast<dist::AllSliceOp>(op))
+      c.literal(intLiteral(static_cast<int64_t>(slice.getSliceDim())));
+    define(op->getResult(0), c);
     return success();
   }
   if (auto wait = dyn_cast<dist::WaitOp>(op)) {
@@ -469,7 +512,31 @@ LogicalResult Lowering::lowerOp(Operation *op) {
 
   return TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](nn::EmbeddingOp o) {
-        simple("fsdp_op_embedding", {o.getTable(), o.getIds()});
+        Call c = opCall("fsdp_op_embedding", resultType);
+        c.value(value(o.getTable())).value(value(o.getIds()));
+        optional(c, o.getShardIndex());
+        define(o.getResult(), c);
+        return success();
+      })
+      .Case([&](nn::ReduceMaxOp o) {
+        simple("fsdp_op_reduce_max", {o.getInput()});
+        return success();
+      })
+      .Case([&](nn::CrossEntropyPartialOp o) {
+        destinationCall(op, "fsdp_op_cross_entropy_partial",
+                        {o.getLogits(), o.getLabels(), o.getShift(),
+                         o.getShardIndex()},
+                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex()))});
+        return success();
+      })
+      .Case([&](nn::CrossEntropyCombineOp o) {
+        Call c = opCall("fsdp_op_cross_entropy_combine", resultType);
+        c.value(value(o.getSumExp()))
+            .value(value(o.getTarget()))
+            .value(value(o.getLabels()))
+            .literal(intLiteral(static_cast<int64_t>(o.getIgnoreIndex())))
+            .literal(lossReduction(o.getReduction()));
+        define(o.getResult(), c);
         return success();
       })
       .Case([&](nn::LinearOp o) {
@@ -646,14 +713,11 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         return success();
       })
       .Case([&](nn::CrossEntropyOp o) {
-        StringRef reduction = o.getReduction();
         Call c = opCall("fsdp_op_cross_entropy", resultType);
         c.value(value(o.getLogits()))
             .value(value(o.getLabels()))
             .literal(intLiteral(static_cast<int64_t>(o.getIgnoreIndex())))
-            .literal(reduction == "sum"    ? "FSDP_LOSS_SUM"
-                     : reduction == "none" ? "FSDP_LOSS_NONE"
-                                           : "FSDP_LOSS_MEAN");
+            .literal(lossReduction(o.getReduction()));
         define(o.getResult(), c);
         return success();
       })
@@ -667,11 +731,6 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
   auto dim = [](int64_t d, Value v) {
     return intLiteral(
         frontDim(d, cast<RankedTensorType>(v.getType()).getRank()));
-  };
-  auto reduction = [](StringRef r) -> std::string {
-    return r == "sum"    ? "FSDP_LOSS_SUM"
-           : r == "none" ? "FSDP_LOSS_NONE"
-                         : "FSDP_LOSS_MEAN";
   };
   bool handled = true;
   TypeSwitch<Operation *>(op)
@@ -707,14 +766,31 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
                         {dim(static_cast<int64_t>(o.getDim()), o.getOutput())});
       })
       .Case([&](nn::EmbeddingGradOp o) {
-        destinationCall(op, "fsdp_op_embedding_grad",
-                        {o.getIds(), o.getGrad()});
+        if (Value index = o.getShardIndex())
+          destinationCall(op, "fsdp_op_embedding_grad",
+                          {o.getIds(), o.getGrad(), index});
+        else
+          destinationCall(op, "fsdp_op_embedding_grad",
+                          {o.getIds(), o.getGrad()}, {"nullptr"});
+      })
+      .Case([&](nn::CrossEntropyPartialGradOp o) {
+        destinationCall(op, "fsdp_op_cross_entropy_partial_grad",
+                        {o.getLogits(), o.getLabels(), o.getShift(),
+                         o.getShardIndex(), o.getGradSumExp(),
+                         o.getGradTarget()},
+                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex()))});
+      })
+      .Case([&](nn::CrossEntropyCombineGradOp o) {
+        destinationCall(op, "fsdp_op_cross_entropy_combine_grad",
+                        {o.getSumExp(), o.getLabels(), o.getGrad()},
+                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
+                         lossReduction(o.getReduction())});
       })
       .Case([&](nn::CrossEntropyGradOp o) {
         destinationCall(op, "fsdp_op_cross_entropy_grad",
                         {o.getLogits(), o.getLabels(), o.getGrad()},
                         {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
-                         reduction(o.getReduction())});
+                         lossReduction(o.getReduction())});
       })
       .Case([&](nn::ReduceSumToOp o) {
         destinationCall(op, "fsdp_op_reduce_sum_to", {o.getInput()});

@@ -300,8 +300,8 @@ void runAll(Writer &w) {
   for (fsdp_rt_dtype idsType : {FSDP_RT_I64, FSDP_RT_I32}) {
     Tensor table = randomFloat(f32, {11, 6}),
            ids = randomIndex(idsType, {2, 5}, 11), out(f32, {2, 5, 6});
-    fsdp_rt_embedding(nullptr, f32, table.data(), 11, 6, idsType, ids.data(),
-                      ids.numel(), out.data());
+    fsdp_rt_embedding(nullptr, f32, table.data(), 11, 6, 0, idsType,
+                      ids.data(), ids.numel(), out.data());
     w.begin(idsType == FSDP_RT_I64 ? "embedding" : "embedding_i32",
             "embedding");
     w.tensor("in", "table", table);
@@ -665,7 +665,7 @@ void runGrad(Writer &w) {
     Tensor ids = randomIndex(FSDP_RT_I64, {3, 4}, vocab),
            dy = randomFloat(dt, {3, 4, hidden}), dtable(dt, {vocab, hidden});
     fsdp_rt_embedding_grad(nullptr, dt, FSDP_RT_I64, ids.data(), ids.numel(),
-                           dy.data(), vocab, hidden, dtable.data());
+                           dy.data(), vocab, hidden, 0, dtable.data());
     w.begin(dt == f32 ? "embedding_grad" : "embedding_grad_bf16",
             "embedding_grad");
     w.tensor("in", "ids", ids);

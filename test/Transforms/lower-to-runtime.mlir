@@ -24,7 +24,7 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"},
 // CHECK: %[[IDS:.+]] = call_opaque "fsdp_prog_arg"(%[[P]]) {args = [0 : index, #emitc.opaque<"0">]}
 // CHECK: %[[LABELS:.+]] = call_opaque "fsdp_prog_arg"(%[[P]]) {args = [0 : index, #emitc.opaque<"1">]}
 // CHECK: %[[TABLE:.+]] = call_opaque "fsdp_prog_arg"(%[[P]]) {args = [0 : index, #emitc.opaque<"2">]}
-// CHECK: %[[X:.+]] = call_opaque "fsdp_op_embedding"(%[[P]], %[[TABLE]], %[[IDS]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 3, {2, 4, 8}}">, 1 : index, 2 : index]}
+// CHECK: %[[X:.+]] = call_opaque "fsdp_op_embedding"(%[[P]], %[[TABLE]], %[[IDS]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 3, {2, 4, 8}}">, 1 : index, 2 : index, #emitc.opaque<"nullptr">]}
 // CHECK: %[[LOGITS:.+]] = call_opaque "fsdp_op_linear"(%[[P]], %[[X]], %{{.+}}, %{{.+}}) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 3, {2, 4, 16}}">, 1 : index, 2 : index, 3 : index]}
 // CHECK-NEXT: call_opaque "fsdp_release"(%[[X]])
 // CHECK: %[[LOSS:.+]] = call_opaque "fsdp_op_cross_entropy"(%[[P]], %[[LOGITS]], %[[LABELS]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 0, {}}">, 1 : index, 2 : index, #emitc.opaque<"-100">, #emitc.opaque<"FSDP_LOSS_MEAN">]}
@@ -46,7 +46,7 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"},
 // CPP: #include "fsdp/Runtime/Program.h"
 // CPP-LABEL: void fsdp_program_forward(
 // CPP-SAME: fsdp_program* [[P:v[0-9]+]]) {
-// CPP: fsdp_tensor* [[X:v[0-9]+]] = fsdp_op_embedding([[P]], fsdp_type{FSDP_RT_F32, 3, {2, 4, 8}}, {{v[0-9]+}}, {{v[0-9]+}});
+// CPP: fsdp_tensor* [[X:v[0-9]+]] = fsdp_op_embedding([[P]], fsdp_type{FSDP_RT_F32, 3, {2, 4, 8}}, {{v[0-9]+}}, {{v[0-9]+}}, nullptr);
 // CPP: fsdp_op_linear([[P]], fsdp_type{FSDP_RT_F32, 3, {2, 4, 16}}, [[X]], {{v[0-9]+}}, {{v[0-9]+}});
 // CPP-NEXT: fsdp_release([[X]]);
 // CPP-LABEL: void fsdp_program_describe(

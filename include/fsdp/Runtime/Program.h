@@ -133,8 +133,10 @@ void *fsdp_tensor_data(fsdp_tensor *t);
 // nn ops: each returns a new tensor of type `r`
 //===----------------------------------------------------------------------===//
 
+/// `shard_index` (a scalar i64, may be null): the table is that block of a
+/// vocabulary-parallel table, and ids outside it give zero rows.
 fsdp_tensor *fsdp_op_embedding(fsdp_program *p, fsdp_type r, fsdp_tensor *table,
-                               fsdp_tensor *ids);
+                               fsdp_tensor *ids, fsdp_tensor *shard_index);
 /// `bias` may be null.
 fsdp_tensor *fsdp_op_linear(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                             fsdp_tensor *w, fsdp_tensor *bias);
@@ -186,6 +188,19 @@ fsdp_tensor *fsdp_op_cross_entropy(fsdp_program *p, fsdp_type r,
                                    fsdp_tensor *logits, fsdp_tensor *labels,
                                    int64_t ignore_index,
                                    fsdp_loss_reduction reduction);
+fsdp_tensor *fsdp_op_reduce_max(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+fsdp_tensor *fsdp_op_cross_entropy_combine(fsdp_program *p, fsdp_type r,
+                                           fsdp_tensor *sum_exp,
+                                           fsdp_tensor *target,
+                                           fsdp_tensor *labels,
+                                           int64_t ignore_index,
+                                           fsdp_loss_reduction reduction);
+/// This rank's index (an i64 scalar) in the group `axis_mask`.
+fsdp_tensor *fsdp_op_axis_index(fsdp_program *p, fsdp_type r,
+                                uint32_t axis_mask);
+/// This rank's block along `dim` of `x`, which the group holds whole.
+fsdp_tensor *fsdp_op_all_slice(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                               uint32_t axis_mask, int64_t dim);
 
 //===----------------------------------------------------------------------===//
 // dist collectives over the group `axis_mask`
@@ -264,7 +279,21 @@ void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
 void fsdp_op_softmax_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *y,
                           fsdp_tensor *dy, int64_t dim);
 void fsdp_op_embedding_grad(fsdp_program *p, fsdp_tensor *dtable,
-                            fsdp_tensor *ids, fsdp_tensor *dy);
+                            fsdp_tensor *ids, fsdp_tensor *dy,
+                            fsdp_tensor *shard_index);
+void fsdp_op_cross_entropy_partial(fsdp_program *p, fsdp_tensor *sum_exp,
+                                   fsdp_tensor *target, fsdp_tensor *logits,
+                                   fsdp_tensor *labels, fsdp_tensor *shift,
+                                   fsdp_tensor *shard_index,
+                                   int64_t ignore_index);
+void fsdp_op_cross_entropy_partial_grad(
+    fsdp_program *p, fsdp_tensor *dlogits, fsdp_tensor *logits,
+    fsdp_tensor *labels, fsdp_tensor *shift, fsdp_tensor *shard_index,
+    fsdp_tensor *dsum_exp, fsdp_tensor *dtarget, int64_t ignore_index);
+void fsdp_op_cross_entropy_combine_grad(
+    fsdp_program *p, fsdp_tensor *dsum_exp, fsdp_tensor *dtarget,
+    fsdp_tensor *sum_exp, fsdp_tensor *labels, fsdp_tensor *dloss,
+    int64_t ignore_index, fsdp_loss_reduction reduction);
 void fsdp_op_cross_entropy_grad(fsdp_program *p, fsdp_tensor *dlogits,
                                 fsdp_tensor *logits, fsdp_tensor *labels,
                                 fsdp_tensor *dloss, int64_t ignore_index,

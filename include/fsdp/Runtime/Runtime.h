@@ -156,11 +156,14 @@ void fsdp_rt_counters_reset(void);
 // Shapes the compiler already verified are not checked again.
 //===----------------------------------------------------------------------===//
 
-/// out[i, :] = table[ids[i], :]; table is [vocab, hidden], `num_ids` ids.
+/// out[i, :] = table[ids[i] - first_id, :]; table is [vocab, hidden] (rows
+/// first_id .. first_id + vocab - 1 of a vocabulary-parallel table, or the
+/// whole table with first_id = 0), `num_ids` ids. Ids outside the table's
+/// rows give zero rows.
 void fsdp_rt_embedding(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *table, int64_t vocab, int64_t hidden,
-                       fsdp_rt_dtype ids_dtype, const void *ids,
-                       int64_t num_ids, void *out);
+                       int64_t first_id, fsdp_rt_dtype ids_dtype,
+                       const void *ids, int64_t num_ids, void *out);
 
 /// out[rows, n] = x[rows, k] · weight[n, k]ᵀ + bias[n]; `bias` may be NULL.
 void fsdp_rt_linear(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
@@ -247,6 +250,32 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                      const int64_t *shape, int rank, int dim, void *out);
 
+/// out[r] = max of x[r, 0 .. n-1].
+void fsdp_rt_reduce_max(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                        const void *x, int64_t rows, int64_t n, void *out);
+
+/// One vocabulary block of a cross-entropy: logits [rows, vocab] hold
+/// classes first_class .. first_class + vocab - 1; shift [rows] (logits'
+/// dtype) is the row maximum over the whole vocabulary. sum_exp[r] =
+/// Σ exp(logits[r] - shift[r]); target[r] = logits[r, label - first_class] -
+/// shift[r] when the label is in the block, else 0 (and for ignored rows).
+void fsdp_rt_cross_entropy_partial(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                                   const void *logits,
+                                   fsdp_rt_dtype labels_dtype,
+                                   const void *labels, const void *shift,
+                                   int64_t rows, int64_t vocab,
+                                   int64_t first_class, int64_t ignore_index,
+                                   float *sum_exp, float *target);
+
+/// The gradient of fsdp_rt_cross_entropy_partial: dlogits[r, i] =
+/// exp(logits[r, i] - shift[r]) · dsum_exp[r] + [i is the label] ·
+/// dtarget[r].
+void fsdp_rt_cross_entropy_partial_grad(
+    fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *logits,
+    fsdp_rt_dtype labels_dtype, const void *labels, const void *shift,
+    int64_t rows, int64_t vocab, int64_t first_class, int64_t ignore_index,
+    const float *dsum_exp, const float *dtarget, void *dlogits);
+
 /// Reduction of fsdp_rt_cross_entropy.
 typedef enum fsdp_rt_reduction {
   FSDP_RT_REDUCTION_NONE = 0,
@@ -263,6 +292,26 @@ void fsdp_rt_cross_entropy(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                            const void *labels, int64_t rows, int64_t vocab,
                            int64_t ignore_index, fsdp_rt_reduction reduction,
                            float *out, int64_t *count);
+
+/// Cross-entropy from the summed blocks of fsdp_rt_cross_entropy_partial:
+/// each counted row's loss is log(sum_exp[r]) - target[r]. `out` and
+/// `count` as for fsdp_rt_cross_entropy.
+void fsdp_rt_cross_entropy_combine(fsdp_rt_stream stream,
+                                   const float *sum_exp, const float *target,
+                                   fsdp_rt_dtype labels_dtype,
+                                   const void *labels, int64_t rows,
+                                   int64_t ignore_index,
+                                   fsdp_rt_reduction reduction, float *out,
+                                   int64_t *count);
+
+/// Gradient of fsdp_rt_cross_entropy_combine: for a counted row with loss
+/// gradient g_r (as for fsdp_rt_cross_entropy_grad), dsum_exp[r] =
+/// g_r / sum_exp[r] and dtarget[r] = -g_r; ignored rows get 0.
+void fsdp_rt_cross_entropy_combine_grad(
+    fsdp_rt_stream stream, const float *sum_exp, fsdp_rt_dtype labels_dtype,
+    const void *labels, int64_t rows, int64_t ignore_index,
+    fsdp_rt_reduction reduction, const float *dloss, float *dsum_exp,
+    float *dtarget);
 
 // Data movement works for every element type, integers included.
 
@@ -340,11 +389,12 @@ void fsdp_rt_softmax_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                           int rank, int dim, void *dx);
 
 /// Gradient of fsdp_rt_embedding: zeroes dtable [vocab, hidden], then adds
-/// row i of dy [num_ids, hidden] to row ids[i] (repeated ids accumulate).
+/// row i of dy [num_ids, hidden] to row ids[i] - first_id (repeated ids
+/// accumulate; ids outside the table's rows add nothing).
 void fsdp_rt_embedding_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             fsdp_rt_dtype ids_dtype, const void *ids,
                             int64_t num_ids, const void *dy, int64_t vocab,
-                            int64_t hidden, void *dtable);
+                            int64_t hidden, int64_t first_id, void *dtable);
 
 /// Gradient of fsdp_rt_cross_entropy: dlogits[r] = g_r · (softmax(logits[r])
 /// - onehot(labels[r])), zero for ignored rows, where g_r is dloss[0] for

@@ -18,15 +18,21 @@
 using namespace fsdp::rt;
 
 void fsdp_rt_embedding(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *table,
-                       int64_t, int64_t hidden, fsdp_rt_dtype ids_dtype,
-                       const void *ids, int64_t num_ids, void *out) {
+                       int64_t vocab, int64_t hidden, int64_t first_id,
+                       fsdp_rt_dtype ids_dtype, const void *ids,
+                       int64_t num_ids, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_EMBEDDING);
   size_t rowBytes = hidden * fsdp_rt_dtype_size(dtype);
-  for (int64_t i = 0; i < num_ids; ++i)
-    std::memcpy(static_cast<char *>(out) + i * rowBytes,
-                static_cast<const char *>(table) +
-                    loadIndex(ids_dtype, ids, i) * rowBytes,
-                rowBytes);
+  for (int64_t i = 0; i < num_ids; ++i) {
+    char *row = static_cast<char *>(out) + i * rowBytes;
+    int64_t id = loadIndex(ids_dtype, ids, i) - first_id;
+    // Zero bits are zero in every element type.
+    if (id < 0 || id >= vocab)
+      std::memset(row, 0, rowBytes);
+    else
+      std::memcpy(row, static_cast<const char *>(table) + id * rowBytes,
+                  rowBytes);
+  }
 }
 
 void fsdp_rt_transpose(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
@@ -110,14 +116,17 @@ void fsdp_rt_cast(fsdp_rt_stream, fsdp_rt_dtype src_dtype, const void *x,
 void fsdp_rt_embedding_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
                             fsdp_rt_dtype ids_dtype, const void *ids,
                             int64_t num_ids, const void *dy, int64_t vocab,
-                            int64_t hidden, void *dtable) {
+                            int64_t hidden, int64_t first_id, void *dtable) {
   KernelTimer timer(FSDP_RT_KERNEL_EMBEDDING);
   FloatInput fdy(dtype, dy, num_ids * hidden);
   FloatOutput fo(dtype, dtable, vocab * hidden);
   float *table = fo.get();
   std::fill(table, table + vocab * hidden, 0.0f);
   for (int64_t i = 0; i < num_ids; ++i) {
-    float *row = table + loadIndex(ids_dtype, ids, i) * hidden;
+    int64_t id = loadIndex(ids_dtype, ids, i) - first_id;
+    if (id < 0 || id >= vocab)
+      continue;
+    float *row = table + id * hidden;
     const float *src = fdy.get() + i * hidden;
     for (int64_t j = 0; j < hidden; ++j)
       row[j] += src[j];

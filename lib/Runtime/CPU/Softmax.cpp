@@ -147,3 +147,109 @@ void fsdp_rt_cross_entropy_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
   }
   fo.finish();
 }
+
+void fsdp_rt_reduce_max(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                        int64_t rows, int64_t n, void *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_LOSS);
+  FloatInput fx(dtype, x, rows * n);
+  FloatOutput fo(dtype, out, rows);
+  for (int64_t r = 0; r < rows; ++r)
+    fo.get()[r] = *std::max_element(fx.get() + r * n, fx.get() + (r + 1) * n);
+  fo.finish();
+}
+
+void fsdp_rt_cross_entropy_partial(fsdp_rt_stream, fsdp_rt_dtype dtype,
+                                   const void *logits,
+                                   fsdp_rt_dtype labels_dtype,
+                                   const void *labels, const void *shift,
+                                   int64_t rows, int64_t vocab,
+                                   int64_t first_class, int64_t ignore_index,
+                                   float *sum_exp, float *target) {
+  KernelTimer timer(FSDP_RT_KERNEL_LOSS);
+  FloatInput fx(dtype, logits, rows * vocab);
+  FloatInput fshift(dtype, shift, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = fx.get() + r * vocab;
+    float m = fshift.get()[r];
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i)
+      sum += std::exp(double(xr[i] - m));
+    sum_exp[r] = float(sum);
+    int64_t label = loadIndex(labels_dtype, labels, r);
+    int64_t local = label - first_class;
+    target[r] = label != ignore_index && local >= 0 && local < vocab
+                    ? xr[local] - m
+                    : 0.0f;
+  }
+}
+
+void fsdp_rt_cross_entropy_partial_grad(
+    fsdp_rt_stream, fsdp_rt_dtype dtype, const void *logits,
+    fsdp_rt_dtype labels_dtype, const void *labels, const void *shift,
+    int64_t rows, int64_t vocab, int64_t first_class, int64_t ignore_index,
+    const float *dsum_exp, const float *dtarget, void *dlogits) {
+  KernelTimer timer(FSDP_RT_KERNEL_LOSS);
+  FloatInput fx(dtype, logits, rows * vocab);
+  FloatInput fshift(dtype, shift, rows);
+  FloatOutput fo(dtype, dlogits, rows * vocab);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = fx.get() + r * vocab;
+    float *dr = fo.get() + r * vocab;
+    float m = fshift.get()[r];
+    double g = dsum_exp[r];
+    for (int64_t i = 0; i < vocab; ++i)
+      dr[i] = float(std::exp(double(xr[i] - m)) * g);
+    int64_t label = loadIndex(labels_dtype, labels, r);
+    int64_t local = label - first_class;
+    if (label != ignore_index && local >= 0 && local < vocab)
+      dr[local] += dtarget[r];
+  }
+  fo.finish();
+}
+
+void fsdp_rt_cross_entropy_combine(fsdp_rt_stream, const float *sum_exp,
+                                   const float *target,
+                                   fsdp_rt_dtype labels_dtype,
+                                   const void *labels, int64_t rows,
+                                   int64_t ignore_index,
+                                   fsdp_rt_reduction reduction, float *out,
+                                   int64_t *count) {
+  KernelTimer timer(FSDP_RT_KERNEL_LOSS);
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    bool counts = loadIndex(labels_dtype, labels, r) != ignore_index;
+    double loss = counts ? std::log(double(sum_exp[r])) - target[r] : 0.0;
+    if (reduction == FSDP_RT_REDUCTION_NONE)
+      out[r] = float(loss);
+    total += loss;
+    counted += counts;
+  }
+  if (count)
+    *count = counted;
+  if (reduction == FSDP_RT_REDUCTION_SUM)
+    *out = float(total);
+  else if (reduction == FSDP_RT_REDUCTION_MEAN)
+    *out = float(total / double(counted));
+}
+
+void fsdp_rt_cross_entropy_combine_grad(
+    fsdp_rt_stream, const float *sum_exp, fsdp_rt_dtype labels_dtype,
+    const void *labels, int64_t rows, int64_t ignore_index,
+    fsdp_rt_reduction reduction, const float *dloss, float *dsum_exp,
+    float *dtarget) {
+  KernelTimer timer(FSDP_RT_KERNEL_LOSS);
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    counted += loadIndex(labels_dtype, labels, r) != ignore_index;
+  for (int64_t r = 0; r < rows; ++r) {
+    double g = reduction == FSDP_RT_REDUCTION_NONE ? dloss[r]
+               : reduction == FSDP_RT_REDUCTION_SUM
+                   ? dloss[0]
+                   : dloss[0] / double(counted);
+    if (loadIndex(labels_dtype, labels, r) == ignore_index)
+      g = 0.0;
+    dsum_exp[r] = float(g / double(sum_exp[r]));
+    dtarget[r] = float(-g);
+  }
+}

@@ -457,3 +457,30 @@ fsdp_tensor *fsdp_op_broadcast(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                uint32_t axis_mask, int64_t root) {
   return fsdp_wait(p, fsdp_op_broadcast_start(p, r, x, axis_mask, root));
 }
+
+//===----------------------------------------------------------------------===//
+// Rank-dependent local ops
+//===----------------------------------------------------------------------===//
+
+fsdp_tensor *fsdp_op_axis_index(fsdp_program *p, fsdp_type r,
+                                uint32_t axis_mask) {
+  const Group &g = groupOf(p, "axis_index", axis_mask);
+  if (r.dtype != FSDP_RT_I64 || r.rank != 0)
+    fail("axis_index", "result is " + typeString(r) + ", expected i64[]");
+  fsdp_tensor *out = fsdp_tensor_new(p, r);
+  int64_t index = g.rank;
+  fsdp_rt_copy_to_device(nullptr, out->data, &index, sizeof(index));
+  return out;
+}
+
+fsdp_tensor *fsdp_op_all_slice(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
+                               uint32_t axis_mask, int64_t dim) {
+  const Group &g = groupOf(p, "all_slice", axis_mask);
+  if (dim < 0 || dim >= x->type.rank || r.rank != x->type.rank ||
+      r.dims[dim] * g.size != x->type.dims[dim])
+    fail("all_slice", "result " + typeString(r) + " is not a block of " +
+                          typeString(x->type) + " along dim " +
+                          std::to_string(dim) + " over " +
+                          std::to_string(g.size) + " ranks");
+  return fsdp_op_slice(p, r, x, dim, int64_t(g.rank) * r.dims[dim]);
+}

@@ -113,6 +113,18 @@ void checkIndices(const char *op, const fsdp_tensor *ids, int64_t high,
                   const char *what,
                   int64_t ignore = std::numeric_limits<int64_t>::min());
 
+/// The first row (or class) of the block a vocabulary-parallel op holds:
+/// the i64 scalar `shard_index` times `blockSize`.
+int64_t shardStart(const char *op, const fsdp_tensor *shard_index,
+                   int64_t blockSize);
+
+/// The kernels' form of a loss reduction.
+inline fsdp_rt_reduction kernelReduction(fsdp_loss_reduction reduction) {
+  return reduction == FSDP_LOSS_NONE  ? FSDP_RT_REDUCTION_NONE
+         : reduction == FSDP_LOSS_SUM ? FSDP_RT_REDUCTION_SUM
+                                      : FSDP_RT_REDUCTION_MEAN;
+}
+
 int64_t numElements(const fsdp_type &type);
 int64_t byteSize(const fsdp_type &type);
 const char *dtypeName(fsdp_rt_dtype dtype);

@@ -130,7 +130,7 @@ void unary(const Check &c, const fsdp_type &r, const fsdp_tensor *x) {
 } // namespace
 
 fsdp_tensor *fsdp_op_embedding(fsdp_program *, fsdp_type r, fsdp_tensor *table,
-                               fsdp_tensor *ids) {
+                               fsdp_tensor *ids, fsdp_tensor *shard_index) {
   Check c{"embedding"};
   c.present(table, "table");
   c.present(ids, "ids");
@@ -142,10 +142,17 @@ fsdp_tensor *fsdp_op_embedding(fsdp_program *, fsdp_type r, fsdp_tensor *table,
   std::vector<int64_t> dims = Check::dimsOf(ids->type);
   dims.push_back(table->type.dims[1]);
   c.shape(r, dims, "result");
-  checkIndices(c.op, ids, table->type.dims[0], "ids");
+  int64_t firstId = 0;
+  if (shard_index) {
+    // A vocabulary block: ids of the other blocks give zero rows.
+    firstId = shardStart(c.op, shard_index, table->type.dims[0]);
+    checkIndices(c.op, ids, std::numeric_limits<int64_t>::max(), "ids");
+  } else {
+    checkIndices(c.op, ids, table->type.dims[0], "ids");
+  }
   fsdp_tensor *out = alloc(r);
   fsdp_rt_embedding(nullptr, r.dtype, table->data, table->type.dims[0],
-                    table->type.dims[1], ids->type.dtype, ids->data,
+                    table->type.dims[1], firstId, ids->type.dtype, ids->data,
                     numElements(ids->type), out->data);
   return out;
 }
@@ -524,4 +531,62 @@ void fsdp::host::checkIndices(const char *op, const fsdp_tensor *ids,
                    std::to_string(v) + ", outside [0, " + std::to_string(high) +
                    ")");
   }
+}
+
+int64_t fsdp::host::shardStart(const char *op, const fsdp_tensor *shard_index,
+                               int64_t blockSize) {
+  if (shard_index->type.dtype != FSDP_RT_I64 || shard_index->type.rank != 0)
+    fail(op, "shard_index is " + typeString(shard_index->type) +
+                 ", expected an i64 scalar");
+  int64_t index = indexAt(shard_index, 0);
+  if (index < 0)
+    fail(op, "shard_index is " + std::to_string(index));
+  return index * blockSize;
+}
+
+fsdp_tensor *fsdp_op_reduce_max(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
+  Check c{"reduce_max"};
+  c.present(x, "input");
+  c.isFloat(x->type, "input");
+  c.rankAtLeast(x->type, 1, "input");
+  std::vector<int64_t> dims = Check::dimsOf(x->type);
+  int64_t n = dims.back();
+  dims.pop_back();
+  c.sameDtype(r, x->type, "result");
+  c.shape(r, dims, "result");
+  c.that(n > 0, "reduces an empty dim");
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_reduce_max(nullptr, r.dtype, x->data, numElements(r), n, out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_cross_entropy_combine(fsdp_program *, fsdp_type r,
+                                           fsdp_tensor *sum_exp,
+                                           fsdp_tensor *target,
+                                           fsdp_tensor *labels,
+                                           int64_t ignore_index,
+                                           fsdp_loss_reduction reduction) {
+  Check c{"cross_entropy_combine"};
+  c.present(sum_exp, "sum_exp");
+  c.present(target, "target");
+  c.present(labels, "labels");
+  c.isIndex(labels->type, "labels");
+  std::vector<int64_t> rowDims = Check::dimsOf(labels->type);
+  for (fsdp_tensor *t : {sum_exp, target}) {
+    c.that(t->type.dtype == FSDP_RT_F32,
+           "operand is " + typeString(t->type) + ", expected f32");
+    c.shape(t->type, rowDims, "operand");
+  }
+  c.that(r.dtype == FSDP_RT_F32,
+         "result is " + typeString(r) + ", expected f32");
+  c.shape(r, reduction == FSDP_LOSS_NONE ? rowDims : std::vector<int64_t>{},
+          "result");
+  fsdp_tensor *out = alloc(r);
+  fsdp_rt_reduction kind = kernelReduction(reduction);
+  fsdp_rt_cross_entropy_combine(
+      nullptr, static_cast<const float *>(sum_exp->data),
+      static_cast<const float *>(target->data), labels->type.dtype,
+      labels->data, numElements(labels->type), ignore_index, kind,
+      static_cast<float *>(out->data), nullptr);
+  return out;
 }

@@ -139,15 +139,83 @@ void fsdp_op_softmax_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *y,
 }
 
 void fsdp_op_embedding_grad(fsdp_program *, fsdp_tensor *dtable,
-                            fsdp_tensor *ids, fsdp_tensor *dy) {
+                            fsdp_tensor *ids, fsdp_tensor *dy,
+                            fsdp_tensor *shard_index) {
   int64_t vocab = dtable->type.dims[0], hidden = dtable->type.dims[1];
   int64_t numIds = numElements(ids->type);
   require("embedding_grad", numElements(dy->type) == numIds * hidden,
           "gradient " + typeString(dy->type) + " does not match the ids");
-  checkIndices("embedding_grad", ids, vocab, "ids");
+  int64_t firstId =
+      shard_index ? shardStart("embedding_grad", shard_index, vocab) : 0;
+  checkIndices("embedding_grad", ids,
+               shard_index ? std::numeric_limits<int64_t>::max() : vocab,
+               "ids");
   fsdp_rt_embedding_grad(nullptr, dtable->type.dtype, ids->type.dtype,
-                         ids->data, numIds, dy->data, vocab, hidden,
+                         ids->data, numIds, dy->data, vocab, hidden, firstId,
                          dtable->data);
+}
+
+void fsdp_op_cross_entropy_partial(fsdp_program *, fsdp_tensor *sum_exp,
+                                   fsdp_tensor *target, fsdp_tensor *logits,
+                                   fsdp_tensor *labels, fsdp_tensor *shift,
+                                   fsdp_tensor *shard_index,
+                                   int64_t ignore_index) {
+  auto [rows, vocab] = rowsAndWidth(logits->type);
+  require("cross_entropy_partial",
+          numElements(labels->type) == rows &&
+              numElements(shift->type) == rows &&
+              shift->type.dtype == logits->type.dtype,
+          "labels " + typeString(labels->type) + " and shift " +
+              typeString(shift->type) + " do not match the logits " +
+              typeString(logits->type));
+  int64_t first = shardStart("cross_entropy_partial", shard_index, vocab);
+  checkIndices("cross_entropy_partial", labels,
+               std::numeric_limits<int64_t>::max(), "labels", ignore_index);
+  fsdp_rt_cross_entropy_partial(
+      nullptr, logits->type.dtype, logits->data, labels->type.dtype,
+      labels->data, shift->data, rows, vocab, first, ignore_index,
+      static_cast<float *>(sum_exp->data), static_cast<float *>(target->data));
+}
+
+void fsdp_op_cross_entropy_partial_grad(
+    fsdp_program *, fsdp_tensor *dlogits, fsdp_tensor *logits,
+    fsdp_tensor *labels, fsdp_tensor *shift, fsdp_tensor *shard_index,
+    fsdp_tensor *dsum_exp, fsdp_tensor *dtarget, int64_t ignore_index) {
+  sameType("cross_entropy_partial_grad", dlogits, logits->type, "result");
+  auto [rows, vocab] = rowsAndWidth(logits->type);
+  require("cross_entropy_partial_grad",
+          numElements(labels->type) == rows &&
+              numElements(dsum_exp->type) == rows &&
+              numElements(dtarget->type) == rows,
+          "per-position operands do not match the logits " +
+              typeString(logits->type));
+  int64_t first = shardStart("cross_entropy_partial_grad", shard_index, vocab);
+  fsdp_rt_cross_entropy_partial_grad(
+      nullptr, logits->type.dtype, logits->data, labels->type.dtype,
+      labels->data, shift->data, rows, vocab, first, ignore_index,
+      static_cast<const float *>(dsum_exp->data),
+      static_cast<const float *>(dtarget->data), dlogits->data);
+}
+
+void fsdp_op_cross_entropy_combine_grad(
+    fsdp_program *, fsdp_tensor *dsum_exp, fsdp_tensor *dtarget,
+    fsdp_tensor *sum_exp, fsdp_tensor *labels, fsdp_tensor *dloss,
+    int64_t ignore_index, fsdp_loss_reduction reduction) {
+  int64_t rows = numElements(labels->type);
+  sameType("cross_entropy_combine_grad", dsum_exp, sum_exp->type, "result");
+  sameType("cross_entropy_combine_grad", dtarget, sum_exp->type, "result");
+  require("cross_entropy_combine_grad",
+          dloss->type.dtype == FSDP_RT_F32 &&
+              numElements(dloss->type) ==
+                  (reduction == FSDP_LOSS_NONE ? rows : 1),
+          "loss gradient is " + typeString(dloss->type));
+  fsdp_rt_reduction kind = kernelReduction(reduction);
+  fsdp_rt_cross_entropy_combine_grad(
+      nullptr, static_cast<const float *>(sum_exp->data), labels->type.dtype,
+      labels->data, rows, ignore_index, kind,
+      static_cast<const float *>(dloss->data),
+      static_cast<float *>(dsum_exp->data),
+      static_cast<float *>(dtarget->data));
 }
 
 void fsdp_op_cross_entropy_grad(fsdp_program *, fsdp_tensor *dlogits,
@@ -163,10 +231,7 @@ void fsdp_op_cross_entropy_grad(fsdp_program *, fsdp_tensor *dlogits,
               numElements(dloss->type) ==
                   (reduction == FSDP_LOSS_NONE ? rows : 1),
           "loss gradient is " + typeString(dloss->type));
-  fsdp_rt_reduction kind = reduction == FSDP_LOSS_NONE ? FSDP_RT_REDUCTION_NONE
-                           : reduction == FSDP_LOSS_SUM
-                               ? FSDP_RT_REDUCTION_SUM
-                               : FSDP_RT_REDUCTION_MEAN;
+  fsdp_rt_reduction kind = kernelReduction(reduction);
   fsdp_rt_cross_entropy_grad(
       nullptr, logits->type.dtype, logits->data, labels->type.dtype,
       labels->data, rows, vocab, ignore_index, kind,

@@ -169,16 +169,64 @@ LogicalResult AnnotateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 // CopyOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult CopyOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr());
+namespace {
+/// Checks that `mesh` names a dist.mesh with each of `axes`, and returns the
+/// size of the group they span.
+FailureOr<int64_t> groupOf(Operation *op, FlatSymbolRefAttr meshRef,
+                           ArrayAttr axes,
+                           SymbolTableCollection &symbolTable) {
+  auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(op, meshRef);
   if (!mesh)
-    return emitOpError("'") << getMesh() << "' does not name a dist.mesh";
-  if (getMeshAxes().empty())
-    return emitOpError("needs at least one mesh axis");
-  for (Attribute axis : getMeshAxes())
-    if (!mesh.getAxisSize(cast<StringAttr>(axis).getValue()))
-      return emitOpError("mesh '") << mesh.getSymName() << "' has no axis '"
-                                   << cast<StringAttr>(axis).getValue() << "'";
+    return op->emitOpError("'") << meshRef.getValue()
+                                << "' does not name a dist.mesh";
+  if (axes.empty())
+    return op->emitOpError("needs at least one mesh axis");
+  int64_t size = 1;
+  for (Attribute axis : axes) {
+    std::optional<int64_t> n =
+        mesh.getAxisSize(cast<StringAttr>(axis).getValue());
+    if (!n)
+      return op->emitOpError("mesh '") << mesh.getSymName() << "' has no axis '"
+                                       << cast<StringAttr>(axis).getValue()
+                                       << "'";
+    size *= *n;
+  }
+  return size;
+}
+} // namespace
+
+LogicalResult CopyOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return failure(
+      failed(groupOf(*this, getMeshAttr(), getMeshAxes(), symbolTable)));
+}
+
+LogicalResult AxisIndexOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return failure(
+      failed(groupOf(*this, getMeshAttr(), getMeshAxes(), symbolTable)));
+}
+
+LogicalResult AllSliceOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  FailureOr<int64_t> group =
+      groupOf(*this, getMeshAttr(), getMeshAxes(), symbolTable);
+  if (failed(group))
+    return failure();
+  RankedTensorType input = getInput().getType();
+  RankedTensorType result = getResult().getType();
+  int64_t dim = static_cast<int64_t>(getSliceDim());
+  if (dim < 0 || dim >= input.getRank())
+    return emitOpError("slice_dim ")
+           << dim << " is out of range for rank " << input.getRank();
+  if (input.getDimSize(dim) % *group != 0)
+    return emitOpError("dim ") << dim << " of size " << input.getDimSize(dim)
+                               << " does not divide by the group size "
+                               << *group;
+  SmallVector<int64_t> expected(input.getShape());
+  expected[dim] /= *group;
+  if (result.getShape() != ArrayRef<int64_t>(expected) ||
+      result.getElementType() != input.getElementType())
+    return emitOpError("result ")
+           << result << " does not match the expected "
+           << RankedTensorType::get(expected, input.getElementType());
   return success();
 }
 

@@ -137,6 +137,9 @@ LogicalResult EmbeddingGradOp::inferTypes(MLIRContext *,
   if (rows < 1)
     return reject<EmbeddingGradOp>(loc, "num_embeddings must be >= 1, got ",
                                    rows);
+  if (Value index = adaptor.getShardIndex())
+    if (failed(checkScalar<EmbeddingGradOp>(loc, "shard_index", index)))
+      return failure();
   if (grad.getRank() != ids.getRank() + 1 ||
       grad.getShape().drop_back() != ids.getShape())
     return reject<EmbeddingGradOp>(loc, "gradient ", grad,
@@ -159,6 +162,43 @@ LogicalResult CrossEntropyGradOp::inferTypes(MLIRContext *context,
       failed(checkGrad<CrossEntropyGradOp>(loc, adaptor.getGrad(), *forward)))
     return failure();
   results.push_back(adaptor.getLogits().getType());
+  return success();
+}
+
+LogicalResult CrossEntropyPartialGradOp::inferTypes(
+    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  SmallVector<Type> forward;
+  if (failed(CrossEntropyPartialOp::inferTypes(
+          context, loc,
+          CrossEntropyPartialOp::Adaptor(
+              {adaptor.getLogits(), adaptor.getLabels(), adaptor.getShift(),
+               adaptor.getShardIndex()},
+              adaptor.getAttributes()),
+          forward)) ||
+      failed(checkGrad<CrossEntropyPartialGradOp>(
+          loc, adaptor.getGradSumExp(), forward[0])) ||
+      failed(checkGrad<CrossEntropyPartialGradOp>(
+          loc, adaptor.getGradTarget(), forward[1])))
+    return failure();
+  results.push_back(adaptor.getLogits().getType());
+  return success();
+}
+
+LogicalResult CrossEntropyCombineGradOp::inferTypes(
+    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  Value sumExp = adaptor.getSumExp();
+  SmallVector<Type> forward;
+  if (failed(CrossEntropyCombineOp::inferTypes(
+          context, loc,
+          CrossEntropyCombineOp::Adaptor(
+              {sumExp, sumExp, adaptor.getLabels()}, adaptor.getAttributes()),
+          forward)) ||
+      failed(checkGrad<CrossEntropyCombineGradOp>(loc, adaptor.getGrad(),
+                                                   forward[0])))
+    return failure();
+  results.append({sumExp.getType(), sumExp.getType()});
   return success();
 }
 

@@ -96,6 +96,9 @@ LogicalResult EmbeddingOp::inferTypes(MLIRContext *,
   RankedTensorType table = tensorOf(adaptor.getTable());
   if (table.getRank() != 2)
     return reject<EmbeddingOp>(loc, "table must be [V, H], got ", table);
+  if (Value index = adaptor.getShardIndex())
+    if (failed(checkScalar<EmbeddingOp>(loc, "shard_index", index)))
+      return failure();
   SmallVector<int64_t> shape(tensorOf(adaptor.getIds()).getShape());
   shape.push_back(table.getDimSize(1));
   results.push_back(RankedTensorType::get(shape, table.getElementType()));
@@ -470,6 +473,83 @@ LogicalResult CrossEntropyOp::inferTypes(MLIRContext *context,
     results.push_back(RankedTensorType::get({}, f32));
   else
     return reject<CrossEntropyOp>(
+        loc, "reduction must be \"mean\", \"sum\" or \"none\", got \"",
+        reduction, "\"");
+  return success();
+}
+
+LogicalResult ReduceMaxOp::inferTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  if (input.getRank() < 1)
+    return reject<ReduceMaxOp>(loc, "input must have rank >= 1");
+  results.push_back(RankedTensorType::get(input.getShape().drop_back(),
+                                          input.getElementType()));
+  return success();
+}
+
+namespace {
+/// `labels` must be `logits` without its class dim.
+template <typename OpTy>
+LogicalResult checkLabels(std::optional<Location> loc, RankedTensorType logits,
+                          Value labels) {
+  if (logits.getRank() < 1)
+    return reject<OpTy>(loc, "logits must have rank >= 1");
+  if (tensorOf(labels).getShape() != logits.getShape().drop_back())
+    return reject<OpTy>(loc, "labels ", labels.getType(),
+                        " must have the logits' shape without the class "
+                        "dim, logits are ",
+                        logits);
+  return success();
+}
+
+/// A per-position f32 operand must have the labels' shape.
+template <typename OpTy>
+LogicalResult checkPerPosition(std::optional<Location> loc, StringRef what,
+                               Value v, Value labels) {
+  if (tensorOf(v).getShape() == tensorOf(labels).getShape())
+    return success();
+  return reject<OpTy>(loc, what, " ", v.getType(),
+                      " must have the labels' shape ", labels.getType());
+}
+} // namespace
+
+LogicalResult CrossEntropyPartialOp::inferTypes(
+    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  RankedTensorType logits = tensorOf(adaptor.getLogits());
+  if (failed(checkLabels<CrossEntropyPartialOp>(loc, logits,
+                                                adaptor.getLabels())) ||
+      failed(checkPerPosition<CrossEntropyPartialOp>(
+          loc, "shift", adaptor.getShift(), adaptor.getLabels())) ||
+      failed(checkScalar<CrossEntropyPartialOp>(loc, "shard_index",
+                                                adaptor.getShardIndex())))
+    return failure();
+  auto perPosition = RankedTensorType::get(logits.getShape().drop_back(),
+                                           Float32Type::get(context));
+  results.append({perPosition, perPosition});
+  return success();
+}
+
+LogicalResult CrossEntropyCombineOp::inferTypes(
+    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  Value labels = adaptor.getLabels();
+  if (failed(checkPerPosition<CrossEntropyCombineOp>(
+          loc, "sum_exp", adaptor.getSumExp(), labels)) ||
+      failed(checkPerPosition<CrossEntropyCombineOp>(
+          loc, "target", adaptor.getTarget(), labels)))
+    return failure();
+  StringRef reduction = adaptor.getReduction();
+  Type f32 = Float32Type::get(context);
+  if (reduction == "none")
+    results.push_back(RankedTensorType::get(tensorOf(labels).getShape(), f32));
+  else if (reduction == "mean" || reduction == "sum")
+    results.push_back(RankedTensorType::get({}, f32));
+  else
+    return reject<CrossEntropyCombineOp>(
         loc, "reduction must be \"mean\", \"sum\" or \"none\", got \"",
         reduction, "\"");
   return success();

@@ -12,15 +12,6 @@ using namespace fsdp::nn;
 using namespace fsdp::nn::detail;
 
 namespace {
-/// Requires `v` to be an f32 scalar.
-template <typename OpTy>
-LogicalResult checkScalar(std::optional<Location> loc, StringRef what,
-                          Value v) {
-  if (tensorOf(v).getRank() == 0)
-    return success();
-  return reject<OpTy>(loc, what, " must be a scalar, got ", v.getType());
-}
-
 /// Requires every state operand to have the parameter's type and the
 /// gradient its shape.
 template <typename OpTy>

@@ -37,6 +37,15 @@ LogicalResult sameElementType(std::optional<Location> loc, StringRef what,
                       " differs from ", tensorOf(a).getElementType());
 }
 
+/// Requires `v` to be a scalar.
+template <typename OpTy>
+LogicalResult checkScalar(std::optional<Location> loc, StringRef what,
+                          Value v) {
+  if (tensorOf(v).getRank() == 0)
+    return success();
+  return reject<OpTy>(loc, what, " must be a scalar, got ", v.getType());
+}
+
 /// Maps `dim` in [-rank, rank) to [0, rank).
 template <typename OpTy>
 FailureOr<int64_t> normalizeDim(std::optional<Location> loc, int64_t dim,

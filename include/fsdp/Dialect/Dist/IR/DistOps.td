@@ -103,6 +103,46 @@ def Dist_CopyOp : Dist_Op<"copy", [
   }];
 }
 
+def Dist_AllSliceOp : Dist_Op<"all_slice", [
+    Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Each rank keeps its block of a replicated value";
+  let description = [{
+    The inverse of `all_gather` without communication: `input` is whole on
+    every rank of the group spanned by `mesh_axes`; each rank keeps block
+    `i` (its index in the group) of `slice_dim`. The gradient is an
+    `all_gather` along the same dim.
+
+    ```mlir
+    %s = dist.all_slice %x on @mesh[tp] slice_dim = 1
+        : tensor<2x16x64xf32> -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$mesh_axes, I64Attr:$slice_dim);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` custom<MeshAxes>($mesh, $mesh_axes) `slice_dim` `=` $slice_dim attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def Dist_AxisIndexOp : Dist_Op<"axis_index", [
+    Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "This rank's index in the group spanned by mesh axes";
+  let description = [{
+    A scalar i64: the rank's block number along `mesh_axes` (row-major in
+    the listed order), the `k` of a vocabulary-parallel block.
+
+    ```mlir
+    %k = dist.axis_index @mesh[tp] : tensor<i64>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$mesh, StrArrayAttr:$mesh_axes);
+  let results = (outs 0DTensorOf<[I64]>:$result);
+  let assemblyFormat = [{
+    custom<MeshAxes>($mesh, $mesh_axes) attr-dict `:` type($result)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Collectives
 //===----------------------------------------------------------------------===//

@@ -83,15 +83,24 @@ def NN_EmbeddingOp : NN_Op<"embedding"> {
     `table` is `[V, H]`, `ids` any shape `[...]` of i32/i64; the result is
     `[..., H]`. Ids outside `[0, V)` are a runtime error.
 
+    With `shard_index` (a scalar i64 `k`), `table` is block `k` of a
+    vocabulary-parallel table: it holds rows `[k·V, (k+1)·V)` of the whole
+    one. Ids in that range select their row, others give a zero row, so the
+    sum over the blocks' results is the whole table's lookup (Megatron's
+    vocabulary-parallel embedding).
+
     ```mlir
     %x = nn.embedding %table, %ids
         : (tensor<128x64xf32>, tensor<2x16xi64>) -> tensor<2x16x64xf32>
     ```
   }];
-  let arguments = !con((ins NN_FloatTensor:$table, NN_IndexTensor:$ids), NN_Path);
+  let arguments = !con((ins NN_FloatTensor:$table, NN_IndexTensor:$ids,
+                            Optional<RankedTensorOf<[I64]>>:$shard_index),
+                       NN_Path);
   let results = (outs NN_FloatTensor:$result);
-  let assemblyFormat =
-      "$table `,` $ids attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $table `,` $ids (`,` $shard_index^)? attr-dict `:` functional-type(operands, results)
+  }];
 }
 
 def NN_LinearOp : NN_Op<"linear"> {
@@ -341,6 +350,60 @@ def NN_CrossEntropyOp : NN_Op<"cross_entropy"> {
 }
 
 
+def NN_ReduceMaxOp : NN_Op<"reduce_max"> {
+  let summary = "The maximum over the last dimension";
+  let description = [{
+    `[..., N]` to `[...]`. Has no gradient: the vocabulary-parallel
+    cross-entropy uses it only as a shift that cancels out of the loss.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$input), NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def NN_CrossEntropyPartialOp : NN_Op<"cross_entropy_partial"> {
+  let summary = "One vocabulary block's part of a cross-entropy";
+  let description = [{
+    `logits` `[..., V]` is block `shard_index` of vocabulary-sharded logits
+    (classes `[k·V, (k+1)·V)`), `labels` `[...]`, `shift` `[...]` the
+    maximum logit over the whole vocabulary. Returns, per position, the
+    block's `Σ exp(logit - shift)` and its `logit[label] - shift` (0 when
+    the label is in another block or ignored), both f32. Summed over the
+    blocks they give `nn.cross_entropy_combine` what it needs, and the
+    whole logits are never gathered.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$logits, NN_IndexTensor:$labels,
+                            NN_FloatTensor:$shift,
+                            RankedTensorOf<[I64]>:$shard_index,
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index),
+                       NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$sum_exp,
+                      RankedTensorOf<[F32]>:$target);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $shift `,` $shard_index attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_CrossEntropyCombineOp : NN_Op<"cross_entropy_combine"> {
+  let summary = "Cross-entropy from summed vocabulary-block parts";
+  let description = [{
+    `sum_exp` and `target` `[...]` are the sums over the vocabulary blocks
+    of `nn.cross_entropy_partial`'s results; each counted position's loss is
+    `log(sum_exp) - target` (the shift cancels). `ignore_index` and
+    `reduction` are as for `nn.cross_entropy`, whose value this equals.
+  }];
+  let arguments = !con((ins RankedTensorOf<[F32]>:$sum_exp,
+                            RankedTensorOf<[F32]>:$target,
+                            NN_IndexTensor:$labels,
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                            DefaultValuedStrAttr<StrAttr, "mean">:$reduction),
+                       NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $sum_exp `,` $target `,` $labels attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Backward ops: the gradients autodiff emits for ops whose transpose is not
 // another forward op
@@ -419,12 +482,17 @@ def NN_EmbeddingGradOp : NN_Op<"embedding_grad"> {
   let description = [{
     `ids` `[...]`, `grad` `[..., H]`; the result `[num_embeddings, H]` is
     zero except for the rows named by `ids`, which sum their gradients.
+    With `shard_index` `k`, the result is block `k` of a vocabulary-parallel
+    table's gradient: only ids in `[k·num_embeddings, (k+1)·num_embeddings)`
+    contribute.
   }];
   let arguments = !con((ins NN_IndexTensor:$ids, NN_FloatTensor:$grad,
+                            Optional<RankedTensorOf<[I64]>>:$shard_index,
                             I64Attr:$num_embeddings), NN_Path);
   let results = (outs NN_FloatTensor:$result);
-  let assemblyFormat =
-      "$ids `,` $grad attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $ids `,` $grad (`,` $shard_index^)? attr-dict `:` functional-type(operands, results)
+  }];
 }
 
 def NN_CrossEntropyGradOp : NN_Op<"cross_entropy_grad"> {
@@ -442,6 +510,44 @@ def NN_CrossEntropyGradOp : NN_Op<"cross_entropy_grad"> {
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $logits `,` $labels `,` $grad attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_CrossEntropyPartialGradOp : NN_Op<"cross_entropy_partial_grad"> {
+  let summary = "Gradient of cross_entropy_partial w.r.t. the logits block";
+  let description = [{
+    `exp(logit - shift) · grad_sum_exp + onehot(label in block) ·
+    grad_target`; `shift` gets no gradient (it cancels out of the loss).
+  }];
+  let arguments = !con((ins NN_FloatTensor:$logits, NN_IndexTensor:$labels,
+                            NN_FloatTensor:$shift,
+                            RankedTensorOf<[I64]>:$shard_index,
+                            RankedTensorOf<[F32]>:$grad_sum_exp,
+                            RankedTensorOf<[F32]>:$grad_target,
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $shift `,` $shard_index `,` $grad_sum_exp `,` $grad_target attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_CrossEntropyCombineGradOp : NN_Op<"cross_entropy_combine_grad"> {
+  let summary = "Gradient of cross_entropy_combine w.r.t. its two inputs";
+  let description = [{
+    For a counted position with loss gradient `g` (the scalar `grad`, over
+    the count for `mean`): `g / sum_exp` and `-g`; ignored positions get 0.
+  }];
+  let arguments = !con((ins RankedTensorOf<[F32]>:$sum_exp,
+                            NN_IndexTensor:$labels,
+                            RankedTensorOf<[F32]>:$grad,
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                            DefaultValuedStrAttr<StrAttr, "mean">:$reduction),
+                       NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$grad_sum_exp,
+                      RankedTensorOf<[F32]>:$grad_target);
+  let assemblyFormat = [{
+    $sum_exp `,` $labels `,` $grad attr-dict `:` functional-type(operands, results)
   }];
 }
 
