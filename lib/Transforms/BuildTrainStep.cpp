@@ -183,6 +183,15 @@ LogicalResult Backward::collective(dist::CollectiveOpInterface op, Value dy) {
       dist::ReductionKindAttr::get(b.getContext(), dist::ReductionKind::sum);
   return TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](dist::AllGatherOp o) {
+        if (o.getReplicatedGrad()) {
+          // Every rank holds the whole gradient: keep this rank's block.
+          auto slice = dist::AllSliceOp::create(b, loc, like(dy, tensorOf(x)),
+                                                dy, mesh, axes,
+                                                o.getGatherDimAttr());
+          ++build.count;
+          add(x, slice.getResult());
+          return success();
+        }
         // all_gather's transpose: reduce_scatter (sum) along the same dim.
         Value g = toReduce(dy);
         auto rs =
@@ -590,17 +599,24 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   Block &body = forward.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
 
-  // The loss: the output named "loss", a cross-entropy.
-  CrossEntropyOp loss;
+  // The loss: the output named "loss", a cross-entropy (or the combine of
+  // a vocabulary-parallel one).
+  Operation *loss = nullptr;
   for (unsigned i = 0; i < forward.getNumResults(); ++i) {
     auto name =
         forward.getResultAttrOfType<StringAttr>(i, NNDialect::kOutputAttrName);
     if (name && name.getValue() == "loss")
-      loss = ret.getOperand(i).getDefiningOp<CrossEntropyOp>();
+      loss = ret.getOperand(i).getDefiningOp();
   }
-  if (!loss || loss.getReduction() == "none")
-    return forward.emitOpError("needs an output named 'loss' computed by "
-                               "nn.cross_entropy with a mean or sum reduction");
+  if (!isa_and_nonnull<CrossEntropyOp, CrossEntropyCombineOp>(loss) ||
+      loss->getAttrOfType<StringAttr>("reduction").getValue() == "none")
+    return forward.emitOpError(
+        "needs an output named 'loss' computed by nn.cross_entropy (or "
+        "nn.cross_entropy_combine) with a mean or sum reduction");
+  Value lossLabels = isa<CrossEntropyOp>(loss)
+                         ? cast<CrossEntropyOp>(loss).getLabels()
+                         : cast<CrossEntropyCombineOp>(loss).getLabels();
+  Attribute ignoreIndex = loss->getAttr("ignore_index");
 
   // The new signature: data inputs (grown by the microbatch count), the
   // optimizer step, parameters, optimizer state.
@@ -715,8 +731,7 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     IRMapping map;
     microbatch(m, map, /*withParams=*/false);
     Value c = build.value<TokenCountOp>(
-        {map.lookup(loss.getLabels())},
-        {build.attr("ignore_index", loss.getIgnoreIndexAttr())});
+        {map.lookup(lossLabels)}, {build.attr("ignore_index", ignoreIndex)});
     count = count ? build.value<AddOp>({count, c}) : c;
   }
   Value seed = build.value<DivOp>({build.fill(1.0, f32), count});
@@ -729,16 +744,25 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     microbatch(m, map, /*withParams=*/true);
     // Forward, with the loss summed instead of averaged.
     SmallVector<Operation *> cloned;
-    Value logits, labels;
+    Value logits, labels, sum;
     for (Operation &op : body.without_terminator()) {
-      if (&op == loss.getOperation()) {
-        logits = map.lookup(loss.getLogits());
-        labels = map.lookup(loss.getLabels());
-        Value sum = build.value<CrossEntropyOp>(
-            {logits, labels},
-            {build.attr("ignore_index", loss.getIgnoreIndexAttr()),
-             build.attr("reduction", b.getStringAttr("sum"))});
-        map.map(loss.getResult(), sum);
+      if (&op == loss) {
+        labels = map.lookup(lossLabels);
+        NamedAttrList attrs(loss->getAttrDictionary());
+        attrs.set("reduction", b.getStringAttr("sum"));
+        if (auto ce = dyn_cast<CrossEntropyOp>(loss)) {
+          logits = map.lookup(ce.getLogits());
+          sum = build.value<CrossEntropyOp>({logits, labels}, attrs);
+        } else {
+          // Vocabulary-parallel: differentiated through its rule.
+          Operation *copy = rebuild(b, op, map);
+          if (!copy)
+            return failure();
+          copy->setAttr("reduction", b.getStringAttr("sum"));
+          cloned.push_back(copy);
+          sum = copy->getResult(0);
+        }
+        map.map(loss->getResult(0), sum);
         lossSum = lossSum ? build.value<AddOp>({lossSum, sum}) : sum;
         continue;
       }
@@ -749,7 +773,7 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     }
     if (microbatches == 1)
       for (unsigned i = 0; i < forward.getNumResults(); ++i)
-        if (ret.getOperand(i) != loss.getResult()) {
+        if (ret.getOperand(i) != loss->getResult(0)) {
           Value v = map.lookup(ret.getOperand(i));
           Type element = tensorOf(v).getElementType();
           if (outputType && isa<FloatType>(element) && element != outputType)
@@ -764,12 +788,14 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
       params.push_back(paramValue(k));
     DenseSet<Value> needs = valuesNeedingGrad(*entryBlock, params);
     Gradients grads(build);
-    if (needs.contains(logits))
+    if (logits && needs.contains(logits))
       grads.add(logits,
                 build.value<CrossEntropyGradOp>(
                     {logits, labels, seed},
-                    {build.attr("ignore_index", loss.getIgnoreIndexAttr()),
+                    {build.attr("ignore_index", ignoreIndex),
                      build.attr("reduction", b.getStringAttr("sum"))}));
+    if (!logits)
+      grads.add(sum, seed);
     Backward backward(build, grads, needs, reduceType);
     for (Operation *op : llvm::reverse(cloned))
       if (failed(backward.run(op)))
@@ -865,7 +891,7 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     results.push_back(v);
     unsigned original = 0;
     for (unsigned r = 0, seen = 0; r < forward.getNumResults(); ++r)
-      if (ret.getOperand(r) != loss.getResult() && seen++ == i)
+      if (ret.getOperand(r) != loss->getResult(0) && seen++ == i)
         original = r;
     resultAttrs.push_back(forward.getResultAttrDict(original));
   }
@@ -886,6 +912,24 @@ void BuildTrainStepPass::runOnOperation() {
   if (!forward) {
     getOperation().emitError("no function @") << entry << " to train";
     return signalPassFailure();
+  }
+  // The parallel config's MixedPrecisionPolicy (fsdp-tp-plan records it),
+  // for each dtype option not given explicitly.
+  if (auto mp = getOperation()->getAttrOfType<DictionaryAttr>(
+          "fsdp.mp_policy")) {
+    auto text = [&](StringRef key) {
+      auto s = mp.getAs<StringAttr>(key);
+      return s ? s.getValue().str() : std::string();
+    };
+    if (!paramDtype.hasValue() && !text("param_dtype").empty())
+      paramDtype = text("param_dtype");
+    if (!reduceDtype.hasValue() && !text("reduce_dtype").empty())
+      reduceDtype = text("reduce_dtype");
+    if (!outputDtype.hasValue() && !text("output_dtype").empty())
+      outputDtype = text("output_dtype");
+    if (auto cast = mp.getAs<BoolAttr>("cast_forward_inputs");
+        cast && !castForwardInputs.hasValue())
+      castForwardInputs = cast.getValue();
   }
   if (failed(rewrite(forward)))
     signalPassFailure();

@@ -328,8 +328,9 @@ LogicalResult Lowering::emitDescribe(Location loc) {
           static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
         return entry.emitOpError("argument #")
                << i << " has a sharding that does not fit a parameter";
-      SmallVector<int64_t> global, masks;
+      SmallVector<int64_t> global, masks, groups;
       for (int64_t d = 0; d < type.getRank(); ++d) {
+        groups.push_back(sharding.getDimGroups(d));
         int64_t parts = 1, mask = 0;
         for (StringRef listed : sharding.getDimAxes(d))
           for (StringRef axis : mesh.expandAxis(listed)) {
@@ -347,6 +348,7 @@ LogicalResult Lowering::emitDescribe(Location loc) {
           .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
           .literal(intsLiteral(global))
           .literal(intsLiteral(masks))
+          .literal(intsLiteral(groups))
           .emit(builder, loc);
       continue;
     }

@@ -3,6 +3,9 @@
 # its largest magnitude, the N-rank one: a tensor every rank holds whole is
 # checked on every rank; a tensor the ranks hold in blocks along one dim (a
 # tensor-parallel weight or its gradient) is joined in rank order first.
+# A parameter the runtime lists in shards.txt with several groups (a
+# strided split, e.g. GPT-2's fused c_attn) is joined group by group, and so
+# are its gradient and updated values.
 #
 # Usage: /usr/bin/python3 compare_ranks.py ONE_DIR MANY_DIR --ranks N
 #            [--rtol 1e-5] [--only PREFIX]
@@ -17,6 +20,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
 
 
+def read_groups(rank_dir):
+    """{parameter: groups} for strided splits, from the runtime's shards.txt."""
+    path = os.path.join(rank_dir, "shards.txt")
+    out = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                words = line.split()
+                if len(words) == 3 and int(words[2]) > 1:
+                    out[words[0]] = int(words[2])
+    return out
+
+
+def base_name(name):
+    """The parameter a dumped tensor belongs to (its gradient, its update)."""
+    for prefix in ("grad.", "updated."):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("one")
@@ -29,6 +53,7 @@ def main():
     one = reference.read_manifest(one_dir)
     dirs = [os.path.join(args.many, f"rank{r}") for r in range(args.ranks)]
     many = [reference.read_manifest(d) for d in dirs]
+    groups = read_groups(dirs[0])
     worst, worst_name, split, failures = 0.0, "", 0, []
     for name, (dtype, shape) in one.items():
         if not name.startswith(args.only):
@@ -46,7 +71,15 @@ def main():
                 failures.append(f"FAIL {name}: block {tuple(parts[0].shape)} "
                                 f"of {tuple(full.shape)}")
                 continue
-            candidates = [torch.cat(parts, dims[0])]
+            g = groups.get(base_name(name), 1)
+            if g == 1:
+                candidates = [torch.cat(parts, dims[0])]
+            else:
+                pieces = [p.chunk(g, dims[0]) for p in parts]
+                candidates = [torch.cat([pieces[r][k]
+                                         for k in range(g)
+                                         for r in range(len(parts))],
+                                        dims[0])]
             split += 1
         scale = full.abs().max().item() or 1.0
         for c in candidates:

@@ -93,12 +93,15 @@ void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
                      fsdp_init_kind init, double a, double b);
 /// Declares a parameter of which this rank holds one block: `type` is the
 /// block, `global_dims` the whole tensor's dims, and `dim_axes.values[d]`
-/// the mask of mesh axes that split dim d (0: whole). The runtime fills the
-/// block with exactly the values those elements have in the whole tensor,
-/// without building the whole tensor.
+/// the mask of mesh axes that split dim d (0: whole), `dim_groups.values[d]`
+/// the number of equal groups dim d is cut into before each is split (1:
+/// a plain split; see #dist.sharding's groups). The runtime fills the block
+/// with exactly the values those elements have in the whole tensor, without
+/// building the whole tensor.
 void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
                            fsdp_init_kind init, double a, double b,
-                           fsdp_ints global_dims, fsdp_ints dim_axes);
+                           fsdp_ints global_dims, fsdp_ints dim_axes,
+                           fsdp_ints dim_groups);
 /// Declares output `index` (`nn.output`).
 void fsdp_prog_output_name(fsdp_program *p, const char *name);
 /// Declares a communicator over the mesh axes in `axis_mask` (bit i = axis

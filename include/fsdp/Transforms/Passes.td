@@ -166,34 +166,92 @@ def CommReportPass : Pass<"fsdp-comm-report", "mlir::ModuleOp"> {
   ];
 }
 
-def TensorParallelPass : Pass<"fsdp-tensor-parallel", "mlir::ModuleOp"> {
-  let summary = "Megatron tensor parallelism from the built-in plan (no SP)";
+def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
+  let summary = "Build the mesh and annotate the forward with a tensor-parallel plan";
   let description = [{
-    Partitions the forward function over a `tp` mesh axis with the built-in
-    plan of the model's family (Llama, Mistral, Qwen2, Qwen3): `q_proj`,
-    `k_proj`, `v_proj`, `gate_proj` and `up_proj` are column-parallel (their
-    weights, and biases, keep rows `[r·N/tp, (r+1)·N/tp)` on tp rank `r`),
-    `o_proj` and `down_proj` row-parallel (columns split). A column-parallel
-    layer's input passes through `dist.copy` (Megatron's f: its gradient is
-    an all_reduce) and a row-parallel layer's output through one
-    `dist.all_reduce` (g). Attention runs on the rank's heads: the reshapes
-    around it, and every other op, get their per-rank shapes from the shape
-    rules. Parameters become per-rank blocks marked `dist.sharding`, which
-    the runtime initializes without building the whole tensor. Embeddings,
-    norms and the head stay replicated.
+    Reads the parallel configuration (`config`, a parallel.json with
+    Automodel's ParallelismSizes and FSDP2Config fields, see
+    docs/parallel-config.md; `tp`, `sequence-parallel` override it), builds
+    `dist.mesh @mesh(dp_replicate, dp_shard, cp, tp)` (TP innermost) with
+    the flattened views `dp`, `dp_shard_cp` and `dp_cp` for `world-size`
+    ranks, and resolves the tensor-parallel plan: the config's `tp_plan`
+    (Hugging Face style strings or ParallelStyle objects keyed by
+    module-path globs) or the built-in plan of the model's family (Llama,
+    Mistral, Qwen2, Qwen3, GPT-2), with its sequence-parallel overlay.
+
+    Every op whose `path` a plan key matches gets `dist.tp`, the style it
+    runs under: `{style = "colwise", input = "replicate", output =
+    "shard(-1)", use_local_output = true, entry = "<key>"}`. This is the
+    global annotated program `fsdp-partition` turns into the per-rank one.
+    A key that matches no module is a warning listing it (an error with
+    `strict-plan`); attention whose query or key/value heads do not divide
+    by tp is an error. With `report`, writes the plan: each entry's style
+    and module count, and every parameter left replicated over tp.
+
+    The config's `mp_policy` is recorded as the module attribute
+    `fsdp.mp_policy`, which `fsdp-build-train-step` applies unless given
+    its own dtype options.
+  }];
+  let dependentDialects = ["fsdp::dist::DistDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The forward function to annotate">,
+    Option<"config", "config", "std::string", /*default=*/"\"\"",
+           "parallel.json (empty: defaults)">,
+    Option<"worldSize", "world-size", "int64_t", /*default=*/"0",
+           "Ranks the program runs on (0: the config's smallest world)">,
+    Option<"tp", "tp", "int64_t", /*default=*/"0",
+           "Tensor-parallel size (0: the config's tp_size)">,
+    Option<"sequenceParallel", "sequence-parallel", "bool",
+           /*default=*/"false",
+           "Sequence parallelism (default: the config's sequence_parallel)">,
+    Option<"strictPlan", "strict-plan", "bool", /*default=*/"false",
+           "A plan key that matches no module is an error">,
+    Option<"report", "report", "std::string", /*default=*/"\"\"",
+           "Write the plan report here (- for stdout, empty: none)">,
+  ];
+}
+
+def PartitionPass : Pass<"fsdp-partition", "mlir::ModuleOp"> {
+  let summary = "Partition the tensor-parallel annotated forward into the per-rank program";
+  let description = [{
+    Rewrites the forward annotated by `fsdp-tp-plan` into the program one
+    rank runs, with local shapes and the fewest collectives the plan allows.
+    Each value has a layout over tp: replicated, sharded on a dim (possibly
+    in strided groups), or a pending partial sum. Styled ops set layouts
+    (column-parallel: weight rows split, output sharded on the last dim;
+    row-parallel: weight columns split, output partial; vocabulary-parallel
+    embedding: rows split, ids outside the block give zeros, output partial;
+    sequence parallel: the op runs on the rank's sequence block), partial
+    sums are reduced at the module output into the style's output layout
+    (`all_reduce` for Replicate, `reduce_scatter` for Shard(1)), inputs are
+    converted into the style's input layout (`all_gather` of a sequence
+    block before a column-parallel projection; `all_slice`, which moves no
+    data, of a replicated value), and every other op follows its operands'
+    layouts through its shape rule (reshapes move a sharded dim; attention
+    runs on the rank's heads).
+
+    A replicated float value entering per-rank computation passes through
+    `dist.copy` (Megatron's f) so its gradient sums the ranks' parts. A
+    cross-entropy of vocabulary-sharded logits becomes the
+    vocabulary-parallel loss: `nn.reduce_max`, an `all_reduce max`,
+    `nn.cross_entropy_partial`, two `all_reduce sum`s of per-position values
+    and `nn.cross_entropy_combine`; the whole logits are never gathered. A
+    column-parallel projection whose output is split into equal parts along
+    its features (GPT-2's fused `c_attn`) is split per part (strided).
+    Parameters become per-rank blocks marked `dist.sharding`. A resharding
+    the pass does not support is an error naming the op.
 
     ```mlir
-    %q = nn.linear %h, %wq : (tensor<2x16x64xf32>, tensor<64x64xf32>) -> tensor<2x16x64xf32>
-    // becomes, with tp = 2:
-    %h1 = dist.copy %h on @mesh[tp] : tensor<2x16x64xf32>
-    %q = nn.linear %h1, %wq : (tensor<2x16x64xf32>, tensor<32x64xf32>) -> tensor<2x16x32xf32>
+    // tp = 2, sequence parallel: the input of q_proj is a sequence block.
+    %full = dist.all_gather %h on @mesh[tp] dim 1 : tensor<2x8x64xf32> -> tensor<2x16x64xf32>
+    %q = nn.linear %full, %wq : (tensor<2x16x64xf32>, tensor<32x64xf32>) -> tensor<2x16x32xf32>
     ```
   }];
   let dependentDialects = ["fsdp::dist::DistDialect"];
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The forward function to partition">,
-    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel size">,
   ];
 }
 

@@ -74,6 +74,8 @@ struct Param {
   /// dim, the mask of mesh axes that split it. Empty when not sharded.
   std::vector<int64_t> globalDims;
   std::vector<uint32_t> dimAxes;
+  /// Per dim, the number of groups split separately (strided sharding).
+  std::vector<int64_t> dimGroups;
 };
 
 /// The communicator of one axis set: this rank's place in it.

@@ -76,7 +76,7 @@ void fsdp::host::initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a,
 
 namespace {
 /// Fills this rank's block of a sharded parameter: each run of the last
-/// local dim is a contiguous run of the whole tensor.
+/// local dim within one group is a contiguous run of the whole tensor.
 void initBlock(const fsdp_program &p, const Param &param, uint64_t seed,
                char *out) {
   int64_t rank = param.type.rank;
@@ -87,7 +87,17 @@ void initBlock(const fsdp_program &p, const Param &param, uint64_t seed,
     for (size_t i = 0; i < p.axes.size(); ++i)
       if (param.dimAxes[d] & (1u << i))
         block[d] = block[d] * p.axes[i].size + p.coords[i];
+  // Local index i of dim d is element g·(global/groups) + block·piece + j
+  // of the whole dim, where piece = local/groups, g = i / piece, j = i % piece.
+  auto global = [&](int64_t d, int64_t i) {
+    int64_t groups = param.dimGroups[d];
+    int64_t piece = param.type.dims[d] / groups;
+    return (i / piece) * (param.globalDims[d] / groups) + block[d] * piece +
+           i % piece;
+  };
   int64_t last = rank ? param.type.dims[rank - 1] : 1;
+  int64_t runs = rank ? param.dimGroups[rank - 1] : 1;
+  int64_t run = last / runs;
   int64_t rows = last ? numElements(param.type) / last : 0;
   size_t esize = fsdp_rt_dtype_size(param.type.dtype);
   std::vector<int64_t> coord(size_t(rank), 0);
@@ -97,15 +107,15 @@ void initBlock(const fsdp_program &p, const Param &param, uint64_t seed,
       coord[d] = rest % param.type.dims[d];
       rest /= param.type.dims[d];
     }
-    int64_t begin = 0;
-    for (int64_t d = 0; d < rank; ++d) {
-      int64_t local = d == rank - 1 ? 0 : coord[d];
-      begin =
-          begin * param.globalDims[d] + block[d] * param.type.dims[d] + local;
+    for (int64_t k = 0; k < runs; ++k) {
+      int64_t begin = 0;
+      for (int64_t d = 0; d < rank; ++d)
+        begin = begin * param.globalDims[d] +
+                global(d, d == rank - 1 ? k * run : coord[d]);
+      initFill(param.type.dtype, param.init, param.a, param.b, seed,
+               param.name.c_str(), begin, begin + run,
+               out + size_t(r * last + k * run) * esize);
     }
-    initFill(param.type.dtype, param.init, param.a, param.b, seed,
-             param.name.c_str(), begin, begin + last,
-             out + size_t(r * last) * esize);
   }
 }
 } // namespace

@@ -126,7 +126,9 @@ void fsdp::host::validate(fsdp_program &p) {
       for (size_t i = 0; i < p.axes.size(); ++i)
         if (param.dimAxes[d] & (1u << i))
           parts *= p.axes[i].size;
-      if (param.dimAxes[d] >> p.axes.size() ||
+      int64_t groups = param.dimGroups[d];
+      if (param.dimAxes[d] >> p.axes.size() || groups < 1 ||
+          param.type.dims[d] % groups != 0 ||
           param.type.dims[d] * parts != param.globalDims[d])
         fail("describe", "sharded parameter '" + param.name + "': dim " +
                              std::to_string(d) + " is " +
@@ -188,13 +190,17 @@ void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
 
 void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
                            fsdp_init_kind init, double a, double b,
-                           fsdp_ints global_dims, fsdp_ints dim_axes) {
+                           fsdp_ints global_dims, fsdp_ints dim_axes,
+                           fsdp_ints dim_groups) {
   Param param{name, type, init, a, b, nullptr};
-  if (global_dims.size != type.rank || dim_axes.size != type.rank)
+  if (global_dims.size != type.rank || dim_axes.size != type.rank ||
+      dim_groups.size != type.rank)
     fail("describe", std::string("sharded parameter '") + name + "' has " +
                          std::to_string(global_dims.size) +
-                         " global dims and " + std::to_string(dim_axes.size) +
-                         " axis masks for rank " + std::to_string(type.rank));
+                         " global dims, " + std::to_string(dim_axes.size) +
+                         " axis masks and " + std::to_string(dim_groups.size) +
+                         " group counts for rank " + std::to_string(type.rank));
+  param.dimGroups.assign(dim_groups.values, dim_groups.values + dim_groups.size);
   param.globalDims.assign(global_dims.values,
                           global_dims.values + global_dims.size);
   for (int64_t d = 0; d < dim_axes.size; ++d)

@@ -61,6 +61,17 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
   for (size_t i = 0; i < p.outputs.size(); ++i)
     dumpOne(manifest, rankDir, p.outputNames[i], p.outputs[i]);
   std::fclose(manifest);
+  // How sharded parameters are split, for tools that join the blocks:
+  // `<name> <dim> <groups>` for each split dim.
+  FILE *shards = std::fopen((rankDir + "/shards.txt").c_str(), "w");
+  if (!shards)
+    fail("dump", rankDir + "/shards.txt: cannot open for writing");
+  for (const Param &param : p.params)
+    for (size_t d = 0; d < param.dimAxes.size(); ++d)
+      if (param.dimAxes[d])
+        std::fprintf(shards, "%s %zu %lld\n", param.name.c_str(), d,
+                     (long long)param.dimGroups[d]);
+  std::fclose(shards);
 }
 
 void fsdp::host::printReport(const fsdp_program &p) {

@@ -89,14 +89,31 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
         return success();
       }))
     return {};
-  if (succeeded(parser.parseOptionalComma()) &&
-      (parser.parseKeyword("partial") || parser.parseEqual() ||
-       parseAxisList(parser, partial)))
-    return {};
+  SmallVector<int64_t> groups;
+  while (succeeded(parser.parseOptionalComma())) {
+    StringRef key;
+    if (parser.parseKeyword(&key) || parser.parseEqual())
+      return {};
+    if (key == "partial") {
+      if (parseAxisList(parser, partial))
+        return {};
+    } else if (key == "groups") {
+      if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+            return parser.parseInteger(groups.emplace_back());
+          }))
+        return {};
+    } else {
+      parser.emitError(parser.getCurrentLocation(),
+                       "expected 'partial' or 'groups', got '")
+          << key << "'";
+      return {};
+    }
+  }
   if (parser.parseGreater())
     return {};
   return getChecked([&] { return parser.emitError(loc); }, parser.getContext(),
-                    mesh, ArrayAttr::get(parser.getContext(), dims), partial);
+                    mesh, ArrayAttr::get(parser.getContext(), dims), partial,
+                    DenseI64ArrayAttr::get(parser.getContext(), groups));
 }
 
 void ShardingAttr::print(AsmPrinter &printer) const {
@@ -109,14 +126,28 @@ void ShardingAttr::print(AsmPrinter &printer) const {
     printer << ", partial = ";
     printAxisList(printer, getPartial());
   }
+  if (!getGroups().empty()) {
+    printer << ", groups = [";
+    llvm::interleaveComma(getGroups().asArrayRef(), printer);
+    printer << "]";
+  }
   printer << ">";
 }
 
 LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                    FlatSymbolRefAttr mesh, ArrayAttr dims,
-                                   ArrayAttr partial) {
+                                   ArrayAttr partial,
+                                   DenseI64ArrayAttr groups) {
   if (!mesh)
     return emitError() << "sharding needs a mesh symbol";
+  if (groups && !groups.empty()) {
+    if (groups.size() != static_cast<int64_t>(dims.size()))
+      return emitError() << "groups has " << groups.size()
+                         << " counts for " << dims.size() << " dims";
+    for (int64_t g : groups.asArrayRef())
+      if (g < 1)
+        return emitError() << "group counts must be >= 1, got " << g;
+  }
   llvm::StringSet<> used;
   auto useAxes = [&](Attribute list) -> LogicalResult {
     auto axes = dyn_cast<ArrayAttr>(list);
@@ -140,6 +171,10 @@ LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 SmallVector<StringRef> ShardingAttr::getDimAxes(unsigned dim) const {
   return axisNames(cast<ArrayAttr>(getDims()[dim]));
+}
+
+int64_t ShardingAttr::getDimGroups(unsigned dim) const {
+  return getGroups() && !getGroups().empty() ? getGroups()[dim] : 1;
 }
 
 SmallVector<StringRef> ShardingAttr::getPartialAxes() const {

@@ -37,11 +37,19 @@ def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
     true value is the sum of the ranks' values along those axes. An axis is
     used at most once. Axes not mentioned replicate the value.
 
+    `groups` (one count per dim, omitted when all are 1) describes a
+    strided split, torch's `_StridedShard`: dim `d` is cut into `groups[d]`
+    equal groups, each split over the dim's axes, and a rank holds its block
+    of every group, in group order. A fused `[Q | K | V]` projection split
+    over tp this way gives each rank its own heads of Q, K and V.
+
     ```mlir
     // A [V, H] embedding table: rows split over dp_shard, columns over tp.
     #dist.sharding<@mesh, [[dp_shard], [tp]]>
     // A row-parallel output before its reduction.
     #dist.sharding<@mesh, [[], [], []], partial = [tp]>
+    // GPT-2's fused c_attn weight [H, 3H]: each third split over tp.
+    #dist.sharding<@mesh, [[], [tp]], groups = [1, 3]>
     ```
   }];
   let parameters = (ins
@@ -49,8 +57,17 @@ def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
     // One ArrayAttr of StringAttr axis names per tensor dimension.
     "::mlir::ArrayAttr":$dims,
     // StringAttr axis names.
-    "::mlir::ArrayAttr":$partial
+    "::mlir::ArrayAttr":$partial,
+    // One group count per dim, or empty when every dim has one group.
+    "::mlir::DenseI64ArrayAttr":$groups
   );
+  let builders = [
+    AttrBuilder<(ins "::mlir::FlatSymbolRefAttr":$mesh,
+                     "::mlir::ArrayAttr":$dims, "::mlir::ArrayAttr":$partial), [{
+      return $_get($_ctxt, mesh, dims, partial,
+                   ::mlir::DenseI64ArrayAttr::get($_ctxt, {}));
+    }]>
+  ];
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
@@ -58,6 +75,8 @@ def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
     llvm::SmallVector<llvm::StringRef> getDimAxes(unsigned dim) const;
     /// The axes over which the value is a partial sum.
     llvm::SmallVector<llvm::StringRef> getPartialAxes() const;
+    /// The number of groups dimension `dim` is split in (1: plain).
+    int64_t getDimGroups(unsigned dim) const;
     /// Checks the sharding against `mesh` for a tensor of `type`: the rank,
     /// and that every axis exists in the mesh.
     llvm::LogicalResult verifyFor(::mlir::Operation *mesh,

@@ -173,11 +173,20 @@ class Dist_CollectiveOp<string mnemonic, dag extraArgs, string extraFormat,
 }
 
 def Dist_AllGatherOp : Dist_CollectiveOp<"all_gather",
-    (ins I64Attr:$gather_dim), "`dim` $gather_dim"> {
+    (ins I64Attr:$gather_dim, UnitAttr:$replicated_grad),
+    "`dim` $gather_dim (`replicated_grad` $replicated_grad^)?"> {
   let summary = "Concatenate the group's tensors along `gather_dim`";
   let description = [{
     Each rank contributes its tensor; the result, identical on every rank of
     the group, is their concatenation in group order along `gather_dim`.
+
+    The gradient is a `reduce_scatter`: right when the result feeds
+    computation each rank does on its own part (a column-parallel
+    projection), whose gradients are partial sums. With `replicated_grad`
+    the result feeds computation every rank repeats, whose gradient is the
+    same on every rank, and the gradient keeps this rank's block
+    (`all_slice`, no communication): Megatron's gather whose backward is a
+    split.
 
     ```mlir
     %full = dist.all_gather %shard on @mesh[dp_shard] dim 0

@@ -1,0 +1,125 @@
+//===- ParallelConfig.h - parallel.json: sizes, FSDP2Config, TP plans -*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// The parallel configuration of a compile: NeMo Automodel's ParallelismSizes
+// and FSDP2Config fields under their reference names and defaults
+// (docs/parallel-config.md), the mesh they define, and tensor-parallel plans
+// (Hugging Face style strings or torch ParallelStyle objects keyed by
+// module-path globs). Independent of MLIR, so the tools can validate a
+// config before they build anything.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_PARALLEL_PARALLELCONFIG_H
+#define FSDP_PARALLEL_PARALLELCONFIG_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+
+/// A tensor layout over the tp axis, as torch's placements: Replicate() or
+/// Shard(dim) (dim may be negative, counted from the end).
+struct TPLayout {
+  bool shard = false;
+  int64_t dim = 0;
+
+  static TPLayout replicate() { return {}; }
+  static TPLayout sharded(int64_t dim) { return {true, dim}; }
+  bool operator==(const TPLayout &o) const {
+    return shard == o.shard && (!shard || dim == o.dim);
+  }
+  /// "replicate" or "shard(d)", the form the IR annotation uses.
+  std::string str() const;
+  /// Parses "replicate" / "Replicate()" / "shard(1)" / "Shard(-1)".
+  static std::optional<TPLayout> parse(const std::string &text);
+};
+
+/// How one module is parallelized: torch's ColwiseParallel, RowwiseParallel
+/// or SequenceParallel with its input/output layouts.
+struct TPStyle {
+  enum Kind { Colwise, Rowwise, SequenceParallel };
+  Kind kind = Colwise;
+  TPLayout input, output;
+  bool useLocalOutput = true;
+
+  static TPStyle colwise();
+  static TPStyle rowwise();
+  static TPStyle sequenceParallel();
+  /// "colwise", "rowwise" or "sequence_parallel".
+  const char *kindName() const;
+};
+
+/// One plan entry: modules whose path matches `pattern` get `style`.
+struct TPPlanEntry {
+  std::string pattern;
+  TPStyle style;
+};
+
+/// FSDP2Config.mp_policy (torch's MixedPrecisionPolicy); dtypes are "f32",
+/// "bf16" or "f16".
+struct MixedPrecision {
+  std::string paramDtype = "bf16";
+  std::string reduceDtype = "f32";
+  std::string outputDtype = "bf16";
+  bool castForwardInputs = true;
+};
+
+struct ParallelConfig {
+  // ParallelismSizes.
+  std::optional<int64_t> dpSize, dpReplicateSize;
+  int64_t tpSize = 1, cpSize = 1, ppSize = 1, epSize = 1;
+  // FSDP2Config fields this compiler implements.
+  bool sequenceParallel = false;
+  /// Null: the built-in plan of the model's family.
+  std::optional<std::vector<TPPlanEntry>> tpPlan;
+  MixedPrecision mpPolicy;
+  /// Where the config came from, for messages.
+  std::string file = "<defaults>";
+};
+
+/// The mesh sizes a config gives for a world, in the reference's axis order
+/// (dp_replicate, dp_shard, cp, tp); TP is innermost.
+struct MeshSizes {
+  int64_t dpReplicate = 1, dpShard = 1, cp = 1, tp = 1;
+  int64_t world() const { return dpReplicate * dpShard * cp * tp; }
+};
+
+/// Parses parallel.json text read from `file`. On error, returns nullopt and
+/// sets `error` to a message naming the file and the field.
+std::optional<ParallelConfig> parseParallelConfig(const std::string &text,
+                                                  const std::string &file,
+                                                  std::string &error);
+
+/// Parses a tensor-parallel plan: a JSON object of module-path globs to HF
+/// style strings or ParallelStyle objects. `where` prefixes messages.
+std::optional<std::vector<TPPlanEntry>>
+parseTPPlan(const std::string &text, const std::string &where,
+            std::string &error);
+
+/// The mesh for `worldSize` ranks (0: the smallest world the sizes allow,
+/// dp = dp_size or 1), validated as Automodel does: tp·cp·pp divides the
+/// world, dp % dp_replicate == 0, dp_replicate < dp unless it is 1.
+std::optional<MeshSizes> resolveMesh(const ParallelConfig &config,
+                                     int64_t worldSize, std::string &error);
+
+/// The built-in plan for model class `architecture` (LlamaForCausalLM,
+/// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel),
+/// with its sequence-parallel overlay when `sequenceParallel`; `known` is
+/// false when the class has none and the Llama-style default is returned.
+std::vector<TPPlanEntry> builtinTPPlan(const std::string &architecture,
+                                       bool sequenceParallel, bool &known);
+
+/// Whether module path `path` matches plan key `pattern`: both split at '.',
+/// the same number of atoms, each matching as fnmatch (`*`, `?`, `[...]`).
+bool matchModulePath(const std::string &pattern, const std::string &path);
+
+} // namespace fsdp
+
+#endif // FSDP_PARALLEL_PARALLELCONFIG_H

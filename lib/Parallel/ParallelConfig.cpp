@@ -1,0 +1,557 @@
+//===- ParallelConfig.cpp - parallel.json: sizes, FSDP2Config, TP plans ---===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Parallel/ParallelConfig.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fnmatch.h>
+#include <functional>
+#include <map>
+
+using json = nlohmann::ordered_json;
+using namespace fsdp;
+
+//===----------------------------------------------------------------------===//
+// Layouts and styles
+//===----------------------------------------------------------------------===//
+
+std::string TPLayout::str() const {
+  return shard ? "shard(" + std::to_string(dim) + ")" : "replicate";
+}
+
+std::optional<TPLayout> TPLayout::parse(const std::string &text) {
+  std::string t;
+  for (char c : text)
+    if (c != ' ')
+      t += char(std::tolower(static_cast<unsigned char>(c)));
+  if (t == "replicate" || t == "replicate()")
+    return replicate();
+  if (t.rfind("shard(", 0) == 0 && t.size() > 7 && t.back() == ')') {
+    std::string digits = t.substr(6, t.size() - 7);
+    size_t used = 0;
+    try {
+      int64_t dim = std::stoll(digits, &used);
+      if (used == digits.size())
+        return sharded(dim);
+    } catch (...) {
+    }
+  }
+  return std::nullopt;
+}
+
+TPStyle TPStyle::colwise() {
+  return {Colwise, TPLayout::replicate(), TPLayout::sharded(-1), true};
+}
+TPStyle TPStyle::rowwise() {
+  return {Rowwise, TPLayout::sharded(-1), TPLayout::replicate(), true};
+}
+TPStyle TPStyle::sequenceParallel() {
+  return {SequenceParallel, TPLayout::sharded(1), TPLayout::sharded(1), false};
+}
+
+const char *TPStyle::kindName() const {
+  switch (kind) {
+  case Colwise:
+    return "colwise";
+  case Rowwise:
+    return "rowwise";
+  case SequenceParallel:
+    return "sequence_parallel";
+  }
+  return "?";
+}
+
+bool fsdp::matchModulePath(const std::string &pattern,
+                           const std::string &path) {
+  auto atoms = [](const std::string &s) {
+    std::vector<std::string> out(1);
+    for (char c : s) {
+      if (c == '.')
+        out.emplace_back();
+      else
+        out.back() += c;
+    }
+    return out;
+  };
+  std::vector<std::string> p = atoms(pattern), m = atoms(path);
+  if (p.size() != m.size())
+    return false;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (fnmatch(p[i].c_str(), m[i].c_str(), 0) != 0)
+      return false;
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Parsing
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Thrown (and caught within this file) with a message naming the field.
+struct ConfigError {
+  std::string message;
+};
+
+[[noreturn]] void reject(const std::string &where, const std::string &what) {
+  throw ConfigError{where + ": " + what};
+}
+
+std::string field(const std::string &where, const std::string &key) {
+  return where + ": field '" + key + "'";
+}
+
+json parseJson(const std::string &text, const std::string &file) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error &e) {
+    // Line and column of the byte where parsing stopped.
+    size_t byte = e.byte ? e.byte - 1 : 0, line = 1, col = 1;
+    for (size_t i = 0; i < byte && i < text.size(); ++i) {
+      col = text[i] == '\n' ? 1 : col + 1;
+      line += text[i] == '\n';
+    }
+    std::string what = e.what();
+    size_t colon = what.find(": ", what.find("column"));
+    reject(file + ":" + std::to_string(line) + ":" + std::to_string(col),
+           "malformed JSON: " +
+               (colon == std::string::npos ? what : what.substr(colon + 2)));
+  }
+}
+
+/// The layout of a style object's `input_layouts`/`output_layouts`: a
+/// placement string or a one-element list of one.
+TPLayout parseLayout(const json &value, const std::string &where) {
+  const json *v = &value;
+  if (v->is_array() && v->size() == 1)
+    v = &(*v)[0];
+  if (!v->is_string())
+    reject(where, "must be \"Replicate()\" or \"Shard(dim)\", got " +
+                      value.dump());
+  std::optional<TPLayout> layout = TPLayout::parse(v->get<std::string>());
+  if (!layout)
+    reject(where, "must be \"Replicate()\" or \"Shard(dim)\", got " +
+                      value.dump());
+  return *layout;
+}
+
+/// Checks the layouts a style supports.
+void checkLayouts(const TPStyle &s, const std::string &where) {
+  auto is = [](TPLayout l, TPLayout want) { return l == want; };
+  TPLayout rep = TPLayout::replicate(), seq = TPLayout::sharded(1),
+           last = TPLayout::sharded(-1);
+  switch (s.kind) {
+  case TPStyle::Colwise:
+    if (!is(s.input, rep) && !is(s.input, seq))
+      reject(where, "ColwiseParallel input_layouts must be Replicate() or "
+                    "Shard(1), got " +
+                        s.input.str());
+    if (!is(s.output, last) && !is(s.output, rep))
+      reject(where, "ColwiseParallel output_layouts must be Shard(-1) or "
+                    "Replicate(), got " +
+                        s.output.str());
+    return;
+  case TPStyle::Rowwise:
+    if (!is(s.input, last) && !is(s.input, rep))
+      reject(where, "RowwiseParallel input_layouts must be Shard(-1) or "
+                    "Replicate(), got " +
+                        s.input.str());
+    if (!is(s.output, rep) && !is(s.output, seq))
+      reject(where, "RowwiseParallel output_layouts must be Replicate() or "
+                    "Shard(1), got " +
+                        s.output.str());
+    return;
+  case TPStyle::SequenceParallel:
+    if (!is(s.input, seq) || !is(s.output, seq))
+      reject(where, "SequenceParallel shards the sequence dim: its layouts "
+                    "must be Shard(1), got " +
+                        s.input.str() + " -> " + s.output.str());
+    return;
+  }
+}
+
+/// One plan value: a Hugging Face style string or a ParallelStyle object.
+/// Returns nullopt for styles the reference drops (FSDP syncs their grads).
+std::optional<TPStyle> parseStyle(const std::string &key, const json &value,
+                                  const std::string &where) {
+  if (value.is_string()) {
+    std::string s = value.get<std::string>();
+    bool lmHead = key == "lm_head" || key == "language_model.lm_head";
+    if (s == "colwise")
+      return TPStyle::colwise();
+    if (s == "rowwise")
+      return TPStyle::rowwise();
+    if (s == "colwise_rep") {
+      TPStyle style = TPStyle::colwise();
+      // As Automodel: on lm_head the logits stay vocabulary-sharded.
+      if (lmHead)
+        style.useLocalOutput = false;
+      else
+        style.output = TPLayout::replicate();
+      return style;
+    }
+    if (s == "rowwise_rep") {
+      TPStyle style = TPStyle::rowwise();
+      style.input = TPLayout::replicate();
+      return style;
+    }
+    if (s == "sequence_parallel")
+      return TPStyle::sequenceParallel();
+    if (s == "replicated_with_grad_allreduce")
+      return std::nullopt;
+    reject(where, "unknown style '" + s +
+                      "' (expected colwise, rowwise, colwise_rep, "
+                      "rowwise_rep, sequence_parallel, or an object with "
+                      "\"style\")");
+  }
+  if (!value.is_object())
+    reject(where, "must be a style string or an object, got " + value.dump());
+  auto styleIt = value.find("style");
+  if (styleIt == value.end() || !styleIt->is_string())
+    reject(where, "needs \"style\": \"ColwiseParallel\", \"RowwiseParallel\" "
+                  "or \"SequenceParallel\"");
+  std::string name = styleIt->get<std::string>();
+  TPStyle style;
+  if (name == "ColwiseParallel")
+    style = TPStyle::colwise();
+  else if (name == "RowwiseParallel" || name == "VocabParallelEmbedding")
+    style = TPStyle::rowwise();
+  else if (name == "SequenceParallel" ||
+           name == "SequenceParallelAllGatherActivation")
+    style = TPStyle::sequenceParallel();
+  else
+    reject(where + ".style",
+           "unknown ParallelStyle '" + name +
+               "' (expected ColwiseParallel, RowwiseParallel, "
+               "SequenceParallel, VocabParallelEmbedding or "
+               "SequenceParallelAllGatherActivation)");
+  for (auto &[k, v] : value.items()) {
+    std::string at = where + "." + k;
+    if (k == "style")
+      continue;
+    if (k == "input_layouts")
+      style.input = parseLayout(v, at);
+    else if (k == "output_layouts")
+      style.output = parseLayout(v, at);
+    else if (k == "use_local_output") {
+      if (!v.is_boolean())
+        reject(at, "must be true or false, got " + v.dump());
+      style.useLocalOutput = v.get<bool>();
+    } else
+      reject(at, "unknown field (expected style, input_layouts, "
+                 "output_layouts, use_local_output)");
+  }
+  checkLayouts(style, where);
+  return style;
+}
+
+std::vector<TPPlanEntry> parsePlan(const json &plan, const std::string &where) {
+  if (!plan.is_object())
+    reject(where, "must be an object of module-path globs to styles");
+  std::vector<TPPlanEntry> entries;
+  for (auto &[key, value] : plan.items()) {
+    if (key.empty())
+      reject(where, "has an empty module path");
+    if (std::optional<TPStyle> style =
+            parseStyle(key, value, where + "['" + key + "']"))
+      entries.push_back({key, *style});
+  }
+  return entries;
+}
+
+std::string parseDtype(const json &v, const std::string &where) {
+  if (v.is_string()) {
+    std::string s = v.get<std::string>();
+    if (s.rfind("torch.", 0) == 0)
+      s = s.substr(6);
+    if (s == "float32" || s == "fp32" || s == "f32" || s == "float")
+      return "f32";
+    if (s == "bfloat16" || s == "bf16")
+      return "bf16";
+    if (s == "float16" || s == "fp16" || s == "f16" || s == "half")
+      return "f16";
+  }
+  reject(where, "must be a float dtype (float32, bfloat16, float16), got " +
+                    v.dump());
+}
+
+int64_t parseSize(const json &v, const std::string &where) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 1)
+    reject(where, "must be an integer >= 1, got " + v.dump());
+  return v.get<int64_t>();
+}
+
+bool parseBool(const json &v, const std::string &where) {
+  if (!v.is_boolean())
+    reject(where, "must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+/// A field whose only accepted value is its default: the feature it
+/// switches is not built yet, and a config that asks for it must not run as
+/// if it had been applied.
+void requireDefault(const json &v, const json &defaultValue,
+                    const std::string &where, const std::string &why) {
+  if (v != defaultValue)
+    reject(where, "= " + v.dump() + " is not supported yet (" + why +
+                      "); only " + defaultValue.dump() + " is accepted");
+}
+
+ParallelConfig parseConfig(const std::string &text, const std::string &file) {
+  json root = parseJson(text, file);
+  if (!root.is_object())
+    reject(file, "expected a JSON object at the top level");
+  ParallelConfig config;
+  config.file = file;
+  for (auto &[key, v] : root.items()) {
+    std::string at = field(file, key);
+    if (key == "dp_size")
+      config.dpSize =
+          v.is_null() ? std::nullopt : std::optional(parseSize(v, at));
+    else if (key == "dp_replicate_size")
+      config.dpReplicateSize =
+          v.is_null() ? std::nullopt : std::optional(parseSize(v, at));
+    else if (key == "tp_size")
+      config.tpSize = parseSize(v, at);
+    else if (key == "cp_size")
+      config.cpSize = parseSize(v, at);
+    else if (key == "pp_size")
+      config.ppSize = parseSize(v, at);
+    else if (key == "ep_size")
+      config.epSize = parseSize(v, at);
+    else if (key == "sequence_parallel")
+      config.sequenceParallel = parseBool(v, at);
+    else if (key == "tp_plan") {
+      if (v.is_string())
+        reject(at, "names a plan (\"" + v.get<std::string>() +
+                       "\"); give the plan itself as an object, or null for "
+                       "the built-in plan");
+      if (!v.is_null())
+        config.tpPlan = parsePlan(v, at);
+    } else if (key == "mp_policy") {
+      if (v.is_null())
+        continue;
+      if (!v.is_object())
+        reject(at, "must be an object or null");
+      for (auto &[k, x] : v.items()) {
+        std::string sub = field(file, key + "." + k);
+        if (k == "_target_")
+          continue;
+        if (k == "param_dtype")
+          config.mpPolicy.paramDtype = parseDtype(x, sub);
+        else if (k == "reduce_dtype")
+          config.mpPolicy.reduceDtype = parseDtype(x, sub);
+        else if (k == "output_dtype")
+          config.mpPolicy.outputDtype = parseDtype(x, sub);
+        else if (k == "cast_forward_inputs")
+          config.mpPolicy.castForwardInputs = parseBool(x, sub);
+        else
+          reject(sub, "unknown MixedPrecisionPolicy field (expected "
+                      "param_dtype, reduce_dtype, output_dtype, "
+                      "cast_forward_inputs)");
+      }
+    } else if (key == "enable_async_tensor_parallel") {
+      if (parseBool(v, at) && !(root.contains("sequence_parallel") &&
+                                root["sequence_parallel"] == true))
+        reject(at, "= true requires sequence_parallel = true");
+      requireDefault(v, false, at, "async tensor parallelism");
+    } else if (key == "offload_policy")
+      requireDefault(v, nullptr, at, "CPU offload");
+    else if (key == "autocast_dtype")
+      requireDefault(v, nullptr, at, "autocast");
+    else if (key == "activation_checkpointing")
+      requireDefault(v, false, at, "activation checkpointing");
+    else if (key == "activation_checkpointing_scope")
+      requireDefault(v, "all", at, "activation checkpointing");
+    else if (key == "defer_fsdp_grad_sync")
+      requireDefault(v, true, at, "gradient-sync policy of FSDP");
+    else if (key == "reshard_after_forward")
+      requireDefault(v, nullptr, at, "FSDP resharding policy");
+    else if (key == "enable_compile")
+      requireDefault(v, false, at, "per-layer compile");
+    else if (key == "enable_fsdp2_prefetch")
+      requireDefault(v, false, at, "explicit FSDP prefetch");
+    else if (key == "fsdp2_backward_prefetch_depth")
+      requireDefault(v, 2, at, "explicit FSDP prefetch");
+    else if (key == "fsdp2_forward_prefetch_depth")
+      requireDefault(v, 1, at, "explicit FSDP prefetch");
+    else if (key == "patch_is_packed_sequence")
+      requireDefault(v, false, at,
+                     "a transformers monkeypatch; compiled attention never "
+                     "syncs on packed-sequence checks");
+    else if (key == "multimodal") {
+      if (!v.is_object())
+        reject(at, "must be an object");
+      for (auto &[k, x] : v.items())
+        if (k == "frozen_sharding")
+          requireDefault(x, "root", field(file, "multimodal." + k),
+                         "multimodal towers");
+        else
+          reject(field(file, "multimodal." + k), "unknown field");
+    } else
+      reject(at, "unknown field (see docs/parallel-config.md for the "
+                 "ParallelismSizes and FSDP2Config fields)");
+  }
+  if (config.ppSize != 1)
+    reject(field(file, "pp_size"), "pipeline parallelism is not supported "
+                                   "yet; pp_size must be 1");
+  if (config.epSize != 1)
+    reject(field(file, "ep_size"), "expert parallelism is not supported yet; "
+                                   "ep_size must be 1");
+  if (config.cpSize != 1)
+    reject(field(file, "cp_size"),
+           "context parallelism is not supported yet; cp_size must be 1");
+  return config;
+}
+
+} // namespace
+
+std::optional<ParallelConfig>
+fsdp::parseParallelConfig(const std::string &text, const std::string &file,
+                          std::string &error) {
+  try {
+    return parseConfig(text, file);
+  } catch (const ConfigError &e) {
+    error = e.message;
+  } catch (const json::exception &e) {
+    error = file + ": " + e.what();
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<TPPlanEntry>>
+fsdp::parseTPPlan(const std::string &text, const std::string &where,
+                  std::string &error) {
+  try {
+    return parsePlan(parseJson(text, where), where);
+  } catch (const ConfigError &e) {
+    error = e.message;
+  } catch (const json::exception &e) {
+    error = where + ": " + e.what();
+  }
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Mesh
+//===----------------------------------------------------------------------===//
+
+std::optional<MeshSizes> fsdp::resolveMesh(const ParallelConfig &config,
+                                           int64_t worldSize,
+                                           std::string &error) {
+  const std::string &file = config.file;
+  int64_t inner = config.tpSize * config.cpSize * config.ppSize;
+  int64_t dp = 0;
+  if (config.dpSize) {
+    dp = *config.dpSize;
+    if (worldSize && dp * inner != worldSize) {
+      error = file + ": dp_size (" + std::to_string(dp) + ") x tp_size (" +
+              std::to_string(config.tpSize) + ") x cp_size (" +
+              std::to_string(config.cpSize) + ") x pp_size (" +
+              std::to_string(config.ppSize) + ") = " +
+              std::to_string(dp * inner) + " does not match the world size " +
+              std::to_string(worldSize);
+      return std::nullopt;
+    }
+  } else if (worldSize) {
+    if (worldSize % inner != 0) {
+      error = file + ": the world size " + std::to_string(worldSize) +
+              " is not divisible by tp_size (" +
+              std::to_string(config.tpSize) + ") x cp_size (" +
+              std::to_string(config.cpSize) + ") x pp_size (" +
+              std::to_string(config.ppSize) + ") = " + std::to_string(inner);
+      return std::nullopt;
+    }
+    dp = worldSize / inner;
+  } else {
+    dp = config.dpReplicateSize.value_or(1);
+  }
+  int64_t replicate = config.dpReplicateSize.value_or(1);
+  if (dp % replicate != 0) {
+    error = file + ": dp (" + std::to_string(dp) +
+            ") is not divisible by dp_replicate_size (" +
+            std::to_string(replicate) + ")";
+    return std::nullopt;
+  }
+  if (replicate > 1 && replicate >= dp) {
+    error = file + ": dp_replicate_size (" + std::to_string(replicate) +
+            ") must be less than dp (" + std::to_string(dp) +
+            ") unless it is 1: pure replication (DDP) is not FSDP2";
+    return std::nullopt;
+  }
+  MeshSizes mesh;
+  mesh.dpReplicate = replicate;
+  mesh.dpShard = dp / replicate;
+  mesh.cp = config.cpSize;
+  mesh.tp = config.tpSize;
+  return mesh;
+}
+
+//===----------------------------------------------------------------------===//
+// Built-in plans
+//===----------------------------------------------------------------------===//
+
+std::vector<TPPlanEntry> fsdp::builtinTPPlan(const std::string &architecture,
+                                             bool sp, bool &known) {
+  TPStyle colwise = TPStyle::colwise(), rowwise = TPStyle::rowwise();
+  // The vocabulary-parallel embedding: rows split, ids replicated.
+  TPStyle embedding = rowwise;
+  embedding.input = TPLayout::replicate();
+  // lm_head: column-parallel with vocabulary-sharded logits, which the
+  // vocabulary-parallel cross-entropy consumes without gathering them.
+  TPStyle head = colwise;
+  head.useLocalOutput = false;
+  TPStyle norm = TPStyle::sequenceParallel();
+  if (sp) {
+    embedding.output = TPLayout::sharded(1);
+    embedding.useLocalOutput = false;
+    rowwise.output = TPLayout::sharded(1);
+    rowwise.useLocalOutput = false;
+    head.input = TPLayout::sharded(1);
+  }
+  std::vector<TPPlanEntry> plan;
+  auto add = [&](const std::string &key, const TPStyle &style) {
+    plan.push_back({key, style});
+  };
+  if (architecture == "GPT2LMHeadModel") {
+    known = true;
+    add("transformer.wte", embedding);
+    // c_attn is the fused [Q | K | V] Conv1D: the partitioner splits each
+    // third over tp (strided), because its output is split three ways.
+    add("transformer.h.*.attn.c_attn", colwise);
+    add("transformer.h.*.attn.c_proj", rowwise);
+    add("transformer.h.*.mlp.c_fc", colwise);
+    add("transformer.h.*.mlp.c_proj", rowwise);
+    if (sp) {
+      add("transformer.h.*.ln_1", norm);
+      add("transformer.h.*.ln_2", norm);
+      add("transformer.ln_f", norm);
+    }
+    add("lm_head", head);
+    return plan;
+  }
+  known = architecture == "LlamaForCausalLM" ||
+          architecture == "MistralForCausalLM" ||
+          architecture == "Qwen2ForCausalLM" ||
+          architecture == "Qwen3ForCausalLM";
+  add("model.embed_tokens", embedding);
+  for (const char *p : {"q_proj", "k_proj", "v_proj"})
+    add(std::string("model.layers.*.self_attn.") + p, colwise);
+  add("model.layers.*.self_attn.o_proj", rowwise);
+  for (const char *p : {"gate_proj", "up_proj"})
+    add(std::string("model.layers.*.mlp.") + p, colwise);
+  add("model.layers.*.mlp.down_proj", rowwise);
+  if (sp) {
+    // Qwen3's q_norm/k_norm act on head-sharded data and stay as they are.
+    add("model.layers.*.input_layernorm", norm);
+    add("model.layers.*.post_attention_layernorm", norm);
+    add("model.norm", norm);
+  }
+  add("lm_head", head);
+  return plan;
+}

@@ -1,0 +1,961 @@
+//===- Partition.cpp - Tensor-parallel partitioning to per-rank programs --===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements `fsdp-partition`: rebuilds the forward annotated by
+// `fsdp-tp-plan` as the program one rank runs. Every value gets a layout
+// over the tp axis; styled ops set it, every other op follows its operands'
+// layouts and is rebuilt through its shape rule on per-rank operands.
+//
+// Gradients follow from the layouts, so the conversions are chosen for both
+// directions: a replicated value entering per-rank computation passes
+// through dist.copy (its gradient sums the ranks' parts); a sequence block
+// gathered for a column-parallel projection is reduce-scattered back; one
+// gathered for computation every rank repeats keeps only its block
+// (`replicated_grad`); a replicated value cut to the rank's block
+// (all_slice) is gathered back.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TPAnnotation.h"
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace fsdp {
+#define GEN_PASS_DEF_PARTITIONPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+bool isFloat(Value v) { return isa<FloatType>(tensorOf(v).getElementType()); }
+
+/// A value's layout over tp.
+struct Layout {
+  enum Kind { Replicated, Sharded, Partial };
+  Kind kind = Replicated;
+  /// Sharded: the dim (from the front) and its strided group count.
+  int64_t dim = 0, groups = 1;
+  /// Partial: the layout the module's output takes once reduced.
+  TPLayout target;
+
+  static Layout replicated() { return {}; }
+  static Layout sharded(int64_t dim, int64_t groups = 1) {
+    return {Sharded, dim, groups, {}};
+  }
+  static Layout partial(TPLayout target) { return {Partial, 0, 1, target}; }
+  bool isReplicated() const { return kind == Replicated; }
+  bool operator==(const Layout &o) const {
+    return kind == o.kind &&
+           (kind != Sharded || (dim == o.dim && groups == o.groups));
+  }
+  std::string str() const {
+    if (kind == Replicated)
+      return "replicated";
+    if (kind == Partial)
+      return "a partial sum";
+    std::string s = "sharded on dim " + std::to_string(dim);
+    if (groups > 1)
+      s += " in " + std::to_string(groups) + " groups";
+    return s;
+  }
+};
+
+/// How a parameter is split: the dim and its group count.
+struct Split {
+  int64_t dim = 0, groups = 1;
+  Operation *by = nullptr;
+};
+
+class Partitioner {
+public:
+  Partitioner(func::FuncOp forward, dist::MeshOp mesh, int64_t tp)
+      : forward(forward), b(forward.getContext()), tp(tp),
+        meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
+        tpAxes(b.getStrArrayAttr({"tp"})) {}
+
+  LogicalResult run();
+
+private:
+  // Parameters.
+  LogicalResult decideSplits();
+  int64_t fusedGroups(Operation *op);
+
+  // Ops.
+  LogicalResult partition(Operation &op);
+  LogicalResult styled(Operation &op, const TPStyle &style);
+  LogicalResult generic(Operation &op);
+  LogicalResult crossEntropy(nn::CrossEntropyOp op);
+  LogicalResult finishModule(Operation &op, Value result,
+                             const TPStyle &style, Layout layout);
+
+  // Conversions of new values.
+  FailureOr<Value> resolve(Operation *at, Value v);
+  FailureOr<Value> gather(Operation *at, Value v, bool replicatedGrad);
+  FailureOr<Value> slice(Operation *at, Value v, int64_t dim);
+  Value copyIn(Value v);
+
+  /// Rebuilds `op` on `operands` through its shape rule, with `attrs`.
+  Operation *rebuild(Operation &op, ValueRange operands,
+                     DictionaryAttr attrs = {});
+  void set(Value old, Value now, Layout layout) {
+    map[old] = now;
+    layouts[now] = layout;
+  }
+  Layout layoutOf(Value now) const { return layouts.lookup(now); }
+  Value lookup(Value old) const { return map.lookup(old); }
+  std::string entryOf(Operation &op) const { return tp::entryOf(&op); }
+
+  func::FuncOp forward;
+  OpBuilder b;
+  int64_t tp;
+  FlatSymbolRefAttr meshRef;
+  ArrayAttr tpAxes;
+  DenseMap<unsigned, Split> splits;
+  DenseMap<Value, Value> map;
+  DenseMap<Value, Layout> layouts;
+  DenseMap<Value, Value> copies, localGathers, replicatedGathers, slices,
+      resolved;
+  Value axisIndex;
+};
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+/// The number of equal parts a column-parallel module's output is split
+/// into along its features (a fused [Q | K | V] projection), or 1.
+int64_t Partitioner::fusedGroups(Operation *op) {
+  auto path = op->getAttrOfType<StringAttr>("path");
+  Value out = op->getResult(0);
+  // Through the rest of the module (a Conv1D's bias add).
+  while (out.hasOneUse()) {
+    Operation *user = *out.getUsers().begin();
+    if (user->getAttrOfType<StringAttr>("path") != path ||
+        !isa<nn::AddOp>(user))
+      break;
+    out = user->getResult(0);
+  }
+  if (!out.hasOneUse())
+    return 1;
+  auto split = dyn_cast<nn::SplitOp>(*out.getUsers().begin());
+  int64_t rank = tensorOf(out).getRank();
+  if (!split || (split.getDim() != rank - 1 && split.getDim() != -1))
+    return 1;
+  ArrayRef<int64_t> sizes = split.getSizes();
+  if (sizes.size() < 2 || !llvm::all_equal(sizes))
+    return 1;
+  return static_cast<int64_t>(sizes.size());
+}
+
+LogicalResult Partitioner::decideSplits() {
+  Block &body = forward.getBody().front();
+  bool malformed = false;
+  for (Operation &op : body) {
+    std::optional<TPStyle> style = tp::decode(&op, malformed);
+    if (malformed)
+      return failure();
+    if (!style || style->kind == TPStyle::SequenceParallel)
+      continue;
+    // (operand, dim) pairs this style splits.
+    SmallVector<std::pair<Value, int64_t>> operands;
+    int64_t groups = 1;
+    bool col = style->kind == TPStyle::Colwise;
+    if (auto linear = dyn_cast<nn::LinearOp>(op)) {
+      if (col)
+        groups = fusedGroups(&op);
+      operands.push_back({linear.getWeight(), col ? 0 : 1});
+      if (col && linear.getBias())
+        operands.push_back({linear.getBias(), 0});
+    } else if (auto matmul = dyn_cast<nn::MatmulOp>(op)) {
+      // A Conv1D: the weight is [in, out].
+      if (matmul.getTransposeA() || matmul.getTransposeB() ||
+          matmul.getRhs().getType().getRank() != 2)
+        return op.emitOpError("is matched by tensor-parallel plan entry '")
+               << entryOf(op)
+               << "', which splits a matmul only as a Conv1D (x · W, W "
+                  "[in, out])";
+      if (col)
+        groups = fusedGroups(&op);
+      operands.push_back({matmul.getRhs(), col ? 1 : 0});
+    } else if (auto embedding = dyn_cast<nn::EmbeddingOp>(op)) {
+      operands.push_back({embedding.getTable(), col ? 1 : 0});
+    } else if (auto add = dyn_cast<nn::AddOp>(op)) {
+      // A Conv1D's bias: split with a column-parallel weight.
+      if (col) {
+        Value producer = add.getLhs();
+        Operation *def = producer.getDefiningOp();
+        groups = def ? fusedGroups(def) : 1;
+        operands.push_back({add.getRhs(), 0});
+      }
+    } else {
+      return op.emitOpError("is matched by tensor-parallel plan entry '")
+             << entryOf(op) << "' (" << style->kindName()
+             << "), which applies to linear, embedding and Conv1D (matmul "
+                "+ add) modules";
+    }
+    for (auto [value, dim] : operands) {
+      auto arg = dyn_cast<BlockArgument>(value);
+      if (!arg || !forward.getArgAttr(arg.getArgNumber(),
+                                      nn::NNDialect::kParamAttrName))
+        return op.emitOpError("is split by tensor-parallel plan entry '")
+               << entryOf(op) << "', so its weight must be a parameter";
+      RankedTensorType type = tensorOf(arg);
+      if (type.getDimSize(dim) % (tp * groups) != 0)
+        return op.emitOpError("weight ")
+               << type << " dim " << dim << " does not divide by tp = " << tp
+               << (groups > 1 ? " times " + std::to_string(groups) +
+                                    " fused parts"
+                              : std::string());
+      Split want{dim, groups, &op};
+      auto [it, inserted] = splits.try_emplace(arg.getArgNumber(), want);
+      if (!inserted &&
+          (it->second.dim != dim || it->second.groups != groups))
+        return op.emitOpError("splits parameter '")
+               << forward.getArgAttr(arg.getArgNumber(),
+                                     nn::NNDialect::kParamAttrName)
+               << "' on dim " << dim << ", but plan entry '"
+               << tp::entryOf(it->second.by) << "' splits it on dim "
+               << it->second.dim << " (tied weights need one layout)";
+    }
+  }
+  // A split parameter may not be used whole by another op.
+  for (auto &[argNumber, split] : splits)
+    for (Operation *user : forward.getArgument(argNumber).getUsers()) {
+      bool absent = false;
+      if (!tp::decode(user, absent) ||
+          tp::decode(user, absent)->kind == TPStyle::SequenceParallel)
+        return user->emitOpError("uses parameter '")
+               << forward.getArgAttr(argNumber, nn::NNDialect::kParamAttrName)
+               << "' whole, but plan entry '" << tp::entryOf(split.by)
+               << "' splits it over tp; give this module a plan entry too";
+    }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Conversions
+//===----------------------------------------------------------------------===//
+
+FailureOr<Value> Partitioner::resolve(Operation *at, Value v) {
+  Layout layout = layoutOf(v);
+  if (layout.kind != Layout::Partial)
+    return v;
+  Value &slot = resolved[v];
+  if (slot)
+    return slot;
+  auto sum = dist::ReductionKindAttr::get(b.getContext(),
+                                          dist::ReductionKind::sum);
+  if (!layout.target.shard) {
+    slot = dist::AllReduceOp::create(b, at->getLoc(), v.getType(), v, meshRef,
+                                     tpAxes, sum)
+               .getResult();
+    layouts[slot] = Layout::replicated();
+    return slot;
+  }
+  RankedTensorType type = tensorOf(v);
+  int64_t dim = layout.target.dim < 0 ? layout.target.dim + type.getRank()
+                                      : layout.target.dim;
+  if (dim < 0 || dim >= type.getRank() || type.getDimSize(dim) % tp != 0)
+    return at->emitOpError("output ")
+           << type << " cannot be reduce-scattered on dim "
+           << layout.target.dim << " over tp = " << tp;
+  SmallVector<int64_t> shape(type.getShape());
+  shape[dim] /= tp;
+  slot = dist::ReduceScatterOp::create(
+             b, at->getLoc(),
+             RankedTensorType::get(shape, type.getElementType()), v, meshRef,
+             tpAxes, sum, b.getI64IntegerAttr(dim))
+             .getResult();
+  layouts[slot] = Layout::sharded(dim);
+  return slot;
+}
+
+FailureOr<Value> Partitioner::gather(Operation *at, Value v,
+                                     bool replicatedGrad) {
+  Layout layout = layoutOf(v);
+  if (layout.isReplicated())
+    return v;
+  if (layout.kind != Layout::Sharded || layout.groups != 1)
+    return at->emitOpError("needs the whole of a value ")
+           << layout.str() << ", which the partitioner cannot gather";
+  Value &slot = (replicatedGrad ? replicatedGathers : localGathers)[v];
+  if (slot)
+    return slot;
+  RankedTensorType type = tensorOf(v);
+  SmallVector<int64_t> shape(type.getShape());
+  shape[layout.dim] *= tp;
+  auto ag = dist::AllGatherOp::create(
+      b, at->getLoc(), RankedTensorType::get(shape, type.getElementType()), v,
+      meshRef, tpAxes, b.getI64IntegerAttr(layout.dim));
+  if (replicatedGrad)
+    ag.setReplicatedGrad(true);
+  slot = ag.getResult();
+  layouts[slot] = Layout::replicated();
+  return slot;
+}
+
+FailureOr<Value> Partitioner::slice(Operation *at, Value v, int64_t dim) {
+  Layout layout = layoutOf(v);
+  if (layout == Layout::sharded(dim))
+    return v;
+  if (!layout.isReplicated())
+    return at->emitOpError("needs a value ")
+           << layout.str() << " sharded on dim " << dim
+           << " instead, a resharding the partitioner does not support";
+  Value &slot = slices[v];
+  if (slot)
+    return slot;
+  RankedTensorType type = tensorOf(v);
+  if (type.getDimSize(dim) % tp != 0)
+    return at->emitOpError("operand ")
+           << type << " dim " << dim << " does not divide by tp = " << tp;
+  SmallVector<int64_t> shape(type.getShape());
+  shape[dim] /= tp;
+  slot = dist::AllSliceOp::create(
+             b, at->getLoc(),
+             RankedTensorType::get(shape, type.getElementType()), v, meshRef,
+             tpAxes, b.getI64IntegerAttr(dim))
+             .getResult();
+  layouts[slot] = Layout::sharded(dim);
+  return slot;
+}
+
+Value Partitioner::copyIn(Value v) {
+  if (!isFloat(v) || !layoutOf(v).isReplicated())
+    return v;
+  Value &slot = copies[v];
+  if (!slot) {
+    slot = dist::CopyOp::create(b, v.getLoc(), v.getType(), v, meshRef, tpAxes)
+               .getResult();
+    layouts[slot] = Layout::replicated();
+  }
+  return slot;
+}
+
+Operation *Partitioner::rebuild(Operation &op, ValueRange operands,
+                                DictionaryAttr attrs) {
+  NamedAttrList list(attrs ? attrs : op.getAttrDictionary());
+  list.erase(tp::kStyleAttrName);
+  return nn::createWithShapeRule(b, op.getLoc(), op.getName(), operands,
+                                 list.getDictionary(b.getContext()));
+}
+
+//===----------------------------------------------------------------------===//
+// Styled modules
+//===----------------------------------------------------------------------===//
+
+/// The module's result: a partial sum waits for its reduction into the
+/// style's output layout; a column-parallel output the style wants whole is
+/// gathered.
+LogicalResult Partitioner::finishModule(Operation &op, Value result,
+                                        const TPStyle &style, Layout layout) {
+  layouts[result] = layout;
+  if (layout.kind == Layout::Sharded && !style.output.shard) {
+    // colwise_rep: the whole features, for computation every rank repeats.
+    FailureOr<Value> whole = gather(&op, result, /*replicatedGrad=*/true);
+    if (failed(whole))
+      return failure();
+    result = *whole;
+  }
+  map[op.getResult(0)] = result;
+  return success();
+}
+
+LogicalResult Partitioner::styled(Operation &op, const TPStyle &style) {
+  auto declared = [&](Value v, TPLayout want) -> LogicalResult {
+    Layout have = layoutOf(v);
+    int64_t rank = tensorOf(v).getRank();
+    bool ok = want.shard ? have.kind == Layout::Sharded &&
+                               have.dim == (want.dim < 0 ? want.dim + rank
+                                                         : want.dim)
+                         : have.isReplicated();
+    if (ok)
+      return success();
+    return op.emitOpError("input is ")
+           << have.str() << ", but tensor-parallel plan entry '"
+           << entryOf(op) << "' declares input_layouts " << want.str();
+  };
+
+  if (style.kind == TPStyle::SequenceParallel) {
+    // A norm on the rank's sequence block; its weights are replicated.
+    if (!isa<nn::RMSNormOp, nn::LayerNormOp>(op))
+      return op.emitOpError("is matched by sequence-parallel plan entry '")
+             << entryOf(op) << "', which applies to norms";
+    SmallVector<Value> operands;
+    for (auto [i, old] : llvm::enumerate(op.getOperands())) {
+      Value v = lookup(old);
+      if (i == 0) {
+        FailureOr<Value> in = resolve(&op, v);
+        if (succeeded(in))
+          in = slice(&op, *in, 1);
+        if (failed(in))
+          return failure();
+        v = *in;
+      } else {
+        v = copyIn(v);
+      }
+      operands.push_back(v);
+    }
+    Operation *copy = rebuild(op, operands);
+    if (!copy)
+      return failure();
+    set(op.getResult(0), copy->getResult(0), Layout::sharded(1));
+    return success();
+  }
+
+  bool col = style.kind == TPStyle::Colwise;
+  // The activation operand and its per-rank form.
+  auto activation = [&](Value x) -> FailureOr<Value> {
+    FailureOr<Value> v = resolve(&op, lookup(x));
+    if (failed(v))
+      return failure();
+    Layout have = layoutOf(*v);
+    int64_t rank = tensorOf(*v).getRank();
+    if (col) {
+      // Column-parallel: the whole input on every rank.
+      if (have.isReplicated()) {
+        if (failed(declared(*v, style.input)))
+          return failure();
+        return copyIn(*v);
+      }
+      if (have == Layout::sharded(1) && rank > 2)
+        return gather(&op, *v, /*replicatedGrad=*/false);
+      return op.emitOpError("input is ")
+             << have.str() << "; a column-parallel module needs it "
+             << "replicated or sharded on the sequence dim";
+    }
+    // Row-parallel: the rank's features.
+    if (have.isReplicated()) {
+      if (failed(declared(*v, style.input)))
+        return failure();
+      return slice(&op, *v, rank - 1);
+    }
+    if (failed(declared(*v, style.input)))
+      return failure();
+    if (have == Layout::sharded(rank - 1))
+      return *v;
+    return op.emitOpError("input is ")
+           << have.str()
+           << "; a row-parallel module needs the features sharded";
+  };
+
+  if (auto linear = dyn_cast<nn::LinearOp>(op)) {
+    FailureOr<Value> x = activation(linear.getInput());
+    if (failed(x))
+      return failure();
+    SmallVector<Value> operands = {*x, lookup(linear.getWeight())};
+    Value bias = linear.getBias() ? lookup(linear.getBias()) : Value();
+    if (col && bias)
+      operands.push_back(bias);
+    Operation *copy = rebuild(op, operands);
+    if (!copy)
+      return failure();
+    Value result = copy->getResult(0);
+    int64_t last = tensorOf(result).getRank() - 1;
+    if (col)
+      return finishModule(op, result, style,
+                          Layout::sharded(last, fusedGroups(&op)));
+    // Row-parallel with a bias: reduce first, then add it once.
+    layouts[result] = Layout::partial(style.output);
+    if (bias) {
+      FailureOr<Value> sum = resolve(&op, result);
+      if (failed(sum))
+        return failure();
+      // Added on every rank to a whole value it needs no copy; to a
+      // sequence block it does (its gradient sums the blocks').
+      Value b2 = layoutOf(*sum).isReplicated() ? bias : copyIn(bias);
+      Operation *add = nn::createWithShapeRule(
+          b, op.getLoc(),
+          OperationName(nn::AddOp::getOperationName(), b.getContext()),
+          {*sum, b2}, b.getDictionaryAttr({}));
+      if (!add)
+        return failure();
+      result = add->getResult(0);
+      layouts[result] = layoutOf(*sum);
+    }
+    map[op.getResult(0)] = result;
+    return success();
+  }
+  if (auto matmul = dyn_cast<nn::MatmulOp>(op)) {
+    FailureOr<Value> x = activation(matmul.getLhs());
+    if (failed(x))
+      return failure();
+    Operation *copy = rebuild(op, {*x, lookup(matmul.getRhs())});
+    if (!copy)
+      return failure();
+    Value result = copy->getResult(0);
+    int64_t last = tensorOf(result).getRank() - 1;
+    if (col) {
+      // The bias add of the same module follows the sharded features.
+      set(op.getResult(0), result, Layout::sharded(last, fusedGroups(&op)));
+      return success();
+    }
+    layouts[result] = Layout::partial(style.output);
+    map[op.getResult(0)] = result;
+    return success();
+  }
+  if (auto embedding = dyn_cast<nn::EmbeddingOp>(op)) {
+    Value ids = lookup(embedding.getIds());
+    if (!layoutOf(ids).isReplicated() || style.input.shard)
+      return op.emitOpError("is a ")
+             << style.kindName()
+             << " embedding, whose ids must be replicated "
+                "(input_layouts Replicate())";
+    Value table = lookup(embedding.getTable());
+    if (col) {
+      Operation *copy = rebuild(op, {table, ids});
+      if (!copy)
+        return failure();
+      Value result = copy->getResult(0);
+      return finishModule(op, result, style,
+                          Layout::sharded(tensorOf(result).getRank() - 1));
+    }
+    // Vocabulary-parallel: the rank's rows; other ids give zero rows.
+    if (!axisIndex)
+      axisIndex = dist::AxisIndexOp::create(
+                      b, op.getLoc(), RankedTensorType::get({}, b.getI64Type()),
+                      meshRef, tpAxes)
+                      .getResult();
+    Operation *copy = rebuild(op, {table, ids, axisIndex});
+    if (!copy)
+      return failure();
+    Value result = copy->getResult(0);
+    layouts[result] = Layout::partial(style.output);
+    map[op.getResult(0)] = result;
+    return success();
+  }
+  if (isa<nn::AddOp>(op))
+    // A Conv1D's bias add: the operands' layouts decide.
+    return generic(op);
+  return op.emitOpError("cannot be split by tensor-parallel plan entry '")
+         << entryOf(op) << "'";
+}
+
+//===----------------------------------------------------------------------===//
+// Everything else
+//===----------------------------------------------------------------------===//
+
+LogicalResult Partitioner::crossEntropy(nn::CrossEntropyOp op) {
+  Value logits = lookup(op.getLogits()), labels = lookup(op.getLabels());
+  Layout layout = layoutOf(logits);
+  int64_t last = tensorOf(logits).getRank() - 1;
+  if (layout.kind != Layout::Sharded || layout.dim != last ||
+      layout.groups != 1 || !layoutOf(labels).isReplicated())
+    return op.emitOpError("takes logits ")
+           << layout.str()
+           << "; a cross-entropy is partitioned only over the vocabulary "
+              "(lm_head column-parallel with output_layouts Shard(-1))";
+  // The vocabulary-parallel loss: the global row max, then each rank's
+  // Σexp and target logit, summed over the ranks.
+  Location loc = op.getLoc();
+  MLIRContext *context = b.getContext();
+  auto create = [&](StringRef name, ValueRange operands,
+                    ArrayRef<NamedAttribute> attrs = {}) {
+    return nn::createWithShapeRule(b, loc, OperationName(name, context),
+                                   operands, b.getDictionaryAttr(attrs));
+  };
+  auto allReduce = [&](Value v, dist::ReductionKind kind) {
+    return dist::AllReduceOp::create(
+               b, loc, v.getType(), v, meshRef, tpAxes,
+               dist::ReductionKindAttr::get(context, kind))
+        .getResult();
+  };
+  if (!axisIndex)
+    axisIndex = dist::AxisIndexOp::create(
+                    b, loc, RankedTensorType::get({}, b.getI64Type()),
+                    meshRef, tpAxes)
+                    .getResult();
+  NamedAttribute ignore = b.getNamedAttr("ignore_index", op.getIgnoreIndexAttr());
+  Operation *max = create(nn::ReduceMaxOp::getOperationName(), {logits});
+  if (!max)
+    return failure();
+  Value shift = allReduce(max->getResult(0), dist::ReductionKind::max);
+  Operation *partial = create(nn::CrossEntropyPartialOp::getOperationName(),
+                              {logits, labels, shift, axisIndex}, {ignore});
+  if (!partial)
+    return failure();
+  Value sumExp = allReduce(partial->getResult(0), dist::ReductionKind::sum);
+  Value target = allReduce(partial->getResult(1), dist::ReductionKind::sum);
+  Operation *loss =
+      create(nn::CrossEntropyCombineOp::getOperationName(),
+             {sumExp, target, labels},
+             {ignore, b.getNamedAttr("reduction", op.getReductionAttr())});
+  if (!loss)
+    return failure();
+  if (auto path = op.getPathAttr())
+    for (Operation *o : {max, partial, loss})
+      o->setAttr("path", path);
+  set(op.getResult(), loss->getResult(0), Layout::replicated());
+  return success();
+}
+
+LogicalResult Partitioner::generic(Operation &op) {
+  SmallVector<Value> operands;
+  for (Value old : op.getOperands()) {
+    FailureOr<Value> v = resolve(&op, lookup(old));
+    if (failed(v))
+      return failure();
+    operands.push_back(*v);
+  }
+  if (llvm::all_of(operands,
+                   [&](Value v) { return layoutOf(v).isReplicated(); })) {
+    Operation *copy = rebuild(op, operands);
+    if (!copy)
+      return failure();
+    for (auto [old, now] : llvm::zip(op.getResults(), copy->getResults()))
+      set(old, now, Layout::replicated());
+    return success();
+  }
+  if (auto loss = dyn_cast<nn::CrossEntropyOp>(op))
+    return crossEntropy(loss);
+
+  auto unsupported = [&](unsigned i) {
+    return op.emitOpError("cannot be partitioned with operand #")
+           << i << " " << layoutOf(operands[i]).str();
+  };
+  // The one sharded layout the op's operands share; broadcasting ops align
+  // their operands to the result from the trailing dims.
+  int64_t resultRank = tensorOf(op.getResult(0)).getRank();
+  bool broadcasting = isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp>(op);
+  std::optional<Layout> common;
+  for (auto [i, v] : llvm::enumerate(operands)) {
+    Layout l = layoutOf(v);
+    if (l.isReplicated())
+      continue;
+    if (broadcasting)
+      l.dim += resultRank - tensorOf(v).getRank();
+    if (common && !(*common == l))
+      return unsupported(i);
+    common = l;
+  }
+  Layout layout = *common;
+
+  // Elementwise ops (with broadcasting) keep the layout; a replicated
+  // operand that spans the sharded dim is cut to the rank's block, one that
+  // broadcasts along it enters per-rank computation whole.
+  auto broadcastOperands = [&]() -> LogicalResult {
+    for (unsigned i = 0; i < operands.size(); ++i) {
+      Value &v = operands[i];
+      if (!layoutOf(v).isReplicated())
+        continue;
+      RankedTensorType type = tensorOf(v);
+      int64_t dim = layout.dim - (resultRank - type.getRank());
+      if (dim >= 0 && type.getDimSize(dim) != 1) {
+        if (layout.groups != 1)
+          return unsupported(i);
+        FailureOr<Value> s = slice(&op, v, dim);
+        if (failed(s))
+          return failure();
+        v = *s;
+      } else {
+        v = copyIn(v);
+      }
+    }
+    return success();
+  };
+  DictionaryAttr attrs;
+  Layout result = layout;
+  bool ok = true;
+  TypeSwitch<Operation *>(&op)
+      .Case<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::NegOp,
+            nn::ScaleOp, nn::SiluOp, nn::GeluOp, nn::CastOp>(
+          [&](Operation *) { ok = succeeded(broadcastOperands()); })
+      .Case<nn::RMSNormOp, nn::LayerNormOp, nn::SoftmaxOp>([&](Operation *o) {
+        // Normalizes along one dim (the last for the norms), which must
+        // be whole.
+        int64_t along = resultRank - 1;
+        if (auto softmax = dyn_cast<nn::SoftmaxOp>(o))
+          along = softmax.getDim() < 0 ? softmax.getDim() + resultRank
+                                       : softmax.getDim();
+        if (layout.dim == along) {
+          ok = succeeded(op.emitOpError("normalizes along dim ")
+                         << along << ", which is sharded");
+          return;
+        }
+        for (size_t i = 1; i < operands.size(); ++i)
+          operands[i] = copyIn(operands[i]);
+      })
+      .Case([&](nn::LinearOp) {
+        // A replicated linear on sharded rows (tokens).
+        if (layout.dim == resultRank - 1 || !layoutOf(operands[1]).isReplicated()) {
+          ok = succeeded(unsupported(0));
+          return;
+        }
+        for (size_t i = 1; i < operands.size(); ++i)
+          operands[i] = copyIn(operands[i]);
+      })
+      .Case([&](nn::MatmulOp) {
+        if (layout.dim >= resultRank - 1 ||
+            !layoutOf(operands[1]).isReplicated()) {
+          ok = succeeded(unsupported(0));
+          return;
+        }
+        operands[1] = copyIn(operands[1]);
+      })
+      .Case([&](nn::EmbeddingOp) {
+        // Ids sharded: the rows follow them.
+        operands[0] = copyIn(operands[0]);
+      })
+      .Case([&](nn::RotaryOp rotary) {
+        // On the rank's heads, or on its sequence block with its positions.
+        if (layout.dim == 1) {
+          FailureOr<Value> p = slice(&op, operands[1], 1);
+          if (failed(p)) {
+            ok = false;
+            return;
+          }
+          operands[1] = *p;
+        } else if (layout.dim != 2) {
+          ok = succeeded(unsupported(0));
+        }
+      })
+      .Case([&](nn::AttentionOp) {
+        // On the rank's heads: query, key and value all split by heads.
+        for (unsigned i = 0; i < 3; ++i)
+          if (!(layoutOf(operands[i]) == Layout::sharded(2))) {
+            ok = succeeded(unsupported(i));
+            return;
+          }
+      })
+      .Case([&](nn::ReshapeOp reshape) {
+        // The sharded dim maps to the output dim with the same prefix
+        // product; it must be that dim's major part.
+        ArrayRef<int64_t> in = reshape.getInput().getType().getShape();
+        SmallVector<int64_t> shape(reshape.getShape());
+        if (layout.groups != 1) {
+          ok = succeeded(unsupported(0));
+          return;
+        }
+        int64_t prefix = 1;
+        for (int64_t d = 0; d < layout.dim; ++d)
+          prefix *= in[d];
+        int64_t product = 1;
+        size_t j = 0;
+        while (j < shape.size() && product < prefix)
+          product *= shape[j++];
+        while (j < shape.size() && shape[j] == 1 && in[layout.dim] != 1)
+          ++j;
+        if (product != prefix || j == shape.size() ||
+            (in[layout.dim] % shape[j] != 0 &&
+             shape[j] % in[layout.dim] != 0)) {
+          ok = succeeded(op.emitOpError("reshapes a tensor ")
+                         << layout.str() << " in a way the partitioner "
+                         << "cannot follow");
+          return;
+        }
+        if (shape[j] % tp != 0) {
+          ok = succeeded(op.emitOpError("splits a dim of ")
+                         << shape[j] << " (heads) that does not divide by tp = "
+                         << tp);
+          return;
+        }
+        shape[j] /= tp;
+        NamedAttrList list(op.getAttrDictionary());
+        list.set("shape", b.getDenseI64ArrayAttr(shape));
+        attrs = list.getDictionary(b.getContext());
+        result = Layout::sharded(static_cast<int64_t>(j));
+      })
+      .Case([&](nn::TransposeOp transpose) {
+        ArrayRef<int64_t> perm = transpose.getPerm();
+        result.dim = std::find(perm.begin(), perm.end(), layout.dim) -
+                     perm.begin();
+      })
+      .Case([&](nn::SliceOp s) {
+        int64_t dim = s.getDim() < 0 ? s.getDim() + resultRank : s.getDim();
+        if (dim == layout.dim)
+          ok = succeeded(unsupported(0));
+      })
+      .Case([&](nn::SplitOp split) {
+        int64_t dim =
+            split.getDim() < 0 ? split.getDim() + resultRank : split.getDim();
+        if (dim != layout.dim)
+          return;
+        // A fused projection's parts: each holds the rank's share of one.
+        ArrayRef<int64_t> sizes = split.getSizes();
+        if (layout.groups != static_cast<int64_t>(sizes.size()) ||
+            !llvm::all_equal(sizes)) {
+          ok = succeeded(unsupported(0));
+          return;
+        }
+        SmallVector<int64_t> local(sizes.size(), sizes.front() / tp);
+        NamedAttrList list(op.getAttrDictionary());
+        list.set("sizes", b.getDenseI64ArrayAttr(local));
+        attrs = list.getDictionary(b.getContext());
+        result = Layout::sharded(dim);
+      })
+      .Case([&](nn::ConcatOp concat) {
+        int64_t dim =
+            concat.getDim() < 0 ? concat.getDim() + resultRank : concat.getDim();
+        if (dim == layout.dim || !llvm::all_of(operands, [&](Value v) {
+              return layoutOf(v) == layout;
+            }))
+          ok = succeeded(unsupported(0));
+      })
+      .Default([&](Operation *) { ok = succeeded(unsupported(0)); });
+  if (!ok)
+    return failure();
+  Operation *copy = rebuild(op, operands, attrs);
+  if (!copy)
+    return failure();
+  for (auto [old, now] : llvm::zip(op.getResults(), copy->getResults()))
+    set(old, now, result);
+  return success();
+}
+
+LogicalResult Partitioner::partition(Operation &op) {
+  if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>())
+    return op.emitOpError("cannot be partitioned over tp (not an nn op)");
+  bool malformed = false;
+  std::optional<TPStyle> style = tp::decode(&op, malformed);
+  if (malformed)
+    return failure();
+  return style ? styled(op, *style) : generic(op);
+}
+
+//===----------------------------------------------------------------------===//
+// The function
+//===----------------------------------------------------------------------===//
+
+LogicalResult Partitioner::run() {
+  if (!forward.getBody().hasOneBlock())
+    return forward.emitOpError("must have a single block");
+  if (failed(decideSplits()))
+    return failure();
+  Block &body = forward.getBody().front();
+  MLIRContext *context = b.getContext();
+
+  // The new signature: split parameters hold their rank's block.
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  for (BlockArgument arg : forward.getArguments()) {
+    RankedTensorType type = tensorOf(arg);
+    NamedAttrList attrs(forward.getArgAttrDict(arg.getArgNumber()));
+    auto it = splits.find(arg.getArgNumber());
+    if (it != splits.end()) {
+      SmallVector<int64_t> shape(type.getShape());
+      shape[it->second.dim] /= tp;
+      type = RankedTensorType::get(shape, type.getElementType());
+      SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
+      dims[it->second.dim] = tpAxes;
+      SmallVector<int64_t> groups;
+      if (it->second.groups > 1) {
+        groups.assign(type.getRank(), 1);
+        groups[it->second.dim] = it->second.groups;
+      }
+      attrs.set("dist.sharding",
+                dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
+                                        b.getArrayAttr({}),
+                                        b.getDenseI64ArrayAttr(groups)));
+    }
+    argTypes.push_back(type);
+    argAttrs.push_back(attrs.getDictionary(context));
+  }
+
+  b.setInsertionPoint(forward);
+  auto split = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
+                                    b.getFunctionType(argTypes, {}));
+  Block *entry = split.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+  for (auto [old, now] :
+       llvm::zip(forward.getArguments(), entry->getArguments())) {
+    auto it = splits.find(old.getArgNumber());
+    set(old, now,
+        it == splits.end()
+            ? Layout::replicated()
+            : Layout::sharded(it->second.dim, it->second.groups));
+  }
+  for (Operation &op : body.without_terminator())
+    if (failed(partition(op))) {
+      split.erase();
+      return failure();
+    }
+
+  // Results: partial sums reduced; sharded ones described.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Value> results;
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (auto [i, old] : llvm::enumerate(ret.getOperands())) {
+    FailureOr<Value> v = resolve(ret, lookup(old));
+    if (failed(v)) {
+      split.erase();
+      return failure();
+    }
+    results.push_back(*v);
+    NamedAttrList attrs(forward.getResultAttrDict(i));
+    Layout layout = layoutOf(*v);
+    if (layout.kind == Layout::Sharded) {
+      int64_t rank = tensorOf(*v).getRank();
+      SmallVector<Attribute> dims(rank, b.getArrayAttr({}));
+      dims[layout.dim] = tpAxes;
+      SmallVector<int64_t> groups;
+      if (layout.groups > 1) {
+        groups.assign(rank, 1);
+        groups[layout.dim] = layout.groups;
+      }
+      attrs.set("dist.sharding",
+                dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
+                                        b.getArrayAttr({}),
+                                        b.getDenseI64ArrayAttr(groups)));
+    }
+    resultAttrs.push_back(attrs.getDictionary(context));
+  }
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  split.setFunctionType(
+      b.getFunctionType(argTypes, TypeRange(ValueRange(results))));
+  split.setAllArgAttrs(argAttrs);
+  split.setAllResultAttrs(resultAttrs);
+  for (NamedAttribute attr : forward->getDiscardableAttrs())
+    split->setAttr(attr.getName(), attr.getValue());
+  forward.erase();
+  return success();
+}
+
+struct PartitionPass : fsdp::impl::PartitionPassBase<PartitionPass> {
+  using PartitionPassBase::PartitionPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>(entry);
+    if (!forward) {
+      module.emitError("no function @") << entry << " to partition";
+      return signalPassFailure();
+    }
+    bool annotated = false;
+    forward.walk([&](Operation *op) {
+      annotated |= bool(op->getAttr(tp::kStyleAttrName));
+    });
+    if (!annotated)
+      return; // Nothing is split: the program is every rank's.
+    dist::MeshOp mesh;
+    for (auto m : module.getOps<dist::MeshOp>())
+      mesh = m;
+    std::optional<int64_t> tp = mesh ? mesh.getAxisSize("tp") : std::nullopt;
+    if (!tp) {
+      forward.emitOpError("is annotated for tensor parallelism, but the "
+                          "module has no dist.mesh with a 'tp' axis (run "
+                          "fsdp-tp-plan)");
+      return signalPassFailure();
+    }
+    if (failed(Partitioner(forward, mesh, *tp).run()))
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,286 @@
+//===- TPPlan.cpp - Mesh and tensor-parallel plan from parallel.json ------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements `fsdp-tp-plan`: builds the (dp_replicate, dp_shard, cp, tp)
+// mesh of a parallel configuration and annotates the ops of every module a
+// plan key matches with the style it runs under.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TPAnnotation.h"
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+
+namespace fsdp {
+#define GEN_PASS_DEF_TPPLANPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+/// The parameter operands a style splits over tp (the weight, a
+/// column-parallel bias); the partitioner decides the same way.
+SmallVector<Value> splitOperands(Operation *op, const TPStyle &style) {
+  if (style.kind == TPStyle::SequenceParallel)
+    return {};
+  if (auto linear = dyn_cast<nn::LinearOp>(op)) {
+    SmallVector<Value> split = {linear.getWeight()};
+    if (style.kind == TPStyle::Colwise && linear.getBias())
+      split.push_back(linear.getBias());
+    return split;
+  }
+  if (auto matmul = dyn_cast<nn::MatmulOp>(op))
+    return {matmul.getRhs()};
+  if (auto embedding = dyn_cast<nn::EmbeddingOp>(op))
+    return {embedding.getTable()};
+  if (auto add = dyn_cast<nn::AddOp>(op); add && style.kind == TPStyle::Colwise)
+    return {add.getRhs()};
+  return {};
+}
+
+struct TPPlanPass : fsdp::impl::TPPlanPassBase<TPPlanPass> {
+  using TPPlanPassBase::TPPlanPassBase;
+  void runOnOperation() override;
+};
+
+void TPPlanPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *context = &getContext();
+  auto forward = module.lookupSymbol<func::FuncOp>(entry);
+  if (!forward) {
+    module.emitError("no function @") << entry << " to annotate";
+    return signalPassFailure();
+  }
+
+  // The configuration: the file's, then the options that override it.
+  ParallelConfig parallel;
+  std::string error;
+  if (!config.empty()) {
+    auto buffer = llvm::MemoryBuffer::getFile(config);
+    if (!buffer) {
+      module.emitError("cannot read parallel config '")
+          << config << "': " << buffer.getError().message();
+      return signalPassFailure();
+    }
+    std::optional<ParallelConfig> parsed =
+        parseParallelConfig((*buffer)->getBuffer().str(), config, error);
+    if (!parsed) {
+      module.emitError(error);
+      return signalPassFailure();
+    }
+    parallel = *parsed;
+  }
+  if (tp < 0 || worldSize < 0) {
+    module.emitError("tp and world-size must be >= 0");
+    return signalPassFailure();
+  }
+  if (tp > 0)
+    parallel.tpSize = tp;
+  if (sequenceParallel.hasValue())
+    parallel.sequenceParallel = sequenceParallel;
+  std::optional<MeshSizes> sizes = resolveMesh(parallel, worldSize, error);
+  if (!sizes) {
+    module.emitError(error);
+    return signalPassFailure();
+  }
+
+  // The mesh: the module's own, which must agree, or a new one.
+  OpBuilder b(context);
+  dist::MeshOp mesh;
+  for (auto m : module.getOps<dist::MeshOp>())
+    mesh = m;
+  if (mesh) {
+    if (mesh.getAxisSize("tp").value_or(1) != sizes->tp) {
+      mesh.emitOpError("has tp = ")
+          << mesh.getAxisSize("tp").value_or(1)
+          << " but the parallel configuration asks for tp = " << sizes->tp;
+      return signalPassFailure();
+    }
+  } else {
+    b.setInsertionPointToStart(module.getBody());
+    auto view = [&](ArrayRef<StringRef> axes) {
+      return b.getNamedAttr("", b.getStrArrayAttr(axes));
+    };
+    NamedAttribute dp = view({"dp_replicate", "dp_shard"});
+    dp.setName(b.getStringAttr("dp"));
+    NamedAttribute dpShardCp = view({"dp_shard", "cp"});
+    dpShardCp.setName(b.getStringAttr("dp_shard_cp"));
+    NamedAttribute dpCp = view({"dp_replicate", "dp_shard", "cp"});
+    dpCp.setName(b.getStringAttr("dp_cp"));
+    mesh = dist::MeshOp::create(
+        b, module.getLoc(), "mesh",
+        b.getStrArrayAttr({"dp_replicate", "dp_shard", "cp", "tp"}),
+        b.getDenseI64ArrayAttr(
+            {sizes->dpReplicate, sizes->dpShard, sizes->cp, sizes->tp}),
+        b.getDictionaryAttr({dp, dpShardCp, dpCp}));
+  }
+  if (!config.empty()) {
+    const MixedPrecision &mp = parallel.mpPolicy;
+    module->setAttr(
+        tp::kMixedPrecisionAttrName,
+        b.getDictionaryAttr(
+            {b.getNamedAttr("param_dtype", b.getStringAttr(mp.paramDtype)),
+             b.getNamedAttr("reduce_dtype", b.getStringAttr(mp.reduceDtype)),
+             b.getNamedAttr("output_dtype", b.getStringAttr(mp.outputDtype)),
+             b.getNamedAttr("cast_forward_inputs",
+                            b.getBoolAttr(mp.castForwardInputs))}));
+  }
+  const int64_t tpSize = sizes->tp;
+  if (tpSize == 1)
+    return;
+
+  // The plan: the config's, or the family's built-in one.
+  auto architecture =
+      forward->getAttrOfType<StringAttr>(nn::NNDialect::kModelAttrName);
+  std::string arch = architecture ? architecture.getValue().str() : "";
+  std::vector<TPPlanEntry> plan;
+  bool builtin = !parallel.tpPlan;
+  if (builtin) {
+    bool known = false;
+    plan = builtinTPPlan(arch, parallel.sequenceParallel, known);
+    if (!known)
+      forward.emitWarning("no built-in tensor-parallel plan for '")
+          << arch << "'; using the Llama-style default plan";
+  } else {
+    plan = *parallel.tpPlan;
+  }
+
+  // Heads must divide by tp.
+  WalkResult heads = forward.walk([&](nn::AttentionOp attention) {
+    int64_t q = attention.getQuery().getType().getDimSize(2);
+    int64_t kv = attention.getKey().getType().getDimSize(2);
+    if (q % tpSize == 0 && kv % tpSize == 0)
+      return WalkResult::advance();
+    attention.emitOpError("has ")
+        << q << " query heads and " << kv
+        << " key/value heads; both must divide by tp = " << tpSize;
+    return WalkResult::interrupt();
+  });
+  if (heads.wasInterrupted())
+    return signalPassFailure();
+
+  // Annotate: the last matching key wins, as when torch applies a plan's
+  // entries in order.
+  std::vector<int64_t> modules(plan.size(), 0);
+  llvm::StringSet<> seenPaths;
+  forward.walk([&](Operation *op) {
+    auto path = op->getAttrOfType<StringAttr>("path");
+    if (!path)
+      return;
+    for (size_t i = plan.size(); i-- > 0;) {
+      if (!matchModulePath(plan[i].pattern, path.getValue().str()))
+        continue;
+      op->setAttr(tp::kStyleAttrName,
+                  tp::encode(b, plan[i].style, plan[i].pattern));
+      if (seenPaths.insert(path.getValue()).second)
+        ++modules[i];
+      return;
+    }
+  });
+  std::string unmatched;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (!modules[i])
+      unmatched += (unmatched.empty() ? "'" : ", '") + plan[i].pattern + "'";
+  if (!unmatched.empty()) {
+    if (strictPlan) {
+      forward.emitOpError("tensor-parallel plan entries match no module: ")
+          << unmatched;
+      return signalPassFailure();
+    }
+    forward.emitWarning("tensor-parallel plan entries match no module: ")
+        << unmatched;
+  }
+  if (llvm::all_of(modules, [](int64_t n) { return n == 0; })) {
+    forward.emitOpError("the tensor-parallel plan matches no module");
+    return signalPassFailure();
+  }
+
+  if (report.empty())
+    return;
+  // Parameters each styled op splits; all others stay whole on every rank.
+  llvm::DenseSet<unsigned> split;
+  bool malformed = false;
+  forward.walk([&](Operation *op) {
+    if (std::optional<TPStyle> style = tp::decode(op, malformed))
+      for (Value v : splitOperands(op, *style))
+        if (auto arg = dyn_cast_or_null<BlockArgument>(v))
+          split.insert(arg.getArgNumber());
+  });
+  if (malformed)
+    return signalPassFailure();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "tensor-parallel plan: " << (arch.empty() ? "?" : arch)
+     << ", tp = " << tpSize << ", sequence parallel "
+     << (parallel.sequenceParallel ? "on" : "off") << ", "
+     << (builtin ? "built-in plan" : "plan from " + parallel.file) << "\n";
+  os << "mesh: dp_replicate = " << sizes->dpReplicate
+     << ", dp_shard = " << sizes->dpShard << ", cp = " << sizes->cp
+     << ", tp = " << sizes->tp << " (" << sizes->world() << " ranks)\n";
+  os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n",
+                      "entry", "style", "input", "output", "local",
+                      "modules");
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const TPStyle &s = plan[i].style;
+    os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n",
+                        plan[i].pattern, s.kindName(), s.input.str(),
+                        s.output.str(), s.useLocalOutput ? "yes" : "no",
+                        modules[i]);
+  }
+  os << "unmatched entries: " << (unmatched.empty() ? "none" : unmatched)
+     << "\n";
+  int64_t splitCount = 0, splitElements = 0, wholeElements = 0, wholeBytes = 0;
+  std::string whole;
+  llvm::raw_string_ostream wholeOs(whole);
+  for (BlockArgument arg : forward.getArguments()) {
+    auto name = forward.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), nn::NNDialect::kParamAttrName);
+    if (!name)
+      continue;
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (split.contains(arg.getArgNumber())) {
+      ++splitCount;
+      splitElements += type.getNumElements();
+      continue;
+    }
+    wholeElements += type.getNumElements();
+    wholeBytes += type.getNumElements() *
+                  ((type.getElementTypeBitWidth() + 7) / 8);
+    wholeOs << llvm::formatv("  {0,-52} {1,12}\n", name.getValue(),
+                             type.getNumElements());
+  }
+  os << "parameters split over tp: " << splitCount << " (" << splitElements
+     << " elements, 1/" << tpSize << " on each rank)\n";
+  os << "parameters replicated over tp: " << wholeElements << " elements, "
+     << wholeBytes << " bytes on every rank\n"
+     << whole;
+
+  std::string errorMessage;
+  auto out = openOutputFile(report, &errorMessage);
+  if (!out) {
+    module.emitError("cannot write the plan report: ") << errorMessage;
+    return signalPassFailure();
+  }
+  out->os() << text;
+  out->keep();
+}
+
+} // namespace
