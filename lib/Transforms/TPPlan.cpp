@@ -76,29 +76,37 @@ void TPPlanPass::runOnOperation() {
   if (!config.empty()) {
     auto buffer = llvm::MemoryBuffer::getFile(config);
     if (!buffer) {
-      module.emitError("cannot read parallel config '")
+      emitError(UnknownLoc::get(context), "cannot read parallel config '")
           << config << "': " << buffer.getError().message();
       return signalPassFailure();
     }
     std::optional<ParallelConfig> parsed =
         parseParallelConfig((*buffer)->getBuffer().str(), config, error);
     if (!parsed) {
-      module.emitError(error);
+      emitError(UnknownLoc::get(context), error);
       return signalPassFailure();
     }
     parallel = *parsed;
   }
   if (tp < 0 || worldSize < 0) {
-    module.emitError("tp and world-size must be >= 0");
+    emitError(UnknownLoc::get(context), "tp and world-size must be >= 0");
     return signalPassFailure();
   }
   if (tp > 0)
     parallel.tpSize = tp;
-  if (sequenceParallel.hasValue())
-    parallel.sequenceParallel = sequenceParallel;
+  if (sequenceParallel == "true" || sequenceParallel == "1")
+    parallel.sequenceParallel = true;
+  else if (sequenceParallel == "false" || sequenceParallel == "0")
+    parallel.sequenceParallel = false;
+  else if (!sequenceParallel.empty()) {
+    emitError(UnknownLoc::get(context),
+              "sequence-parallel must be true or false, got '")
+        << sequenceParallel << "'";
+    return signalPassFailure();
+  }
   std::optional<MeshSizes> sizes = resolveMesh(parallel, worldSize, error);
   if (!sizes) {
-    module.emitError(error);
+    emitError(UnknownLoc::get(context), error);
     return signalPassFailure();
   }
 
@@ -157,7 +165,7 @@ void TPPlanPass::runOnOperation() {
     bool known = false;
     plan = builtinTPPlan(arch, parallel.sequenceParallel, known);
     if (!known)
-      forward.emitWarning("no built-in tensor-parallel plan for '")
+      emitWarning(forward.getLoc(), "no built-in tensor-parallel plan for '")
           << arch << "'; using the Llama-style default plan";
   } else {
     plan = *parallel.tpPlan;
@@ -201,15 +209,17 @@ void TPPlanPass::runOnOperation() {
       unmatched += (unmatched.empty() ? "'" : ", '") + plan[i].pattern + "'";
   if (!unmatched.empty()) {
     if (strictPlan) {
-      forward.emitOpError("tensor-parallel plan entries match no module: ")
+      emitError(forward.getLoc(),
+                "tensor-parallel plan entries match no module: ")
           << unmatched;
       return signalPassFailure();
     }
-    forward.emitWarning("tensor-parallel plan entries match no module: ")
+    emitWarning(forward.getLoc(),
+                "tensor-parallel plan entries match no module: ")
         << unmatched;
   }
   if (llvm::all_of(modules, [](int64_t n) { return n == 0; })) {
-    forward.emitOpError("the tensor-parallel plan matches no module");
+    emitError(forward.getLoc(), "the tensor-parallel plan matches no module");
     return signalPassFailure();
   }
 

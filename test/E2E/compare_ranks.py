@@ -37,7 +37,10 @@ def base_name(name):
     """The parameter a dumped tensor belongs to (its gradient, its update)."""
     for prefix in ("grad.", "updated."):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            name = name[len(prefix):]
+    for suffix in (".exp_avg", ".exp_avg_sq", ".momentum_buffer"):
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
     return name
 
 
@@ -48,6 +51,10 @@ def main():
     parser.add_argument("--ranks", type=int, required=True)
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--only", default="")
+    parser.add_argument("--norm", action="store_true",
+                        help="check the norm-wise relative error "
+                             "||a - b|| / ||b|| of each tensor instead of "
+                             "max|a - b| / max|b|")
     args = parser.parse_args()
     one_dir = os.path.join(args.one, "rank0")
     one = reference.read_manifest(one_dir)
@@ -55,6 +62,7 @@ def main():
     many = [reference.read_manifest(d) for d in dirs]
     groups = read_groups(dirs[0])
     worst, worst_name, split, failures = 0.0, "", 0, []
+    worst_elementwise = 0.0
     for name, (dtype, shape) in one.items():
         if not name.startswith(args.only):
             continue
@@ -82,14 +90,22 @@ def main():
                                         dims[0])]
             split += 1
         scale = full.abs().max().item() or 1.0
+        norm = full.norm().item() or 1.0
         for c in candidates:
             e = (c - full).abs().max().item() / scale
+            if args.norm:
+                worst_elementwise = max(worst_elementwise, e)
+                e = (c - full).norm().item() / norm
             if e > worst:
                 worst, worst_name = e, name
             if not e <= args.rtol:
-                failures.append(f"FAIL {name} max_rel_err {e:.3e}")
+                failures.append(f"FAIL {name} {'norm_' if args.norm else ''}"
+                                f"rel_err {e:.3e}")
+    kind = "max_norm_rel_err" if args.norm else "max_rel_err"
+    extra = (f", elementwise max_rel_err {worst_elementwise:.3e}"
+             if args.norm else "")
     print(f"{len(one)} tensors ({split} joined from blocks) "
-          f"max_rel_err {worst:.3e} ({worst_name})")
+          f"{kind} {worst:.3e} ({worst_name}){extra}")
     for line in failures:
         print(line)
     return 1 if failures else 0

@@ -56,6 +56,35 @@ static cl::opt<std::string>
            cl::desc("Passes to run before lowering, as a pass pipeline, e.g. "
                     "'fsdp-build-train-step{optimizer=adamw lr=1e-3}'"),
            cl::value_desc("pipeline"));
+static cl::opt<std::string> parallelConfig(
+    "parallel",
+    cl::desc("parallel.json: mesh sizes, FSDP2Config fields and tp_plan "
+             "(docs/parallel-config.md)"),
+    cl::value_desc("file"));
+static cl::opt<int64_t>
+    worldSize("world-size",
+              cl::desc("Ranks the program runs on (default: the smallest "
+                       "world the parallel config allows)"),
+              cl::init(0));
+static cl::opt<int64_t> tpSize("tp",
+                               cl::desc("Tensor-parallel size (overrides the "
+                                        "config's tp_size)"),
+                               cl::init(0));
+static cl::opt<bool> sequenceParallel(
+    "sequence-parallel",
+    cl::desc("Sequence parallelism (overrides the config's "
+             "sequence_parallel)"));
+static cl::opt<bool>
+    strictPlan("strict-plan",
+               cl::desc("A tp_plan key that matches no module is an error"));
+static cl::opt<bool> report(
+    "report",
+    cl::desc("Print the tensor-parallel plan and the communication of one "
+             "step (per collective and mesh-axis group) as tables"));
+static cl::opt<std::string>
+    reportJson("report-json",
+               cl::desc("Write the communication report as JSON here"),
+               cl::value_desc("file"));
 static cl::opt<bool> sourceOnly("source-only",
                                 cl::desc("Stop after writing --emit-source"));
 static cl::opt<std::string>
@@ -162,6 +191,8 @@ static LogicalResult run() {
   fsdp::registerAllPasses();
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // Errors name the file, node or op; the IR around them is noise here.
+  context.printOpOnDiagnostic(false);
 
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
@@ -170,8 +201,38 @@ static LogicalResult run() {
     return failure();
 
   PassManager pm(&context);
+  bool parallel = !parallelConfig.empty() || tpSize > 0 ||
+                  sequenceParallel.getNumOccurrences() || worldSize > 0;
+  if (parallel && !meshSpec.empty())
+    return usageError("--mesh and the parallel options (--parallel, --tp, "
+                      "--sequence-parallel, --world-size) both give a mesh; "
+                      "use one");
+  if (parallel) {
+    fsdp::TPPlanPassOptions plan;
+    plan.config = parallelConfig;
+    plan.worldSize = worldSize;
+    plan.tp = tpSize;
+    if (sequenceParallel.getNumOccurrences())
+      plan.sequenceParallel = sequenceParallel ? "true" : "false";
+    plan.strictPlan = strictPlan;
+    if (report)
+      plan.report = "-";
+    pm.addPass(fsdp::createTPPlanPass(plan));
+    pm.addPass(fsdp::createPartitionPass());
+  }
   if (!passes.empty() && failed(parsePassPipeline(passes, pm, llvm::errs())))
     return usageError("--passes: cannot parse '" + passes + "'");
+  if (report) {
+    fsdp::CommReportPassOptions table;
+    table.format = "table";
+    pm.addPass(fsdp::createCommReportPass(table));
+  }
+  if (!reportJson.empty()) {
+    fsdp::CommReportPassOptions json;
+    json.format = "json";
+    json.output = reportJson;
+    pm.addPass(fsdp::createCommReportPass(json));
+  }
   pm.addPass(fsdp::createLowerToRuntimePass());
   if (failed(pm.run(*module)))
     return failure();

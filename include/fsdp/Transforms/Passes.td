@@ -202,9 +202,10 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
            "Ranks the program runs on (0: the config's smallest world)">,
     Option<"tp", "tp", "int64_t", /*default=*/"0",
            "Tensor-parallel size (0: the config's tp_size)">,
-    Option<"sequenceParallel", "sequence-parallel", "bool",
-           /*default=*/"false",
-           "Sequence parallelism (default: the config's sequence_parallel)">,
+    Option<"sequenceParallel", "sequence-parallel", "std::string",
+           /*default=*/"\"\"",
+           "Sequence parallelism: true or false (empty: the config's "
+           "sequence_parallel)">,
     Option<"strictPlan", "strict-plan", "bool", /*default=*/"false",
            "A plan key that matches no module is an error">,
     Option<"report", "report", "std::string", /*default=*/"\"\"",

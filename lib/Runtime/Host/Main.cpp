@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 //
 // prog [--steps N] [--seed S] [--load F] [--save F] [--data F]
-//      [--dump-dir D] [--report] [--quiet]
+//      [--dump-dir D] [--dump-step K] [--report] [--quiet]
 //
 // Describes the program, checks the rank count against its mesh, creates the
 // communicators, initializes or loads the parameters and runs the steps.
@@ -28,6 +28,8 @@ namespace {
 
 struct Options {
   int64_t steps = 3;
+  /// The step (0-based) whose tensors --dump-dir writes.
+  int64_t dumpStep = 0;
   uint64_t seed = 0;
   std::string load, save, data, dumpDir;
   bool report = false, quiet = false;
@@ -36,7 +38,7 @@ struct Options {
 const char *kUsage =
     "usage: %s [--steps N] [--seed S] [--load FILE.safetensors]\n"
     "          [--save FILE.safetensors] [--data TOKENS.bin] [--dump-dir DIR]\n"
-    "          [--report] [--quiet]\n";
+    "          [--dump-step K] [--report] [--quiet]\n";
 
 /// Parses the options; returns false (after printing why on rank 0) if they
 /// are wrong.
@@ -76,6 +78,10 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       if (!number(n))
         return bad("--steps needs a non-negative integer");
       o.steps = n;
+    } else if (arg == "--dump-step") {
+      if (!number(n))
+        return bad("--dump-step needs a non-negative integer");
+      o.dumpStep = n;
     } else if (arg == "--seed") {
       if (!number(n))
         return bad("--seed needs a non-negative integer");
@@ -101,6 +107,9 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       return bad("unknown option '" + std::string(argv[i]) + "'");
     }
   }
+  if (!o.dumpDir.empty() && o.dumpStep >= o.steps)
+    return bad("--dump-step " + std::to_string(o.dumpStep) +
+               " is not one of the " + std::to_string(o.steps) + " steps");
   return true;
 }
 
@@ -172,7 +181,7 @@ int main(int argc, char **argv) {
                   ms);
       std::fflush(stdout);
     }
-    if (step == 0 && !o.dumpDir.empty())
+    if (step == o.dumpStep && !o.dumpDir.empty())
       dumpTensors(p, o.dumpDir);
     // Updated parameters and optimizer state replace the old ones.
     for (auto [out, arg] : p.updates) {

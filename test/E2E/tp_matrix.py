@@ -1,0 +1,124 @@
+# Differential check of tensor parallelism: for one model config, compiles
+# the 1-rank training step and the tp-rank one for each (tp, sequence
+# parallel) pair, runs them, and compares
+#   - one step with optimizer=none: the loss, the logits and every gradient
+#     (tensor-parallel blocks joined, replicated tensors on every rank);
+#   - three AdamW steps: the losses of each step and every parameter and
+#     optimizer moment after the third step, norm-wise (||a - b|| / ||b||
+#     per tensor; the elementwise maximum is printed too). AdamW divides
+#     each element's step by its own gradient's magnitude, so an element
+#     whose gradient is tiny carries that gradient's f32 rounding, large
+#     relative to it, into a full-size step; eps = 1e-6 keeps elements whose
+#     gradient is zero in exact arithmetic (GPT-2's key bias: softmax ignores
+#     it) from stepping by +-lr on rounding noise alone.
+# Prints one line per configuration; exits 1 if any comparison fails.
+#
+# Usage: /usr/bin/python3 tp_matrix.py CONFIG.json --work DIR --bin DIR
+#            --mpirun "mpirun ..." [--tp 2,4] [--sp off,on] [--rtol 1e-5]
+#            [--parallel parallel.json]
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, log=None):
+    """Runs `cmd`; returns its stdout, or raises with its output."""
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}):\n"
+                           f"{result.stdout}{result.stderr}")
+    if log:
+        with open(log, "w") as f:
+            f.write(result.stdout)
+    return result.stdout
+
+
+def compare(script, *args):
+    """Runs a compare_*.py script; returns (first line, failed)."""
+    result = subprocess.run([sys.executable, os.path.join(HERE, script),
+                             *args], capture_output=True, text=True)
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    return lines, result.returncode != 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("config")
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--mpirun", required=True)
+    parser.add_argument("--tp", default="2,4")
+    parser.add_argument("--sp", default="off,on")
+    parser.add_argument("--rtol", default="1e-5")
+    parser.add_argument("--param-rtol", default="1e-5",
+                        help="norm-wise tolerance of the parameters after "
+                             "the AdamW steps")
+    parser.add_argument("--lr", default="1e-3")
+    parser.add_argument("--eps", default="1e-6")
+    parser.add_argument("--parallel", default="",
+                        help="a parallel.json for the tp runs (its tp_size "
+                             "and sequence_parallel are overridden)")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    tool = lambda name: os.path.join(args.bin, name)  # noqa: E731
+    mpirun = shlex.split(args.mpirun)
+    graph = os.path.join(args.work, "graph.json")
+    run([tool("fsdp-graphgen"), args.config, "-o", graph])
+    model = os.path.basename(os.path.dirname(os.path.abspath(args.config)))
+
+    def build_and_run(name, ranks, flags):
+        """Gradient dump and AdamW dump + log of one configuration."""
+        out = {}
+        for kind, passes, steps in (
+                ("grad", "fsdp-build-train-step{optimizer=none}", 1),
+                ("adamw", f"fsdp-build-train-step{{lr={args.lr} eps={args.eps}}}",
+                 3)):
+            exe = os.path.join(args.work, f"{name}-{kind}")
+            run([tool("fsdp-compile"), graph, *flags, f"--passes={passes}",
+                 "-o", exe])
+            dump = exe + ".d"
+            log = exe + ".log"
+            run([*mpirun, "-np", str(ranks), exe, "--steps", str(steps),
+                 "--dump-dir", dump, "--dump-step", str(steps - 1)], log)
+            out[kind] = (dump, log)
+        return out
+
+    base = build_and_run("1rank", 1, [])
+    failed = False
+    for tp in [int(t) for t in args.tp.split(",")]:
+        for sp in args.sp.split(","):
+            flags = ["--tp", str(tp)]
+            if sp == "on":
+                flags.append("--sequence-parallel")
+            if args.parallel:
+                flags += ["--parallel", args.parallel]
+            name = f"tp{tp}-sp{sp}"
+            try:
+                many = build_and_run(name, tp, flags)
+            except RuntimeError as e:
+                print(f"{model} tp={tp} sp={sp}: FAIL {e}")
+                failed = True
+                continue
+            grads, bad1 = compare("compare_ranks.py", base["grad"][0],
+                                  many["grad"][0], "--ranks", str(tp),
+                                  "--rtol", args.rtol)
+            params, bad2 = compare("compare_ranks.py", base["adamw"][0],
+                                   many["adamw"][0], "--ranks", str(tp),
+                                   "--rtol", args.param_rtol, "--norm")
+            losses, bad3 = compare("compare_losses.py", base["adamw"][1],
+                                   many["adamw"][1], "--rtol", args.rtol)
+            print(f"{model} tp={tp} sp={sp}: step 1 {grads[0]}; "
+                  f"after 3 adamw steps {params[0]}; losses {losses[0]}")
+            for line in grads[1:] + params[1:] + losses[1:]:
+                print(f"  {line}")
+            failed |= bad1 or bad2 or bad3
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

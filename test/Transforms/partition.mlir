@@ -1,0 +1,147 @@
+// RUN: fsdp-opt %s -split-input-file -fsdp-partition -verify-diagnostics | FileCheck %s
+// fsdp-partition turns a program annotated with tensor-parallel styles
+// (dist.tp, as fsdp-tp-plan writes them) into the per-rank one: column
+// parallel weights keep their rank's rows, row-parallel ones their columns;
+// replicated values entering per-rank computation pass through dist.copy and
+// row-parallel outputs through one all_reduce; reshapes follow the heads.
+
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"},
+                   %wq: tensor<8x8xf32> {nn.param = "layer.self_attn.q_proj.weight"},
+                   %bq: tensor<8xf32> {nn.param = "layer.self_attn.q_proj.bias"},
+                   %norm: tensor<4xf32> {nn.param = "layer.self_attn.q_norm.weight"},
+                   %wo: tensor<8x8xf32> {nn.param = "layer.self_attn.o_proj.weight"})
+    -> (tensor<2x4x8xf32> {nn.output = "y"}) {
+  %q = nn.linear %x, %wq, %bq {path = "layer.self_attn.q_proj", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "layer.self_attn.q_proj"}} : (tensor<2x4x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %h = nn.reshape %q to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %n = nn.rms_norm %h, %norm {eps = 1.0e-6 : f64} : (tensor<2x4x2x4xf32>, tensor<4xf32>) -> tensor<2x4x2x4xf32>
+  %m = nn.reshape %n to [2, 4, 8] : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
+  %y = nn.linear %m, %wo {path = "layer.self_attn.o_proj", dist.tp = {style = "rowwise", input = "shard(-1)", output = "replicate", use_local_output = true, entry = "layer.self_attn.o_proj"}} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+// CHECK-LABEL: func.func @forward(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x4x8xf32> {nn.input = "x"}
+// CHECK-SAME: %[[WQ:[^:]+]]: tensor<4x8xf32> {dist.sharding = #dist.sharding<@mesh, {{\[}}[tp], []]>, nn.param = "layer.self_attn.q_proj.weight"}
+// CHECK-SAME: %[[BQ:[^:]+]]: tensor<4xf32> {dist.sharding = #dist.sharding<@mesh, {{\[}}[tp]]>
+// CHECK-SAME: %[[NORM:[^:]+]]: tensor<4xf32> {nn.param = "layer.self_attn.q_norm.weight"}
+// CHECK-SAME: %[[WO:[^:]+]]: tensor<8x4xf32> {dist.sharding = #dist.sharding<@mesh, {{\[}}[], [tp]]>
+// CHECK: %[[XC:.+]] = dist.copy %[[X]] on @mesh[tp] : tensor<2x4x8xf32>
+// CHECK: %[[Q:.+]] = nn.linear %[[XC]], %[[WQ]], %[[BQ]] {{.*}} -> tensor<2x4x4xf32>
+// CHECK: %[[H:.+]] = nn.reshape %[[Q]] to [2, 4, 1, 4] : tensor<2x4x4xf32> -> tensor<2x4x1x4xf32>
+// CHECK: %[[NC:.+]] = dist.copy %[[NORM]] on @mesh[tp] : tensor<4xf32>
+// CHECK: nn.rms_norm %[[H]], %[[NC]]
+// CHECK: nn.reshape %{{.+}} to [2, 4, 4] : tensor<2x4x1x4xf32> -> tensor<2x4x4xf32>
+// CHECK: %[[P:.+]] = nn.linear %{{.+}}, %[[WO]] {{.*}} -> tensor<2x4x8xf32>
+// CHECK: %[[Y:.+]] = dist.all_reduce %[[P]] on @mesh[tp] sum : tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+// CHECK: return %[[Y]]
+// CHECK-NOT: dist.tp
+
+// -----
+
+// A fused [Q | K | V] Conv1D (x · W + b, then split in three): each third is
+// split over tp (groups = 3), so the split yields the rank's heads of each.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"},
+                   %w: tensor<8x24xf32> {nn.param = "attn.c_attn.weight"},
+                   %b: tensor<24xf32> {nn.param = "attn.c_attn.bias"})
+    -> (tensor<2x4x8xf32> {nn.output = "q"}, tensor<2x4x8xf32> {nn.output = "v"}) {
+  %y = nn.matmul %x, %w {path = "attn.c_attn", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "attn.c_attn"}} : (tensor<2x4x8xf32>, tensor<8x24xf32>) -> tensor<2x4x24xf32>
+  %z = nn.add %y, %b {path = "attn.c_attn", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "attn.c_attn"}} : (tensor<2x4x24xf32>, tensor<24xf32>) -> tensor<2x4x24xf32>
+  %q, %k, %v = nn.split %z dim 2 sizes [8, 8, 8] : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  return %q, %v : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+}
+// CHECK-LABEL: func.func @forward(
+// CHECK-SAME: tensor<8x12xf32> {dist.sharding = #dist.sharding<@mesh, {{\[}}[], [tp]], groups = [1, 3]>
+// CHECK-SAME: tensor<12xf32> {dist.sharding = #dist.sharding<@mesh, {{\[}}[tp]], groups = [3]>
+// CHECK-SAME: -> (tensor<2x4x4xf32> {dist.sharding = #dist.sharding<@mesh, {{\[}}[], [], [tp]]>, nn.output = "q"}
+// CHECK: nn.matmul {{.*}} -> tensor<2x4x12xf32>
+// CHECK: nn.add {{.*}} -> tensor<2x4x12xf32>
+// CHECK: nn.split %{{.+}} dim 2 sizes [4, 4, 4]
+
+// -----
+
+// Sequence parallel: the embedding is vocabulary-parallel and
+// reduce-scattered onto sequence blocks, the norm runs on the rank's block,
+// which is gathered before the column-parallel projection.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"},
+                   %table: tensor<16x8xf32> {nn.param = "embed.weight"},
+                   %g: tensor<8xf32> {nn.param = "norm.weight"},
+                   %w: tensor<8x8xf32> {nn.param = "proj.weight"})
+    -> (tensor<2x4x8xf32> {nn.output = "y"}) {
+  %e = nn.embedding %table, %ids {path = "embed", dist.tp = {style = "rowwise", input = "replicate", output = "shard(1)", use_local_output = false, entry = "embed"}} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+  %n = nn.rms_norm %e, %g {eps = 1.0e-6 : f64, path = "norm", dist.tp = {style = "sequence_parallel", input = "shard(1)", output = "shard(1)", use_local_output = false, entry = "norm"}} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %y = nn.linear %n, %w {path = "proj", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "proj"}} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+// CHECK-LABEL: func.func @forward(
+// CHECK: %[[K:.+]] = dist.axis_index @mesh[tp] : tensor<i64>
+// CHECK: %[[E:.+]] = nn.embedding %{{.+}}, %{{.+}}, %[[K]] {{.*}} : (tensor<8x8xf32>, tensor<2x4xi64>, tensor<i64>) -> tensor<2x4x8xf32>
+// CHECK: %[[S:.+]] = dist.reduce_scatter %[[E]] on @mesh[tp] sum dim 1 : tensor<2x4x8xf32> -> tensor<2x2x8xf32>
+// CHECK: %[[GC:.+]] = dist.copy %{{.+}} on @mesh[tp] : tensor<8xf32>
+// CHECK: %[[N:.+]] = nn.rms_norm %[[S]], %[[GC]] {{.*}} -> tensor<2x2x8xf32>
+// CHECK: %[[A:.+]] = dist.all_gather %[[N]] on @mesh[tp] dim 1 : tensor<2x2x8xf32> -> tensor<2x4x8xf32>
+// CHECK: nn.linear %[[A]], %{{.+}} {{.*}} -> tensor<2x4x4xf32>
+
+// -----
+
+// A cross-entropy of vocabulary-sharded logits never gathers them.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"},
+                   %labels: tensor<2xi64> {nn.input = "labels"},
+                   %w: tensor<16x8xf32> {nn.param = "lm_head.weight"})
+    -> (tensor<f32> {nn.output = "loss"}) {
+  %l = nn.linear %x, %w {path = "lm_head", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = false, entry = "lm_head"}} : (tensor<2x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>
+  %loss = nn.cross_entropy %l, %labels {path = "loss"} : (tensor<2x16xf32>, tensor<2xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+// CHECK-LABEL: func.func @forward(
+// CHECK: %[[L:.+]] = nn.linear {{.*}} -> tensor<2x8xf32>
+// CHECK: %[[K:.+]] = dist.axis_index @mesh[tp]
+// CHECK: %[[M:.+]] = nn.reduce_max %[[L]] {{.*}} : tensor<2x8xf32> -> tensor<2xf32>
+// CHECK: %[[MAX:.+]] = dist.all_reduce %[[M]] on @mesh[tp] max
+// CHECK: %[[SE:.+]], %[[TG:.+]] = nn.cross_entropy_partial %[[L]], %{{.+}}, %[[MAX]], %[[K]]
+// CHECK: %[[E:.+]] = dist.all_reduce %[[SE]] on @mesh[tp] sum : tensor<2xf32>
+// CHECK: %[[T:.+]] = dist.all_reduce %[[TG]] on @mesh[tp] sum : tensor<2xf32>
+// CHECK: nn.cross_entropy_combine %[[E]], %[[T]], %{{.+}} {path = "loss"} : {{.*}} -> tensor<f32>
+// CHECK-NOT: dist.all_gather
+
+// -----
+
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<5x8xf32> {nn.param = "w"}) -> tensor<2x5xf32> {
+  // expected-error @+1 {{'nn.linear' op weight 'tensor<5x8xf32>' dim 0 does not divide by tp = 2}}
+  %y = nn.linear %x, %w {path = "mlp.up_proj", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "mlp.*_proj"}} : (tensor<2x8xf32>, tensor<5x8xf32>) -> tensor<2x5xf32>
+  return %y : tensor<2x5xf32>
+}
+
+// -----
+
+// A rowwise projection whose input is replicated but whose style declares it
+// sharded: torch would read a replica as a shard; here it is an error.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn.param = "w"}) -> tensor<2x8xf32> {
+  // expected-error @+1 {{'nn.linear' op input is replicated, but tensor-parallel plan entry 'down' declares input_layouts shard(-1)}}
+  %y = nn.linear %x, %w {path = "down", dist.tp = {style = "rowwise", input = "shard(-1)", output = "replicate", use_local_output = true, entry = "down"}} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+// A tied weight split by one module and used whole by another.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"}, %w: tensor<16x8xf32> {nn.param = "wte.weight"}) -> tensor<2x4x16xf32> {
+  %e = nn.embedding %w, %ids {path = "wte", dist.tp = {style = "rowwise", input = "replicate", output = "replicate", use_local_output = true, entry = "wte"}} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+  // expected-error @+1 {{'nn.linear' op uses parameter '"wte.weight"' whole, but plan entry 'wte' splits it over tp; give this module a plan entry too}}
+  %l = nn.linear %e, %w {path = "lm_head"} : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+  return %l : tensor<2x4x16xf32>
+}
+
+// -----
+
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn.param = "w"}) -> tensor<2x8xf32> {
+  // expected-error @+1 {{'nn.linear' op has a malformed dist.tp annotation}}
+  %y = nn.linear %x, %w {path = "up", dist.tp = {style = "diagonal", input = "replicate", output = "replicate", use_local_output = true}} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
