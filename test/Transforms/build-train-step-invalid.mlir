@@ -2,7 +2,7 @@
 // What fsdp-build-train-step cannot train is an error naming the function or
 // op.
 
-// expected-error @+1 {{'func.func' op needs an output named 'loss' computed by nn.cross_entropy with a mean or sum reduction}}
+// expected-error @+1 {{'func.func' op needs an output named 'loss' computed by nn.cross_entropy (or nn.cross_entropy_combine) with a mean or sum reduction}}
 func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<4x8xf32> {nn.param = "w"}) -> (tensor<2x4xf32> {nn.output = "y"}) {
   %y = nn.linear %x, %w : (tensor<2x8xf32>, tensor<4x8xf32>) -> tensor<2x4xf32>
   return %y : tensor<2x4xf32>
