@@ -131,12 +131,12 @@ TPLayout parseLayout(const json &value, const std::string &where) {
   if (v->is_array() && v->size() == 1)
     v = &(*v)[0];
   if (!v->is_string())
-    reject(where, "must be \"Replicate()\" or \"Shard(dim)\", got " +
-                      value.dump());
+    reject(where,
+           "must be \"Replicate()\" or \"Shard(dim)\", got " + value.dump());
   std::optional<TPLayout> layout = TPLayout::parse(v->get<std::string>());
   if (!layout)
-    reject(where, "must be \"Replicate()\" or \"Shard(dim)\", got " +
-                      value.dump());
+    reject(where,
+           "must be \"Replicate()\" or \"Shard(dim)\", got " + value.dump());
   return *layout;
 }
 
@@ -276,8 +276,8 @@ std::string parseDtype(const json &v, const std::string &where) {
     if (s == "float16" || s == "fp16" || s == "f16" || s == "half")
       return "f16";
   }
-  reject(where, "must be a float dtype (float32, bfloat16, float16), got " +
-                    v.dump());
+  reject(where,
+         "must be a float dtype (float32, bfloat16, float16), got " + v.dump());
 }
 
 int64_t parseSize(const json &v, const std::string &where) {
@@ -411,9 +411,9 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
 
 } // namespace
 
-std::optional<ParallelConfig>
-fsdp::parseParallelConfig(const std::string &text, const std::string &file,
-                          std::string &error) {
+std::optional<ParallelConfig> fsdp::parseParallelConfig(const std::string &text,
+                                                        const std::string &file,
+                                                        std::string &error) {
   try {
     return parseConfig(text, file);
   } catch (const ConfigError &e) {
@@ -453,18 +453,18 @@ std::optional<MeshSizes> fsdp::resolveMesh(const ParallelConfig &config,
       error = file + ": dp_size (" + std::to_string(dp) + ") x tp_size (" +
               std::to_string(config.tpSize) + ") x cp_size (" +
               std::to_string(config.cpSize) + ") x pp_size (" +
-              std::to_string(config.ppSize) + ") = " +
-              std::to_string(dp * inner) + " does not match the world size " +
-              std::to_string(worldSize);
+              std::to_string(config.ppSize) +
+              ") = " + std::to_string(dp * inner) +
+              " does not match the world size " + std::to_string(worldSize);
       return std::nullopt;
     }
   } else if (worldSize) {
     if (worldSize % inner != 0) {
       error = file + ": the world size " + std::to_string(worldSize) +
-              " is not divisible by tp_size (" +
-              std::to_string(config.tpSize) + ") x cp_size (" +
-              std::to_string(config.cpSize) + ") x pp_size (" +
-              std::to_string(config.ppSize) + ") = " + std::to_string(inner);
+              " is not divisible by tp_size (" + std::to_string(config.tpSize) +
+              ") x cp_size (" + std::to_string(config.cpSize) +
+              ") x pp_size (" + std::to_string(config.ppSize) +
+              ") = " + std::to_string(inner);
       return std::nullopt;
     }
     dp = worldSize / inner;

@@ -185,9 +185,9 @@ LogicalResult Backward::collective(dist::CollectiveOpInterface op, Value dy) {
       .Case([&](dist::AllGatherOp o) {
         if (o.getReplicatedGrad()) {
           // Every rank holds the whole gradient: keep this rank's block.
-          auto slice = dist::AllSliceOp::create(b, loc, like(dy, tensorOf(x)),
-                                                dy, mesh, axes,
-                                                o.getGatherDimAttr());
+          auto slice =
+              dist::AllSliceOp::create(b, loc, like(dy, tensorOf(x)), dy, mesh,
+                                       axes, o.getGatherDimAttr());
           ++build.count;
           add(x, slice.getResult());
           return success();
@@ -308,8 +308,8 @@ LogicalResult Backward::run(Operation *op) {
     auto type = RankedTensorType::get(slice.getInput().getType().getShape(),
                                       tensorOf(dy).getElementType());
     auto ag = dist::AllGatherOp::create(
-        build.b, slice.getLoc(), type, dy,
-        slice.getMeshAttr(), slice.getMeshAxes(), slice.getSliceDimAttr());
+        build.b, slice.getLoc(), type, dy, slice.getMeshAttr(),
+        slice.getMeshAxes(), slice.getSliceDimAttr());
     ++build.count;
     add(slice.getInput(), ag.getResult());
     return success();
@@ -348,8 +348,8 @@ LogicalResult Backward::run(Operation *op) {
         Value dTarget = dys[1] ? dys[1] : build.fill(0.0, perPosition);
         same(o.getLogits(),
              build.value<CrossEntropyPartialGradOp>(
-                 {o.getLogits(), o.getLabels(), o.getShift(),
-                  o.getShardIndex(), dSum, dTarget},
+                 {o.getLogits(), o.getLabels(), o.getShift(), o.getShardIndex(),
+                  dSum, dTarget},
                  {build.attr("ignore_index", o.getIgnoreIndexAttr())}));
         return success();
       })
@@ -789,11 +789,10 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     DenseSet<Value> needs = valuesNeedingGrad(*entryBlock, params);
     Gradients grads(build);
     if (logits && needs.contains(logits))
-      grads.add(logits,
-                build.value<CrossEntropyGradOp>(
-                    {logits, labels, seed},
-                    {build.attr("ignore_index", ignoreIndex),
-                     build.attr("reduction", b.getStringAttr("sum"))}));
+      grads.add(logits, build.value<CrossEntropyGradOp>(
+                            {logits, labels, seed},
+                            {build.attr("ignore_index", ignoreIndex),
+                             build.attr("reduction", b.getStringAttr("sum"))}));
     if (!logits)
       grads.add(sum, seed);
     Backward backward(build, grads, needs, reduceType);
@@ -915,8 +914,8 @@ void BuildTrainStepPass::runOnOperation() {
   }
   // The parallel config's MixedPrecisionPolicy (fsdp-tp-plan records it),
   // for each dtype option not given explicitly.
-  if (auto mp = getOperation()->getAttrOfType<DictionaryAttr>(
-          "fsdp.mp_policy")) {
+  if (auto mp =
+          getOperation()->getAttrOfType<DictionaryAttr>("fsdp.mp_policy")) {
     auto text = [&](StringRef key) {
       auto s = mp.getAs<StringAttr>(key);
       return s ? s.getValue().str() : std::string();

@@ -525,10 +525,10 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         return success();
       })
       .Case([&](nn::CrossEntropyPartialOp o) {
-        destinationCall(op, "fsdp_op_cross_entropy_partial",
-                        {o.getLogits(), o.getLabels(), o.getShift(),
-                         o.getShardIndex()},
-                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex()))});
+        destinationCall(
+            op, "fsdp_op_cross_entropy_partial",
+            {o.getLogits(), o.getLabels(), o.getShift(), o.getShardIndex()},
+            {intLiteral(static_cast<int64_t>(o.getIgnoreIndex()))});
         return success();
       })
       .Case([&](nn::CrossEntropyCombineOp o) {

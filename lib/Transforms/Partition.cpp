@@ -102,8 +102,8 @@ private:
   LogicalResult styled(Operation &op, const TPStyle &style);
   LogicalResult generic(Operation &op);
   LogicalResult crossEntropy(nn::CrossEntropyOp op);
-  LogicalResult finishModule(Operation &op, Value result,
-                             const TPStyle &style, Layout layout);
+  LogicalResult finishModule(Operation &op, Value result, const TPStyle &style,
+                             Layout layout);
 
   // Conversions of new values.
   FailureOr<Value> resolve(Operation *at, Value v);
@@ -220,13 +220,12 @@ LogicalResult Partitioner::decideSplits() {
       if (type.getDimSize(dim) % (tp * groups) != 0)
         return op.emitOpError("weight ")
                << type << " dim " << dim << " does not divide by tp = " << tp
-               << (groups > 1 ? " times " + std::to_string(groups) +
-                                    " fused parts"
-                              : std::string());
+               << (groups > 1
+                       ? " times " + std::to_string(groups) + " fused parts"
+                       : std::string());
       Split want{dim, groups, &op};
       auto [it, inserted] = splits.try_emplace(arg.getArgNumber(), want);
-      if (!inserted &&
-          (it->second.dim != dim || it->second.groups != groups))
+      if (!inserted && (it->second.dim != dim || it->second.groups != groups))
         return op.emitOpError("splits parameter '")
                << forward.getArgAttr(arg.getArgNumber(),
                                      nn::NNDialect::kParamAttrName)
@@ -260,8 +259,8 @@ FailureOr<Value> Partitioner::resolve(Operation *at, Value v) {
   Value &slot = resolved[v];
   if (slot)
     return slot;
-  auto sum = dist::ReductionKindAttr::get(b.getContext(),
-                                          dist::ReductionKind::sum);
+  auto sum =
+      dist::ReductionKindAttr::get(b.getContext(), dist::ReductionKind::sum);
   if (!layout.target.shard) {
     slot = dist::AllReduceOp::create(b, at->getLoc(), v.getType(), v, meshRef,
                                      tpAxes, sum)
@@ -274,15 +273,15 @@ FailureOr<Value> Partitioner::resolve(Operation *at, Value v) {
                                       : layout.target.dim;
   if (dim < 0 || dim >= type.getRank() || type.getDimSize(dim) % tp != 0)
     return at->emitOpError("output ")
-           << type << " cannot be reduce-scattered on dim "
-           << layout.target.dim << " over tp = " << tp;
+           << type << " cannot be reduce-scattered on dim " << layout.target.dim
+           << " over tp = " << tp;
   SmallVector<int64_t> shape(type.getShape());
   shape[dim] /= tp;
-  slot = dist::ReduceScatterOp::create(
-             b, at->getLoc(),
-             RankedTensorType::get(shape, type.getElementType()), v, meshRef,
-             tpAxes, sum, b.getI64IntegerAttr(dim))
-             .getResult();
+  slot =
+      dist::ReduceScatterOp::create(
+          b, at->getLoc(), RankedTensorType::get(shape, type.getElementType()),
+          v, meshRef, tpAxes, sum, b.getI64IntegerAttr(dim))
+          .getResult();
   layouts[slot] = Layout::sharded(dim);
   return slot;
 }
@@ -328,11 +327,11 @@ FailureOr<Value> Partitioner::slice(Operation *at, Value v, int64_t dim) {
            << type << " dim " << dim << " does not divide by tp = " << tp;
   SmallVector<int64_t> shape(type.getShape());
   shape[dim] /= tp;
-  slot = dist::AllSliceOp::create(
-             b, at->getLoc(),
-             RankedTensorType::get(shape, type.getElementType()), v, meshRef,
-             tpAxes, b.getI64IntegerAttr(dim))
-             .getResult();
+  slot =
+      dist::AllSliceOp::create(
+          b, at->getLoc(), RankedTensorType::get(shape, type.getElementType()),
+          v, meshRef, tpAxes, b.getI64IntegerAttr(dim))
+          .getResult();
   layouts[slot] = Layout::sharded(dim);
   return slot;
 }
@@ -382,15 +381,15 @@ LogicalResult Partitioner::styled(Operation &op, const TPStyle &style) {
   auto declared = [&](Value v, TPLayout want) -> LogicalResult {
     Layout have = layoutOf(v);
     int64_t rank = tensorOf(v).getRank();
-    bool ok = want.shard ? have.kind == Layout::Sharded &&
-                               have.dim == (want.dim < 0 ? want.dim + rank
-                                                         : want.dim)
-                         : have.isReplicated();
+    bool ok = want.shard
+                  ? have.kind == Layout::Sharded &&
+                        have.dim == (want.dim < 0 ? want.dim + rank : want.dim)
+                  : have.isReplicated();
     if (ok)
       return success();
     return op.emitOpError("input is ")
-           << have.str() << ", but tensor-parallel plan entry '"
-           << entryOf(op) << "' declares input_layouts " << want.str();
+           << have.str() << ", but tensor-parallel plan entry '" << entryOf(op)
+           << "' declares input_layouts " << want.str();
   };
 
   if (style.kind == TPStyle::SequenceParallel) {
@@ -578,11 +577,12 @@ LogicalResult Partitioner::crossEntropy(nn::CrossEntropyOp op) {
         .getResult();
   };
   if (!axisIndex)
-    axisIndex = dist::AxisIndexOp::create(
-                    b, loc, RankedTensorType::get({}, b.getI64Type()),
-                    meshRef, tpAxes)
-                    .getResult();
-  NamedAttribute ignore = b.getNamedAttr("ignore_index", op.getIgnoreIndexAttr());
+    axisIndex =
+        dist::AxisIndexOp::create(
+            b, loc, RankedTensorType::get({}, b.getI64Type()), meshRef, tpAxes)
+            .getResult();
+  NamedAttribute ignore =
+      b.getNamedAttr("ignore_index", op.getIgnoreIndexAttr());
   Operation *max = create(nn::ReduceMaxOp::getOperationName(), {logits});
   if (!max)
     return failure();
@@ -593,10 +593,9 @@ LogicalResult Partitioner::crossEntropy(nn::CrossEntropyOp op) {
     return failure();
   Value sumExp = allReduce(partial->getResult(0), dist::ReductionKind::sum);
   Value target = allReduce(partial->getResult(1), dist::ReductionKind::sum);
-  Operation *loss =
-      create(nn::CrossEntropyCombineOp::getOperationName(),
-             {sumExp, target, labels},
-             {ignore, b.getNamedAttr("reduction", op.getReductionAttr())});
+  Operation *loss = create(
+      nn::CrossEntropyCombineOp::getOperationName(), {sumExp, target, labels},
+      {ignore, b.getNamedAttr("reduction", op.getReductionAttr())});
   if (!loss)
     return failure();
   if (auto path = op.getPathAttr())
@@ -674,8 +673,8 @@ LogicalResult Partitioner::generic(Operation &op) {
   Layout result = layout;
   bool ok = true;
   TypeSwitch<Operation *>(&op)
-      .Case<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::NegOp,
-            nn::ScaleOp, nn::SiluOp, nn::GeluOp, nn::CastOp>(
+      .Case<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::NegOp, nn::ScaleOp,
+            nn::SiluOp, nn::GeluOp, nn::CastOp>(
           [&](Operation *) { ok = succeeded(broadcastOperands()); })
       .Case<nn::RMSNormOp, nn::LayerNormOp, nn::SoftmaxOp>([&](Operation *o) {
         // Normalizes along one dim (the last for the norms), which must
@@ -694,7 +693,8 @@ LogicalResult Partitioner::generic(Operation &op) {
       })
       .Case([&](nn::LinearOp) {
         // A replicated linear on sharded rows (tokens).
-        if (layout.dim == resultRank - 1 || !layoutOf(operands[1]).isReplicated()) {
+        if (layout.dim == resultRank - 1 ||
+            !layoutOf(operands[1]).isReplicated()) {
           ok = succeeded(unsupported(0));
           return;
         }
@@ -762,8 +762,8 @@ LogicalResult Partitioner::generic(Operation &op) {
         }
         if (shape[j] % tp != 0) {
           ok = succeeded(op.emitOpError("splits a dim of ")
-                         << shape[j] << " (heads) that does not divide by tp = "
-                         << tp);
+                         << shape[j]
+                         << " (heads) that does not divide by tp = " << tp);
           return;
         }
         shape[j] /= tp;
@@ -774,8 +774,8 @@ LogicalResult Partitioner::generic(Operation &op) {
       })
       .Case([&](nn::TransposeOp transpose) {
         ArrayRef<int64_t> perm = transpose.getPerm();
-        result.dim = std::find(perm.begin(), perm.end(), layout.dim) -
-                     perm.begin();
+        result.dim =
+            std::find(perm.begin(), perm.end(), layout.dim) - perm.begin();
       })
       .Case([&](nn::SliceOp s) {
         int64_t dim = s.getDim() < 0 ? s.getDim() + resultRank : s.getDim();
@@ -801,8 +801,8 @@ LogicalResult Partitioner::generic(Operation &op) {
         result = Layout::sharded(dim);
       })
       .Case([&](nn::ConcatOp concat) {
-        int64_t dim =
-            concat.getDim() < 0 ? concat.getDim() + resultRank : concat.getDim();
+        int64_t dim = concat.getDim() < 0 ? concat.getDim() + resultRank
+                                          : concat.getDim();
         if (dim == layout.dim || !llvm::all_of(operands, [&](Value v) {
               return layoutOf(v) == layout;
             }))

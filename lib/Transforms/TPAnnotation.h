@@ -34,8 +34,7 @@ inline mlir::DictionaryAttr encode(mlir::Builder &b, const TPStyle &style,
       {b.getNamedAttr("style", b.getStringAttr(style.kindName())),
        b.getNamedAttr("input", b.getStringAttr(style.input.str())),
        b.getNamedAttr("output", b.getStringAttr(style.output.str())),
-       b.getNamedAttr("use_local_output",
-                      b.getBoolAttr(style.useLocalOutput)),
+       b.getNamedAttr("use_local_output", b.getBoolAttr(style.useLocalOutput)),
        b.getNamedAttr("entry", b.getStringAttr(entry))});
 }
 
@@ -60,8 +59,7 @@ inline std::optional<TPStyle> decode(mlir::Operation *op, bool &failed) {
   std::optional<TPLayout> in = TPLayout::parse(text("input"));
   std::optional<TPLayout> out = TPLayout::parse(text("output"));
   auto local = dict.getAs<mlir::BoolAttr>("use_local_output");
-  if ((kind != "colwise" && kind != "rowwise" &&
-       kind != "sequence_parallel") ||
+  if ((kind != "colwise" && kind != "rowwise" && kind != "sequence_parallel") ||
       !in || !out || !local) {
     op->emitOpError("has a malformed ")
         << kStyleAttrName << " annotation " << dict

@@ -25,7 +25,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
-
 namespace fsdp {
 #define GEN_PASS_DEF_TPPLANPASS
 #include "fsdp/Transforms/Passes.h.inc"
@@ -245,9 +244,8 @@ void TPPlanPass::runOnOperation() {
   os << "mesh: dp_replicate = " << sizes->dpReplicate
      << ", dp_shard = " << sizes->dpShard << ", cp = " << sizes->cp
      << ", tp = " << sizes->tp << " (" << sizes->world() << " ranks)\n";
-  os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n",
-                      "entry", "style", "input", "output", "local",
-                      "modules");
+  os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n", "entry",
+                      "style", "input", "output", "local", "modules");
   for (size_t i = 0; i < plan.size(); ++i) {
     const TPStyle &s = plan[i].style;
     os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n",
@@ -272,8 +270,8 @@ void TPPlanPass::runOnOperation() {
       continue;
     }
     wholeElements += type.getNumElements();
-    wholeBytes += type.getNumElements() *
-                  ((type.getElementTypeBitWidth() + 7) / 8);
+    wholeBytes +=
+        type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
     wholeOs << llvm::formatv("  {0,-52} {1,12}\n", name.getValue(),
                              type.getNumElements());
   }

@@ -300,8 +300,8 @@ void runAll(Writer &w) {
   for (fsdp_rt_dtype idsType : {FSDP_RT_I64, FSDP_RT_I32}) {
     Tensor table = randomFloat(f32, {11, 6}),
            ids = randomIndex(idsType, {2, 5}, 11), out(f32, {2, 5, 6});
-    fsdp_rt_embedding(nullptr, f32, table.data(), 11, 6, 0, idsType,
-                      ids.data(), ids.numel(), out.data());
+    fsdp_rt_embedding(nullptr, f32, table.data(), 11, 6, 0, idsType, ids.data(),
+                      ids.numel(), out.data());
     w.begin(idsType == FSDP_RT_I64 ? "embedding" : "embedding_i32",
             "embedding");
     w.tensor("in", "table", table);

@@ -38,9 +38,8 @@ void fsdp_program_forward(fsdp_program *p) {
   fsdp_tensor *embed = fsdp_prog_arg(p, 2);
   fsdp_tensor *w = fsdp_prog_arg(p, 3);
   fsdp_tensor *b = fsdp_prog_arg(p, 4);
-  fsdp_tensor *h =
-      fsdp_op_embedding(p, fsdp_type{FSDP_RT_F32, 3, {2, 8, 8}}, embed, ids,
-                        nullptr);
+  fsdp_tensor *h = fsdp_op_embedding(p, fsdp_type{FSDP_RT_F32, 3, {2, 8, 8}},
+                                     embed, ids, nullptr);
   int64_t vocab = std::getenv("FSDP_TEST_BAD_TYPE") ? 15 : 16;
   fsdp_tensor *logits =
       fsdp_op_linear(p, fsdp_type{FSDP_RT_F32, 3, {2, 8, vocab}}, h, w, b);

@@ -70,10 +70,10 @@ static cl::opt<int64_t> tpSize("tp",
                                cl::desc("Tensor-parallel size (overrides the "
                                         "config's tp_size)"),
                                cl::init(0));
-static cl::opt<bool> sequenceParallel(
-    "sequence-parallel",
-    cl::desc("Sequence parallelism (overrides the config's "
-             "sequence_parallel)"));
+static cl::opt<bool>
+    sequenceParallel("sequence-parallel",
+                     cl::desc("Sequence parallelism (overrides the config's "
+                              "sequence_parallel)"));
 static cl::opt<bool>
     strictPlan("strict-plan",
                cl::desc("A tp_plan key that matches no module is an error"));

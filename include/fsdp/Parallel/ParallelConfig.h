@@ -1,4 +1,5 @@
-//===- ParallelConfig.h - parallel.json: sizes, FSDP2Config, TP plans -*- C++ -*-===//
+//===- ParallelConfig.h - parallel.json: sizes, FSDP2Config, TP plans -*- C++
+//-*-===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -99,9 +100,9 @@ std::optional<ParallelConfig> parseParallelConfig(const std::string &text,
 
 /// Parses a tensor-parallel plan: a JSON object of module-path globs to HF
 /// style strings or ParallelStyle objects. `where` prefixes messages.
-std::optional<std::vector<TPPlanEntry>>
-parseTPPlan(const std::string &text, const std::string &where,
-            std::string &error);
+std::optional<std::vector<TPPlanEntry>> parseTPPlan(const std::string &text,
+                                                    const std::string &where,
+                                                    std::string &error);
 
 /// The mesh for `worldSize` ranks (0: the smallest world the sizes allow,
 /// dp = dp_size or 1), validated as Automodel does: tp·cp·pp divides the

@@ -192,12 +192,9 @@ fsdp_tensor *fsdp_op_cross_entropy(fsdp_program *p, fsdp_type r,
                                    int64_t ignore_index,
                                    fsdp_loss_reduction reduction);
 fsdp_tensor *fsdp_op_reduce_max(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
-fsdp_tensor *fsdp_op_cross_entropy_combine(fsdp_program *p, fsdp_type r,
-                                           fsdp_tensor *sum_exp,
-                                           fsdp_tensor *target,
-                                           fsdp_tensor *labels,
-                                           int64_t ignore_index,
-                                           fsdp_loss_reduction reduction);
+fsdp_tensor *fsdp_op_cross_entropy_combine(
+    fsdp_program *p, fsdp_type r, fsdp_tensor *sum_exp, fsdp_tensor *target,
+    fsdp_tensor *labels, int64_t ignore_index, fsdp_loss_reduction reduction);
 /// This rank's index (an i64 scalar) in the group `axis_mask`.
 fsdp_tensor *fsdp_op_axis_index(fsdp_program *p, fsdp_type r,
                                 uint32_t axis_mask);
@@ -293,10 +290,12 @@ void fsdp_op_cross_entropy_partial_grad(
     fsdp_program *p, fsdp_tensor *dlogits, fsdp_tensor *logits,
     fsdp_tensor *labels, fsdp_tensor *shift, fsdp_tensor *shard_index,
     fsdp_tensor *dsum_exp, fsdp_tensor *dtarget, int64_t ignore_index);
-void fsdp_op_cross_entropy_combine_grad(
-    fsdp_program *p, fsdp_tensor *dsum_exp, fsdp_tensor *dtarget,
-    fsdp_tensor *sum_exp, fsdp_tensor *labels, fsdp_tensor *dloss,
-    int64_t ignore_index, fsdp_loss_reduction reduction);
+void fsdp_op_cross_entropy_combine_grad(fsdp_program *p, fsdp_tensor *dsum_exp,
+                                        fsdp_tensor *dtarget,
+                                        fsdp_tensor *sum_exp,
+                                        fsdp_tensor *labels, fsdp_tensor *dloss,
+                                        int64_t ignore_index,
+                                        fsdp_loss_reduction reduction);
 void fsdp_op_cross_entropy_grad(fsdp_program *p, fsdp_tensor *dlogits,
                                 fsdp_tensor *logits, fsdp_tensor *labels,
                                 fsdp_tensor *dloss, int64_t ignore_index,

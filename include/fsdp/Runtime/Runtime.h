@@ -296,8 +296,8 @@ void fsdp_rt_cross_entropy(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 /// Cross-entropy from the summed blocks of fsdp_rt_cross_entropy_partial:
 /// each counted row's loss is log(sum_exp[r]) - target[r]. `out` and
 /// `count` as for fsdp_rt_cross_entropy.
-void fsdp_rt_cross_entropy_combine(fsdp_rt_stream stream,
-                                   const float *sum_exp, const float *target,
+void fsdp_rt_cross_entropy_combine(fsdp_rt_stream stream, const float *sum_exp,
+                                   const float *target,
                                    fsdp_rt_dtype labels_dtype,
                                    const void *labels, int64_t rows,
                                    int64_t ignore_index,

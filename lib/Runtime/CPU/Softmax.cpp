@@ -233,11 +233,13 @@ void fsdp_rt_cross_entropy_combine(fsdp_rt_stream, const float *sum_exp,
     *out = float(total / double(counted));
 }
 
-void fsdp_rt_cross_entropy_combine_grad(
-    fsdp_rt_stream, const float *sum_exp, fsdp_rt_dtype labels_dtype,
-    const void *labels, int64_t rows, int64_t ignore_index,
-    fsdp_rt_reduction reduction, const float *dloss, float *dsum_exp,
-    float *dtarget) {
+void fsdp_rt_cross_entropy_combine_grad(fsdp_rt_stream, const float *sum_exp,
+                                        fsdp_rt_dtype labels_dtype,
+                                        const void *labels, int64_t rows,
+                                        int64_t ignore_index,
+                                        fsdp_rt_reduction reduction,
+                                        const float *dloss, float *dsum_exp,
+                                        float *dtarget) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
   int64_t counted = 0;
   for (int64_t r = 0; r < rows; ++r)

@@ -560,12 +560,9 @@ fsdp_tensor *fsdp_op_reduce_max(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
   return out;
 }
 
-fsdp_tensor *fsdp_op_cross_entropy_combine(fsdp_program *, fsdp_type r,
-                                           fsdp_tensor *sum_exp,
-                                           fsdp_tensor *target,
-                                           fsdp_tensor *labels,
-                                           int64_t ignore_index,
-                                           fsdp_loss_reduction reduction) {
+fsdp_tensor *fsdp_op_cross_entropy_combine(
+    fsdp_program *, fsdp_type r, fsdp_tensor *sum_exp, fsdp_tensor *target,
+    fsdp_tensor *labels, int64_t ignore_index, fsdp_loss_reduction reduction) {
   Check c{"cross_entropy_combine"};
   c.present(sum_exp, "sum_exp");
   c.present(target, "target");

@@ -196,11 +196,12 @@ void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
   if (global_dims.size != type.rank || dim_axes.size != type.rank ||
       dim_groups.size != type.rank)
     fail("describe", std::string("sharded parameter '") + name + "' has " +
-                         std::to_string(global_dims.size) +
-                         " global dims, " + std::to_string(dim_axes.size) +
-                         " axis masks and " + std::to_string(dim_groups.size) +
+                         std::to_string(global_dims.size) + " global dims, " +
+                         std::to_string(dim_axes.size) + " axis masks and " +
+                         std::to_string(dim_groups.size) +
                          " group counts for rank " + std::to_string(type.rank));
-  param.dimGroups.assign(dim_groups.values, dim_groups.values + dim_groups.size);
+  param.dimGroups.assign(dim_groups.values,
+                         dim_groups.values + dim_groups.size);
   param.globalDims.assign(global_dims.values,
                           global_dims.values + global_dims.size);
   for (int64_t d = 0; d < dim_axes.size; ++d)

@@ -197,10 +197,12 @@ void fsdp_op_cross_entropy_partial_grad(
       static_cast<const float *>(dtarget->data), dlogits->data);
 }
 
-void fsdp_op_cross_entropy_combine_grad(
-    fsdp_program *, fsdp_tensor *dsum_exp, fsdp_tensor *dtarget,
-    fsdp_tensor *sum_exp, fsdp_tensor *labels, fsdp_tensor *dloss,
-    int64_t ignore_index, fsdp_loss_reduction reduction) {
+void fsdp_op_cross_entropy_combine_grad(fsdp_program *, fsdp_tensor *dsum_exp,
+                                        fsdp_tensor *dtarget,
+                                        fsdp_tensor *sum_exp,
+                                        fsdp_tensor *labels, fsdp_tensor *dloss,
+                                        int64_t ignore_index,
+                                        fsdp_loss_reduction reduction) {
   int64_t rows = numElements(labels->type);
   sameType("cross_entropy_combine_grad", dsum_exp, sum_exp->type, "result");
   sameType("cross_entropy_combine_grad", dtarget, sum_exp->type, "result");

@@ -142,8 +142,8 @@ LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "sharding needs a mesh symbol";
   if (groups && !groups.empty()) {
     if (groups.size() != static_cast<int64_t>(dims.size()))
-      return emitError() << "groups has " << groups.size()
-                         << " counts for " << dims.size() << " dims";
+      return emitError() << "groups has " << groups.size() << " counts for "
+                         << dims.size() << " dims";
     for (int64_t g : groups.asArrayRef())
       if (g < 1)
         return emitError() << "group counts must be >= 1, got " << g;

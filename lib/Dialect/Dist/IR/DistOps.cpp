@@ -173,12 +173,11 @@ namespace {
 /// Checks that `mesh` names a dist.mesh with each of `axes`, and returns the
 /// size of the group they span.
 FailureOr<int64_t> groupOf(Operation *op, FlatSymbolRefAttr meshRef,
-                           ArrayAttr axes,
-                           SymbolTableCollection &symbolTable) {
+                           ArrayAttr axes, SymbolTableCollection &symbolTable) {
   auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(op, meshRef);
   if (!mesh)
-    return op->emitOpError("'") << meshRef.getValue()
-                                << "' does not name a dist.mesh";
+    return op->emitOpError("'")
+           << meshRef.getValue() << "' does not name a dist.mesh";
   if (axes.empty())
     return op->emitOpError("needs at least one mesh axis");
   int64_t size = 1;
@@ -186,9 +185,9 @@ FailureOr<int64_t> groupOf(Operation *op, FlatSymbolRefAttr meshRef,
     std::optional<int64_t> n =
         mesh.getAxisSize(cast<StringAttr>(axis).getValue());
     if (!n)
-      return op->emitOpError("mesh '") << mesh.getSymName() << "' has no axis '"
-                                       << cast<StringAttr>(axis).getValue()
-                                       << "'";
+      return op->emitOpError("mesh '")
+             << mesh.getSymName() << "' has no axis '"
+             << cast<StringAttr>(axis).getValue() << "'";
     size *= *n;
   }
   return size;
@@ -200,7 +199,8 @@ LogicalResult CopyOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
       failed(groupOf(*this, getMeshAttr(), getMeshAxes(), symbolTable)));
 }
 
-LogicalResult AxisIndexOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+LogicalResult
+AxisIndexOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return failure(
       failed(groupOf(*this, getMeshAttr(), getMeshAxes(), symbolTable)));
 }
@@ -217,9 +217,9 @@ LogicalResult AllSliceOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
     return emitOpError("slice_dim ")
            << dim << " is out of range for rank " << input.getRank();
   if (input.getDimSize(dim) % *group != 0)
-    return emitOpError("dim ") << dim << " of size " << input.getDimSize(dim)
-                               << " does not divide by the group size "
-                               << *group;
+    return emitOpError("dim ")
+           << dim << " of size " << input.getDimSize(dim)
+           << " does not divide by the group size " << *group;
   SmallVector<int64_t> expected(input.getShape());
   expected[dim] /= *group;
   if (result.getShape() != ArrayRef<int64_t>(expected) ||

@@ -176,10 +176,10 @@ LogicalResult CrossEntropyPartialGradOp::inferTypes(
                adaptor.getShardIndex()},
               adaptor.getAttributes()),
           forward)) ||
-      failed(checkGrad<CrossEntropyPartialGradOp>(
-          loc, adaptor.getGradSumExp(), forward[0])) ||
-      failed(checkGrad<CrossEntropyPartialGradOp>(
-          loc, adaptor.getGradTarget(), forward[1])))
+      failed(checkGrad<CrossEntropyPartialGradOp>(loc, adaptor.getGradSumExp(),
+                                                  forward[0])) ||
+      failed(checkGrad<CrossEntropyPartialGradOp>(loc, adaptor.getGradTarget(),
+                                                  forward[1])))
     return failure();
   results.push_back(adaptor.getLogits().getType());
   return success();
@@ -192,11 +192,11 @@ LogicalResult CrossEntropyCombineGradOp::inferTypes(
   SmallVector<Type> forward;
   if (failed(CrossEntropyCombineOp::inferTypes(
           context, loc,
-          CrossEntropyCombineOp::Adaptor(
-              {sumExp, sumExp, adaptor.getLabels()}, adaptor.getAttributes()),
+          CrossEntropyCombineOp::Adaptor({sumExp, sumExp, adaptor.getLabels()},
+                                         adaptor.getAttributes()),
           forward)) ||
       failed(checkGrad<CrossEntropyCombineGradOp>(loc, adaptor.getGrad(),
-                                                   forward[0])))
+                                                  forward[0])))
     return failure();
   results.append({sumExp.getType(), sumExp.getType()});
   return success();

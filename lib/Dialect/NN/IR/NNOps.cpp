@@ -516,9 +516,10 @@ LogicalResult checkPerPosition(std::optional<Location> loc, StringRef what,
 }
 } // namespace
 
-LogicalResult CrossEntropyPartialOp::inferTypes(
-    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+CrossEntropyPartialOp::inferTypes(MLIRContext *context,
+                                  std::optional<Location> loc, Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
   RankedTensorType logits = tensorOf(adaptor.getLogits());
   if (failed(checkLabels<CrossEntropyPartialOp>(loc, logits,
                                                 adaptor.getLabels())) ||
@@ -533,9 +534,10 @@ LogicalResult CrossEntropyPartialOp::inferTypes(
   return success();
 }
 
-LogicalResult CrossEntropyCombineOp::inferTypes(
-    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+CrossEntropyCombineOp::inferTypes(MLIRContext *context,
+                                  std::optional<Location> loc, Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
   Value labels = adaptor.getLabels();
   if (failed(checkPerPosition<CrossEntropyCombineOp>(
           loc, "sum_exp", adaptor.getSumExp(), labels)) ||
