@@ -452,6 +452,26 @@ LogicalResult CastOp::inferTypes(MLIRContext *, std::optional<Location> loc,
 // Loss
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// The f32 result of a loss with `reduction`: per position (`none`, shaped
+/// like the labels) or a scalar (`mean`, `sum`).
+template <typename OpTy>
+LogicalResult lossResult(MLIRContext *context, std::optional<Location> loc,
+                         StringRef reduction, ArrayRef<int64_t> positions,
+                         SmallVectorImpl<Type> &results) {
+  Type f32 = Float32Type::get(context);
+  if (reduction == "none")
+    results.push_back(RankedTensorType::get(positions, f32));
+  else if (reduction == "mean" || reduction == "sum")
+    results.push_back(RankedTensorType::get({}, f32));
+  else
+    return reject<OpTy>(
+        loc, "reduction must be \"mean\", \"sum\" or \"none\", got \"",
+        reduction, "\"");
+  return success();
+}
+} // namespace
+
 LogicalResult CrossEntropyOp::inferTypes(MLIRContext *context,
                                          std::optional<Location> loc,
                                          Adaptor adaptor,
@@ -465,17 +485,8 @@ LogicalResult CrossEntropyOp::inferTypes(MLIRContext *context,
                                   " must have the logits' shape without the "
                                   "class dim, logits are ",
                                   logits);
-  StringRef reduction = adaptor.getReduction();
-  Type f32 = Float32Type::get(context);
-  if (reduction == "none")
-    results.push_back(RankedTensorType::get(labels.getShape(), f32));
-  else if (reduction == "mean" || reduction == "sum")
-    results.push_back(RankedTensorType::get({}, f32));
-  else
-    return reject<CrossEntropyOp>(
-        loc, "reduction must be \"mean\", \"sum\" or \"none\", got \"",
-        reduction, "\"");
-  return success();
+  return lossResult<CrossEntropyOp>(context, loc, adaptor.getReduction(),
+                                    labels.getShape(), results);
 }
 
 LogicalResult ReduceMaxOp::inferTypes(MLIRContext *,
@@ -544,17 +555,9 @@ CrossEntropyCombineOp::inferTypes(MLIRContext *context,
       failed(checkPerPosition<CrossEntropyCombineOp>(
           loc, "target", adaptor.getTarget(), labels)))
     return failure();
-  StringRef reduction = adaptor.getReduction();
-  Type f32 = Float32Type::get(context);
-  if (reduction == "none")
-    results.push_back(RankedTensorType::get(tensorOf(labels).getShape(), f32));
-  else if (reduction == "mean" || reduction == "sum")
-    results.push_back(RankedTensorType::get({}, f32));
-  else
-    return reject<CrossEntropyCombineOp>(
-        loc, "reduction must be \"mean\", \"sum\" or \"none\", got \"",
-        reduction, "\"");
-  return success();
+  return lossResult<CrossEntropyCombineOp>(context, loc, adaptor.getReduction(),
+                                           tensorOf(labels).getShape(),
+                                           results);
 }
 
 #define GET_OP_CLASSES
