@@ -532,6 +532,52 @@ LogicalResult Backward::run(Operation *op) {
           [&](Operation *) { return op->emitOpError("has no gradient rule"); });
 }
 
+/// FSDP2's reshard_after_forward: a unit's gathered parameters (an
+/// all_gather marked `fsdp.reshard` and the split and reshapes that unpack
+/// it) are gathered again right before the backward first reads them, so
+/// the forward's copy dies after its last forward use.
+void regatherForBackward(OpBuilder &b, ArrayRef<Operation *> forward,
+                         Operation *backwardStart) {
+  DenseSet<Operation *> inForward(forward.begin(), forward.end());
+  for (Operation *op : forward) {
+    auto gather = dyn_cast<dist::AllGatherOp>(op);
+    if (!gather || !gather->hasAttr("fsdp.reshard"))
+      continue;
+    // The unpacking: the gather, then splits and reshapes of the forward.
+    SmallVector<Operation *> chain = {gather};
+    for (size_t i = 0; i < chain.size(); ++i)
+      for (Operation *user : chain[i]->getUsers())
+        if (inForward.contains(user) && isa<SplitOp, ReshapeOp>(user) &&
+            !llvm::is_contained(chain, user))
+          chain.push_back(user);
+    Operation *first = nullptr;
+    for (Operation *link : chain)
+      for (Operation *user : link->getUsers())
+        if (!inForward.contains(user) && backwardStart->isBeforeInBlock(user) &&
+            (!first || user->isBeforeInBlock(first)))
+          first = user;
+    if (!first)
+      continue;
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(first);
+    IRMapping map;
+    for (Operation *link : chain) {
+      Operation *copy = b.clone(*link, map);
+      copy->removeAttr("fsdp.reshard");
+      if (link == gather.getOperation())
+        copy->setAttr("fsdp.regather", b.getUnitAttr());
+    }
+    for (Operation *link : chain)
+      for (Value result : link->getResults())
+        result.replaceUsesWithIf(map.lookup(result), [&](OpOperand &use) {
+          Operation *user = use.getOwner();
+          return !inForward.contains(user) && user != map.lookup(result)
+                                                          .getDefiningOp() &&
+                 backwardStart->isBeforeInBlock(user);
+        });
+  }
+}
+
 /// The values that depend on a parameter, in `body`.
 DenseSet<Value> valuesNeedingGrad(Block &body, ArrayRef<Value> params) {
   DenseSet<Value> needs(params.begin(), params.end());
@@ -734,6 +780,24 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
         {map.lookup(lossLabels)}, {build.attr("ignore_index", ignoreIndex)});
     count = count ? build.value<AddOp>({count, c}) : c;
   }
+  // Data parallelism (fsdp-shard): each rank holds its own samples; the
+  // loss divides by the count over all of them.
+  auto dataAxes =
+      getOperation()->getAttrOfType<ArrayAttr>("fsdp.data_parallel");
+  dist::MeshOp mesh;
+  for (auto m : getOperation().getOps<dist::MeshOp>())
+    mesh = m;
+  auto acrossData = [&](Value v) {
+    if (!dataAxes || !mesh)
+      return v;
+    ++build.count;
+    return dist::AllReduceOp::create(
+               b, forward.getLoc(), v.getType(), v,
+               FlatSymbolRefAttr::get(mesh.getSymNameAttr()), dataAxes,
+               dist::ReductionKindAttr::get(context, dist::ReductionKind::sum))
+        .getResult();
+  };
+  count = acrossData(count);
   Value seed = build.value<DivOp>({build.fill(1.0, f32), count});
 
   SmallVector<Value> paramGrads(paramArgs.size());
@@ -796,9 +860,11 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     if (!logits)
       grads.add(sum, seed);
     Backward backward(build, grads, needs, reduceType);
+    Operation *backwardStart = &*std::prev(b.getInsertionPoint());
     for (Operation *op : llvm::reverse(cloned))
       if (failed(backward.run(op)))
         return failure();
+    regatherForBackward(b, cloned, backwardStart);
     for (unsigned k = 0; k < params.size(); ++k) {
       // Mixed precision: the forward read a cast copy; its gradient comes
       // back to the f32 master through the cast's transpose.
@@ -817,7 +883,7 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   for (unsigned k = 0; k < paramGrads.size(); ++k)
     if (!paramGrads[k])
       paramGrads[k] = build.fill(0.0, tensorOf(paramValue(k)));
-  Value lossValue = build.value<DivOp>({lossSum, count});
+  Value lossValue = build.value<DivOp>({acrossData(lossSum), count});
 
   // Results: the loss, then updates (or gradients), then other outputs.
   SmallVector<Value> results = {lossValue};

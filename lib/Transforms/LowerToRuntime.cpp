@@ -157,6 +157,26 @@ public:
 private:
   LogicalResult collectMesh();
   FailureOr<uint32_t> axisMask(Operation *op, ArrayAttr axes);
+  /// For a block of a tensor of `sharding`: per dim, the whole tensor's
+  /// size, the splitting axes (major first, as 4-bit fields of axis index +
+  /// 1 from the lowest bits up) and the group count.
+  void packSharding(dist::ShardingAttr sharding, RankedTensorType type,
+                    SmallVectorImpl<int64_t> &global,
+                    SmallVectorImpl<int64_t> &packed,
+                    SmallVectorImpl<int64_t> &groups) {
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      groups.push_back(sharding.getDimGroups(d));
+      int64_t parts = 1, bits = 0, shift = 0;
+      for (StringRef listed : sharding.getDimAxes(d))
+        for (StringRef axis : mesh.expandAxis(listed)) {
+          bits |= int64_t(axisIndex[axis] + 1) << shift;
+          shift += 4;
+          parts *= *mesh.getAxisSize(axis);
+        }
+      global.push_back(type.getDimSize(d) * parts);
+      packed.push_back(bits);
+    }
+  }
   /// The number of blocks a vocabulary-parallel op's `shard_index` (a
   /// dist.axis_index) counts, or 1.
   int64_t numBlocks(Value shardIndex);
@@ -270,6 +290,24 @@ LogicalResult Lowering::emitDescribe(Location loc) {
           .literal(stringLiteral(name.getValue()))
           .literal(typeLiteral(type))
           .emit(builder, loc);
+      // A data-parallel input: its batch dim is split over mesh axes.
+      if (auto sharding =
+              entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
+        if (!mesh || type.getRank() == 0 || !sharding.getPartial().empty() ||
+            llvm::any_of(llvm::seq<int64_t>(1, type.getRank()), [&](int64_t d) {
+              return !sharding.getDimAxes(d).empty();
+            }))
+          return entry.emitOpError("input #")
+                 << i << " may only be split along its batch dim (0)";
+        uint32_t mask = 0;
+        for (StringRef listed : sharding.getDimAxes(0))
+          for (StringRef axis : mesh.expandAxis(listed))
+            mask |= 1u << axisIndex[axis];
+        call("fsdp_prog_input_split")
+            .literal(stringLiteral(name.getValue()))
+            .literal(intLiteral(mask) + "u")
+            .emit(builder, loc);
+      }
       // Token ids feed an embedding; labels feed a loss: both ranges are
       // known from the vocabulary, which the data generator needs.
       // Through the slices and reshapes that microbatching adds.
@@ -329,17 +367,7 @@ LogicalResult Lowering::emitDescribe(Location loc) {
         return entry.emitOpError("argument #")
                << i << " has a sharding that does not fit a parameter";
       SmallVector<int64_t> global, masks, groups;
-      for (int64_t d = 0; d < type.getRank(); ++d) {
-        groups.push_back(sharding.getDimGroups(d));
-        int64_t parts = 1, mask = 0;
-        for (StringRef listed : sharding.getDimAxes(d))
-          for (StringRef axis : mesh.expandAxis(listed)) {
-            mask |= int64_t(1) << axisIndex[axis];
-            parts *= *mesh.getAxisSize(axis);
-          }
-        global.push_back(type.getDimSize(d) * parts);
-        masks.push_back(mask);
-      }
+      packSharding(sharding, type, global, masks, groups);
       call("fsdp_prog_param_shard")
           .literal(stringLiteral(name.getValue()))
           .literal(typeLiteral(type))
@@ -369,6 +397,23 @@ LogicalResult Lowering::emitDescribe(Location loc) {
                                     : "output" + std::to_string(i)))
         .emit(builder, loc);
   }
+  // How outputs are split over ranks, for tools that join the blocks.
+  for (unsigned i = 0; i < entry.getNumResults(); ++i)
+    if (auto sharding = entry.getResultAttrOfType<dist::ShardingAttr>(
+            i, kShardingAttrName)) {
+      auto type = cast<RankedTensorType>(entry.getResultTypes()[i]);
+      if (!mesh ||
+          static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
+        return entry.emitOpError("result #")
+               << i << " has a sharding that does not fit it";
+      SmallVector<int64_t> global, packed, groups;
+      packSharding(sharding, type, global, packed, groups);
+      call("fsdp_prog_output_shard")
+          .literal(intLiteral(i))
+          .literal(intsLiteral(packed))
+          .literal(intsLiteral(groups))
+          .emit(builder, loc);
+    }
   for (unsigned i = 0; i < entry.getNumResults(); ++i)
     if (auto arg = entry.getResultAttrOfType<IntegerAttr>(
             i, nn::NNDialect::kUpdatesAttrName))

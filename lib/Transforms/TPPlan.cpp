@@ -140,6 +140,8 @@ void TPPlanPass::runOnOperation() {
         b.getDictionaryAttr({dp, dpShardCp, dpCp}));
   }
   if (!config.empty()) {
+    module->setAttr("fsdp.reshard_after_forward",
+                    b.getStringAttr(parallel.reshardAfterForward));
     const MixedPrecision &mp = parallel.mpPolicy;
     module->setAttr(
         tp::kMixedPrecisionAttrName,

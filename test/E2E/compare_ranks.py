@@ -1,16 +1,21 @@
 # Compares an N-rank run's dump with a 1-rank run's: every tensor the 1-rank
-# run dumped (parameters, gradients, outputs) must equal, within --rtol of
-# its largest magnitude, the N-rank one: a tensor every rank holds whole is
-# checked on every rank; a tensor the ranks hold in blocks along one dim (a
-# tensor-parallel weight or its gradient) is joined in rank order first.
-# A parameter the runtime lists in shards.txt with several groups (a
-# strided split, e.g. GPT-2's fused c_attn) is joined group by group, and so
-# are its gradient and updated values.
+# run dumped (parameters, gradients, optimizer state, outputs) must equal,
+# within --rtol of its largest magnitude, the N-rank one.
+#
+# Each rank's copy is compared with the block of the 1-rank tensor it should
+# hold. The runtime describes split tensors in shards.txt (`<name> <dim>
+# <groups> <axis,...>`, axes major first; a gradient, update or moment of a
+# parameter is split like the parameter) and the mesh in mesh.txt, so blocks
+# over several axes, several dims and strided groups (GPT-2's fused c_attn)
+# are all placed exactly. A tensor shards.txt does not describe is compared
+# whole on every rank, or, if the ranks hold blocks along one dim, joined in
+# rank order.
 #
 # Usage: /usr/bin/python3 compare_ranks.py ONE_DIR MANY_DIR --ranks N
-#            [--rtol 1e-5] [--only PREFIX]
+#            [--rtol 1e-5] [--only PREFIX] [--norm]
 
 import argparse
+import math
 import os
 import sys
 
@@ -20,17 +25,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
 
 
-def read_groups(rank_dir):
-    """{parameter: groups} for strided splits, from the runtime's shards.txt."""
+def read_splits(rank_dir):
+    """{tensor: {dim: (groups, [axis, ...])}} from the runtime's shards.txt."""
     path = os.path.join(rank_dir, "shards.txt")
     out = {}
     if os.path.isfile(path):
         with open(path) as f:
             for line in f:
                 words = line.split()
-                if len(words) == 3 and int(words[2]) > 1:
-                    out[words[0]] = int(words[2])
+                if len(words) == 4:
+                    out.setdefault(words[0], {})[int(words[1])] = (
+                        int(words[2]), words[3].split(","))
     return out
+
+
+def read_mesh(rank_dir):
+    """[(axis, size)] in mesh order, from mesh.txt."""
+    path = os.path.join(rank_dir, "mesh.txt")
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [(w[0], int(w[1])) for w in map(str.split, f) if len(w) == 2]
 
 
 def base_name(name):
@@ -42,6 +57,32 @@ def base_name(name):
         if name.endswith(suffix):
             name = name[:-len(suffix)]
     return name
+
+
+def coords_of(rank, mesh):
+    """{axis: coordinate} of a rank (row-major, last axis fastest)."""
+    coords = {}
+    for axis, size in reversed(mesh):
+        coords[axis] = rank % size
+        rank //= size
+    return coords
+
+
+def expected_block(full, split, coords, sizes):
+    """The block of `full` a rank at `coords` holds under `split`."""
+    block = full
+    for dim, (groups, axes) in sorted(split.items()):
+        parts, index = 1, 0
+        for axis in axes:
+            parts *= sizes[axis]
+            index = index * sizes[axis] + coords[axis]
+        whole = block.shape[dim]
+        group = whole // groups
+        piece = group // parts
+        chunks = [block.narrow(dim, g * group + index * piece, piece)
+                  for g in range(groups)]
+        block = torch.cat(chunks, dim)
+    return block
 
 
 def main():
@@ -60,8 +101,10 @@ def main():
     one = reference.read_manifest(one_dir)
     dirs = [os.path.join(args.many, f"rank{r}") for r in range(args.ranks)]
     many = [reference.read_manifest(d) for d in dirs]
-    groups = read_groups(dirs[0])
-    worst, worst_name, split, failures = 0.0, "", 0, []
+    splits = read_splits(dirs[0])
+    mesh = read_mesh(dirs[0])
+    sizes = dict(mesh)
+    worst, worst_name, split_count, failures = 0.0, "", 0, []
     worst_elementwise = 0.0
     for name, (dtype, shape) in one.items():
         if not name.startswith(args.only):
@@ -70,8 +113,14 @@ def main():
             .to(torch.float64)
         parts = [reference.load_tensor(d, name, *m[name]).to(torch.float64)
                  for d, m in zip(dirs, many)]
-        if parts[0].shape == full.shape:
-            candidates = parts
+        split = splits.get(name) or splits.get(base_name(name))
+        if split and mesh:
+            pairs = [(part, expected_block(full, split,
+                                           coords_of(r, mesh), sizes))
+                     for r, part in enumerate(parts)]
+            split_count += 1
+        elif parts[0].shape == full.shape:
+            pairs = [(part, full) for part in parts]
         else:
             dims = [d for d in range(full.dim())
                     if parts[0].shape[d] != full.shape[d]]
@@ -79,32 +128,29 @@ def main():
                 failures.append(f"FAIL {name}: block {tuple(parts[0].shape)} "
                                 f"of {tuple(full.shape)}")
                 continue
-            g = groups.get(base_name(name), 1)
-            if g == 1:
-                candidates = [torch.cat(parts, dims[0])]
-            else:
-                pieces = [p.chunk(g, dims[0]) for p in parts]
-                candidates = [torch.cat([pieces[r][k]
-                                         for k in range(g)
-                                         for r in range(len(parts))],
-                                        dims[0])]
-            split += 1
+            pairs = [(torch.cat(parts, dims[0]), full)]
+            split_count += 1
+        if any(a.shape != b.shape for a, b in pairs):
+            failures.append(f"FAIL {name}: block {tuple(pairs[0][0].shape)} "
+                            f"does not fit {tuple(full.shape)}")
+            continue
         scale = full.abs().max().item() or 1.0
-        norm = full.norm().item() or 1.0
-        for c in candidates:
-            e = (c - full).abs().max().item() / scale
-            if args.norm:
-                worst_elementwise = max(worst_elementwise, e)
-                e = (c - full).norm().item() / norm
-            if e > worst:
-                worst, worst_name = e, name
-            if not e <= args.rtol:
-                failures.append(f"FAIL {name} {'norm_' if args.norm else ''}"
-                                f"rel_err {e:.3e}")
+        e = max((a - b).abs().max().item() for a, b in pairs) / scale
+        if args.norm:
+            worst_elementwise = max(worst_elementwise, e)
+            # Each element counts once however many ranks hold it.
+            held = sum(a.numel() for a, _ in pairs) / full.numel()
+            diff = sum(((a - b) ** 2).sum().item() for a, b in pairs)
+            e = math.sqrt(diff / held) / (full.norm().item() or 1.0)
+        if e > worst:
+            worst, worst_name = e, name
+        if not e <= args.rtol:
+            failures.append(f"FAIL {name} {'norm_' if args.norm else ''}"
+                            f"rel_err {e:.3e}")
     kind = "max_norm_rel_err" if args.norm else "max_rel_err"
     extra = (f", elementwise max_rel_err {worst_elementwise:.3e}"
              if args.norm else "")
-    print(f"{len(one)} tensors ({split} joined from blocks) "
+    print(f"{len(one)} tensors ({split_count} joined from blocks) "
           f"{kind} {worst:.3e} ({worst_name}){extra}")
     for line in failures:
         print(line)

@@ -219,6 +219,7 @@ static LogicalResult run() {
       plan.report = "-";
     pm.addPass(fsdp::createTPPlanPass(plan));
     pm.addPass(fsdp::createPartitionPass());
+    pm.addPass(fsdp::createFSDPShardPass());
   }
   if (!passes.empty() && failed(parsePassPipeline(passes, pm, llvm::errs())))
     return usageError("--passes: cannot parse '" + passes + "'");

@@ -81,6 +81,8 @@ struct ParallelConfig {
   /// Null: the built-in plan of the model's family.
   std::optional<std::vector<TPPlanEntry>> tpPlan;
   MixedPrecision mpPolicy;
+  /// FSDP2Config.reshard_after_forward: "none" (null), "true" or "false".
+  std::string reshardAfterForward = "none";
   /// Where the config came from, for messages.
   std::string file = "<defaults>";
 };

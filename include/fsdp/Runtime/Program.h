@@ -84,6 +84,10 @@ enum fsdp_loss_reduction {
 void fsdp_prog_mesh_axis(fsdp_program *p, const char *name, int64_t size);
 /// Declares a data input (`nn.input`), argument `index` of the step.
 void fsdp_prog_input(fsdp_program *p, const char *name, fsdp_type type);
+/// Input `name`'s dim 0 (the batch) is split over the mesh axes in
+/// `axis_mask` (data parallelism): the rank holds its block of the samples.
+void fsdp_prog_input_split(fsdp_program *p, const char *name,
+                           uint32_t axis_mask);
 /// Declares that integer input `name` (already declared) holds token ids in
 /// [0, high): the runtime's synthetic data draws from that range and data
 /// read from a file is checked against it. Default: [0, 2).
@@ -93,7 +97,8 @@ void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
                      fsdp_init_kind init, double a, double b);
 /// Declares a parameter of which this rank holds one block: `type` is the
 /// block, `global_dims` the whole tensor's dims, and `dim_axes.values[d]`
-/// the mask of mesh axes that split dim d (0: whole), `dim_groups.values[d]`
+/// the mesh axes that split dim d, major first, as 4-bit fields (axis index
+/// + 1) from the lowest bits up (0: whole), `dim_groups.values[d]`
 /// the number of equal groups dim d is cut into before each is split (1:
 /// a plain split; see #dist.sharding's groups). The runtime fills the block
 /// with exactly the values those elements have in the whole tensor, without
@@ -102,6 +107,11 @@ void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
                            fsdp_init_kind init, double a, double b,
                            fsdp_ints global_dims, fsdp_ints dim_axes,
                            fsdp_ints dim_groups);
+/// Output `index` is this rank's block of a split tensor: per dim, the
+/// splitting axes (packed as for fsdp_prog_param_shard) and the group
+/// count. Only dumps use it, to describe the blocks.
+void fsdp_prog_output_shard(fsdp_program *p, int64_t index, fsdp_ints dim_axes,
+                            fsdp_ints dim_groups);
 /// Declares output `index` (`nn.output`).
 void fsdp_prog_output_name(fsdp_program *p, const char *name);
 /// Declares a communicator over the mesh axes in `axis_mask` (bit i = axis

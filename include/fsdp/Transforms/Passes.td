@@ -256,4 +256,42 @@ def PartitionPass : Pass<"fsdp-partition", "mlir::ModuleOp"> {
   ];
 }
 
+def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
+  let summary = "FSDP2: data-parallel batch split and per-parameter dim-0 sharding with bucketed unit gathers";
+  let description = [{
+    Runs on the per-rank forward (after `fsdp-partition`) when the mesh has
+    data-parallel ranks (`dp_shard`, `dp_replicate`). The data inputs' batch
+    dim is split over `dp_replicate × dp_shard`; every parameter keeps its
+    dim-0 block over `dp_shard` (inside its tensor-parallel block, if any).
+    Parameters are grouped in units, one per decoder layer and a root unit
+    for the rest, and each unit's blocks are gathered by one all_gather of
+    their flattened concatenation right before the unit's first use. The
+    training step's autodiff turns each gather into one reduce_scatter of the
+    unit's gradients; with HSDP (`dp_replicate > 1`) a `dist.copy` over
+    `dp_replicate` before the gather becomes the all-reduce across replicas.
+
+    `reshard-after-forward` marks the gathers the training step gathers
+    again for the backward (`fsdp.reshard`): `none` (FSDP2's default) every
+    layer but the last, `true` every layer, `false` none; the root unit is
+    never resharded.
+
+    ```mlir
+    %flat = nn.reshape %wq to [1, 2048] ...
+    %bucket = nn.concat %flat, ... dim 1 ...
+    %all = dist.all_gather %bucket on @mesh[dp_shard] dim 0 {fsdp.unit = "model.layers.0"} ...
+    %parts = nn.split %all dim 1 sizes [...] ...
+    %wq_full = nn.reshape %parts#0 to [64, 64] ...
+    ```
+  }];
+  let dependentDialects = ["fsdp::dist::DistDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The forward function to shard">,
+    Option<"reshardAfterForward", "reshard-after-forward", "std::string",
+           /*default=*/"\"\"",
+           "FSDP2's reshard_after_forward: none, true or false (empty: the "
+           "parallel config's, recorded by fsdp-tp-plan, else none)">,
+  ];
+}
+
 #endif // FSDP_TRANSFORMS_PASSES_TD

@@ -11,9 +11,10 @@
 // counter-based generator keyed by seed, step and sample) or read from a file
 // of little-endian int32 tokens.
 //
-// Today the program is replicated: every rank fills the whole global batch.
-// A data-parallel split will fill only this rank's samples: sample b of the
-// local batch is b + dpIndex * B of the global one (`sample` in fillInputs).
+// A data-parallel program (fsdp_prog_input_split) fills only this rank's
+// samples: sample b of the local batch is sample b + k·B of the global one,
+// where k is the rank's block over the split axes, so N ranks see exactly
+// the batch one rank of the global size would.
 //
 //===----------------------------------------------------------------------===//
 
@@ -153,6 +154,19 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
       positions = in.tensor;
   }
   HostImage idsImage(ids), labelsImage(labels), positionsImage(positions);
+  // This rank's block of the global batch.
+  uint32_t splitAxes = 0;
+  for (Input &in : p.inputs)
+    if (isTokenInput(in.name))
+      splitAxes |= in.batchAxes;
+  std::vector<int> axes;
+  int64_t blocks = 1;
+  for (size_t i = 0; i < p.axes.size(); ++i)
+    if (splitAxes >> i & 1) {
+      axes.push_back(int(i));
+      blocks *= p.axes[i].size;
+    }
+  int64_t first = blockIndex(p, axes) * batch, global = batch * blocks;
   std::vector<int64_t> tokens(size_t(seq + 1));
   std::vector<int32_t> raw(size_t(seq + 1));
   FILE *file = nullptr;
@@ -161,8 +175,8 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
     file = openTokens(options.path, numTokens);
   int64_t high = tokenRange(p, file ? 0 : 2);
   for (int64_t b = 0; b < batch; ++b) {
-    // Index of this sample in the global batch (replicated: b itself).
-    int64_t sample = step * batch + b;
+    // Index of this sample in the whole run's sequence of samples.
+    int64_t sample = step * global + first + b;
     if (file) {
       int64_t offset = (sample * (seq + 1)) % (numTokens - seq - 1);
       if (fseeko(file, off_t(offset * 4), SEEK_SET) != 0 ||
@@ -178,8 +192,9 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
                            (high ? std::to_string(high) : "inf") + ")");
       }
     } else {
-      uint64_t key = splitmix64(
-          splitmix64(splitmix64(options.seed) ^ uint64_t(step)) ^ uint64_t(b));
+      uint64_t key =
+          splitmix64(splitmix64(splitmix64(options.seed) ^ uint64_t(step)) ^
+                     uint64_t(first + b));
       for (int64_t s = 0; s <= seq; ++s)
         tokens[s] = int64_t(splitmix64(key ^ uint64_t(s)) % uint64_t(high));
     }

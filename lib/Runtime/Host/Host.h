@@ -60,6 +60,8 @@ struct Input {
   std::string name;
   fsdp_type type;
   fsdp_tensor *tensor = nullptr;
+  /// The mesh axes dim 0 (the batch) is split over (data parallelism).
+  uint32_t batchAxes = 0;
 };
 
 struct Param {
@@ -74,6 +76,8 @@ struct Param {
   /// dim, the mask of mesh axes that split it. Empty when not sharded.
   std::vector<int64_t> globalDims;
   std::vector<uint32_t> dimAxes;
+  /// Per dim, the splitting axes (mesh indices), major first.
+  std::vector<std::vector<int>> dimOrder;
   /// Per dim, the number of groups split separately (strided sharding).
   std::vector<int64_t> dimGroups;
 };
@@ -92,6 +96,9 @@ struct fsdp_program {
   std::vector<fsdp::host::Input> inputs;
   std::vector<fsdp::host::Param> params;
   std::vector<std::string> outputNames;
+  /// Split outputs: index -> per dim (axes major first, groups).
+  std::map<int64_t, std::vector<std::pair<std::vector<int>, int64_t>>>
+      outputSplits;
   std::vector<fsdp_tensor *> outputs;
   /// (output index, argument index): the output replaces the argument after
   /// each step.
@@ -126,6 +133,9 @@ inline fsdp_rt_reduction kernelReduction(fsdp_loss_reduction reduction) {
          : reduction == FSDP_LOSS_SUM ? FSDP_RT_REDUCTION_SUM
                                       : FSDP_RT_REDUCTION_MEAN;
 }
+
+/// This rank's block index over `axes` (mesh indices, major first).
+int64_t blockIndex(const fsdp_program &p, const std::vector<int> &axes);
 
 int64_t numElements(const fsdp_type &type);
 int64_t byteSize(const fsdp_type &type);

@@ -81,12 +81,10 @@ void initBlock(const fsdp_program &p, const Param &param, uint64_t seed,
                char *out) {
   int64_t rank = param.type.rank;
   // This rank's block index along each dim: its coordinates on the dim's
-  // axes, row-major with the mesh's axis order.
+  // axes, row-major in the listed order.
   std::vector<int64_t> block(size_t(rank), 0);
   for (int64_t d = 0; d < rank; ++d)
-    for (size_t i = 0; i < p.axes.size(); ++i)
-      if (param.dimAxes[d] & (1u << i))
-        block[d] = block[d] * p.axes[i].size + p.coords[i];
+    block[d] = blockIndex(p, param.dimOrder[d]);
   // Local index i of dim d is element g·(global/groups) + block·piece + j
   // of the whole dim, where piece = local/groups, g = i / piece, j = i % piece.
   auto global = [&](int64_t d, int64_t i) {

@@ -179,6 +179,24 @@ void fsdp_prog_input(fsdp_program *p, const char *name, fsdp_type type) {
   p->inputs.push_back({name, type, nullptr});
 }
 
+void fsdp_prog_input_split(fsdp_program *p, const char *name,
+                           uint32_t axis_mask) {
+  for (Input &in : p->inputs)
+    if (in.name == name) {
+      in.batchAxes = axis_mask;
+      return;
+    }
+  fail("describe", std::string("no input named '") + name + "' to split");
+}
+
+int64_t fsdp::host::blockIndex(const fsdp_program &p,
+                               const std::vector<int> &axes) {
+  int64_t block = 0;
+  for (int axis : axes)
+    block = block * p.axes[size_t(axis)].size + p.coords[size_t(axis)];
+  return block;
+}
+
 void fsdp_prog_input_range(fsdp_program *p, const char *name, int64_t high) {
   p->inputRanges[name] = high;
 }
@@ -186,6 +204,34 @@ void fsdp_prog_input_range(fsdp_program *p, const char *name, int64_t high) {
 void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
                      fsdp_init_kind init, double a, double b) {
   p->params.push_back({name, type, init, a, b, nullptr});
+}
+
+namespace {
+/// Decodes packed axis lists (4-bit fields of axis index + 1, major first).
+std::vector<int> unpackAxes(int64_t packed, const std::string &what) {
+  std::vector<int> order;
+  uint32_t seen = 0;
+  for (; packed; packed >>= 4) {
+    int axis = int(packed & 15) - 1;
+    if (axis < 0 || axis >= FSDP_RT_MAX_MESH_AXES || (seen >> axis & 1))
+      fail("describe", what + " lists a bad or repeated mesh axis");
+    seen |= 1u << axis;
+    order.push_back(axis);
+  }
+  return order;
+}
+} // namespace
+
+void fsdp_prog_output_shard(fsdp_program *p, int64_t index, fsdp_ints dim_axes,
+                            fsdp_ints dim_groups) {
+  if (dim_axes.size != dim_groups.size)
+    fail("describe", "output " + std::to_string(index) +
+                         ": axes and groups differ in rank");
+  auto &dims = p->outputSplits[index];
+  for (int64_t d = 0; d < dim_axes.size; ++d)
+    dims.push_back({unpackAxes(dim_axes.values[d],
+                               "output " + std::to_string(index)),
+                    dim_groups.values[d]});
 }
 
 void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
@@ -204,8 +250,16 @@ void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
                          dim_groups.values + dim_groups.size);
   param.globalDims.assign(global_dims.values,
                           global_dims.values + global_dims.size);
-  for (int64_t d = 0; d < dim_axes.size; ++d)
-    param.dimAxes.push_back(uint32_t(dim_axes.values[d]));
+  for (int64_t d = 0; d < dim_axes.size; ++d) {
+    std::vector<int> order =
+        unpackAxes(dim_axes.values[d], std::string("sharded parameter '") +
+                                           name + "' dim " + std::to_string(d));
+    uint32_t mask = 0;
+    for (int axis : order)
+      mask |= 1u << axis;
+    param.dimAxes.push_back(mask);
+    param.dimOrder.push_back(order);
+  }
   p->params.push_back(param);
 }
 

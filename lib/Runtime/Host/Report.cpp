@@ -62,15 +62,44 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
     dumpOne(manifest, rankDir, p.outputNames[i], p.outputs[i]);
   std::fclose(manifest);
   // How sharded parameters are split, for tools that join the blocks:
-  // `<name> <dim> <groups>` for each split dim.
+  // `<name> <dim> <groups> <axis,...>` (major first) for each split dim.
   FILE *shards = std::fopen((rankDir + "/shards.txt").c_str(), "w");
   if (!shards)
     fail("dump", rankDir + "/shards.txt: cannot open for writing");
   for (const Param &param : p.params)
     for (size_t d = 0; d < param.dimAxes.size(); ++d)
-      if (param.dimAxes[d])
-        std::fprintf(shards, "%s %zu %lld\n", param.name.c_str(), d,
-                     (long long)param.dimGroups[d]);
+      if (param.dimAxes[d]) {
+        std::string axes;
+        for (int axis : param.dimOrder[d])
+          axes += (axes.empty() ? "" : ",") + p.axes[size_t(axis)].name;
+        std::fprintf(shards, "%s %zu %lld %s\n", param.name.c_str(), d,
+                     (long long)param.dimGroups[d], axes.c_str());
+      }
+  for (const Input &in : p.inputs)
+    if (in.batchAxes) {
+      std::string axes;
+      for (size_t i = 0; i < p.axes.size(); ++i)
+        if (in.batchAxes >> i & 1)
+          axes += (axes.empty() ? "" : ",") + p.axes[i].name;
+      std::fprintf(shards, "%s 0 1 %s\n", in.name.c_str(), axes.c_str());
+    }
+  for (const auto &[index, dims] : p.outputSplits)
+    for (size_t d = 0; d < dims.size(); ++d)
+      if (!dims[d].first.empty()) {
+        std::string axes;
+        for (int axis : dims[d].first)
+          axes += (axes.empty() ? "" : ",") + p.axes[size_t(axis)].name;
+        std::fprintf(shards, "%s %zu %lld %s\n",
+                     p.outputNames[size_t(index)].c_str(), d,
+                     (long long)dims[d].second, axes.c_str());
+      }
+  // The mesh, so tools can place each rank: `<axis> <size>` in order.
+  FILE *mesh = std::fopen((rankDir + "/mesh.txt").c_str(), "w");
+  if (!mesh)
+    fail("dump", rankDir + "/mesh.txt: cannot open for writing");
+  for (const MeshAxis &axis : p.axes)
+    std::fprintf(mesh, "%s %lld\n", axis.name.c_str(), (long long)axis.size);
+  std::fclose(mesh);
   std::fclose(shards);
 }
 

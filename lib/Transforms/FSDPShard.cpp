@@ -1,0 +1,369 @@
+//===- FSDPShard.cpp - FSDP2 parameter sharding and data parallelism ------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements `fsdp-shard`: the data-parallel half of FSDP2 on the per-rank
+// forward. The batch is split over the data-parallel axes; every parameter
+// keeps only its dim-0 block over `dp_shard` (after any tensor-parallel
+// split); the parameters of a unit (a decoder layer, or the root) are
+// gathered by one bucketed all_gather before their first use. Autodiff turns
+// that gather into one bucketed reduce_scatter of the unit's gradients, and
+// with HSDP the dist.copy over `dp_replicate` before it into the all-reduce
+// across replicas.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TPAnnotation.h"
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/MapVector.h"
+
+#include <regex>
+
+namespace fsdp {
+#define GEN_PASS_DEF_FSDPSHARDPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// The unit a parameter belongs to: its decoder layer (`model.layers.3`,
+/// `transformer.h.3`), or the root ("").
+std::string unitOf(StringRef name) {
+  static const std::regex layer(R"(^(.*\.(layers|h)\.[0-9]+)\.)");
+  std::smatch match;
+  std::string s = name.str();
+  if (std::regex_search(s, match, layer))
+    return match[1].str();
+  return "";
+}
+
+struct Unit {
+  std::string name;
+  SmallVector<unsigned> params; // argument numbers
+  Operation *firstUse = nullptr;
+  bool reshard = false;
+};
+
+struct FSDPShardPass : fsdp::impl::FSDPShardPassBase<FSDPShardPass> {
+  using FSDPShardPassBase::FSDPShardPassBase;
+  void runOnOperation() override;
+  LogicalResult shard(func::FuncOp forward, dist::MeshOp mesh);
+};
+
+LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
+  MLIRContext *context = &getContext();
+  OpBuilder b(context);
+  const int64_t shards = mesh.getAxisSize("dp_shard").value_or(1);
+  const int64_t replicas = mesh.getAxisSize("dp_replicate").value_or(1);
+  const int64_t ranks = shards * replicas;
+  auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  ArrayAttr shardAxes = b.getStrArrayAttr({"dp_shard"});
+  ArrayAttr replicaAxes = b.getStrArrayAttr({"dp_replicate"});
+  ArrayAttr dataAxes = b.getStrArrayAttr({"dp_replicate", "dp_shard"});
+  if (!forward.getBody().hasOneBlock())
+    return forward.emitOpError("must have a single block");
+  Block &body = forward.getBody().front();
+
+  // Units, in order of first use.
+  llvm::MapVector<StringRef, Unit> units;
+  std::vector<std::string> unitNames(forward.getNumArguments());
+  for (Operation &op : body)
+    for (Value operand : op.getOperands()) {
+      auto arg = dyn_cast<BlockArgument>(operand);
+      if (!arg || arg.getOwner() != &body)
+        continue;
+      auto name = forward.getArgAttrOfType<StringAttr>(
+          arg.getArgNumber(), nn::NNDialect::kParamAttrName);
+      if (!name)
+        continue;
+      std::string &unitName = unitNames[arg.getArgNumber()];
+      if (unitName.empty())
+        unitName = unitOf(name.getValue());
+      auto [it, inserted] = units.try_emplace(
+          StringAttr::get(context, unitName).getValue(), Unit{unitName});
+      if (inserted)
+        it->second.firstUse = &op;
+      if (!llvm::is_contained(it->second.params, arg.getArgNumber()))
+        it->second.params.push_back(arg.getArgNumber());
+    }
+
+  // reshard_after_forward: None reshards every layer but the last, true
+  // every layer, false none; the root never does (its gathered parameters
+  // are the first the backward needs).
+  SmallVector<Unit *> layers;
+  for (auto &[name, unit] : units)
+    if (!unit.name.empty())
+      layers.push_back(&unit);
+  for (auto [i, unit] : llvm::enumerate(layers))
+    unit->reshard = reshardAfterForward == "true" ||
+                    (reshardAfterForward == "none" && i + 1 < layers.size());
+
+  // New argument types: the batch and parameter blocks.
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  for (BlockArgument arg : forward.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    RankedTensorType type = tensorOf(arg);
+    NamedAttrList attrs(forward.getArgAttrDict(i));
+    bool input = bool(forward.getArgAttr(i, nn::NNDialect::kInputAttrName));
+    bool param = bool(forward.getArgAttr(i, nn::NNDialect::kParamAttrName));
+    int64_t parts = input ? ranks : param ? shards : 1;
+    if (parts > 1) {
+      if (type.getRank() == 0 || type.getDimSize(0) % parts != 0)
+        return forward.emitOpError(input ? "input" : "parameter")
+               << " '"
+               << forward.getArgAttr(i, input ? nn::NNDialect::kInputAttrName
+                                              : nn::NNDialect::kParamAttrName)
+               << "' " << type << " dim 0 does not divide by " << parts
+               << (input ? " data-parallel ranks" : " FSDP shards");
+      SmallVector<int64_t> shape(type.getShape());
+      shape[0] /= parts;
+      // The block sits inside any tensor-parallel block of dim 0.
+      SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
+      ArrayAttr partial = b.getArrayAttr({});
+      DenseI64ArrayAttr groups = b.getDenseI64ArrayAttr({});
+      if (auto old = attrs.get("dist.sharding")) {
+        auto sharding = cast<dist::ShardingAttr>(old);
+        dims = llvm::to_vector(sharding.getDims());
+        groups = sharding.getGroups();
+        if (sharding.getDimGroups(0) != 1)
+          return forward.emitOpError("parameter '")
+                 << forward.getArgAttr(i, nn::NNDialect::kParamAttrName)
+                 << "' is split in strided groups on dim 0; FSDP does not "
+                    "shard such a dim yet";
+      }
+      SmallVector<Attribute> dim0 =
+          llvm::to_vector(cast<ArrayAttr>(dims[0]).getValue());
+      for (Attribute axis : (input ? dataAxes : shardAxes))
+        dim0.push_back(axis);
+      dims[0] = b.getArrayAttr(dim0);
+      attrs.set("dist.sharding",
+                dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
+                                        partial, groups));
+      type = RankedTensorType::get(shape, type.getElementType());
+    }
+    argTypes.push_back(type);
+    argAttrs.push_back(attrs.getDictionary(context));
+  }
+
+  b.setInsertionPoint(forward);
+  auto sharded = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
+                                      b.getFunctionType(argTypes, {}));
+  Block *entry = sharded.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+  IRMapping map;
+  for (auto [old, now] : llvm::zip(forward.getArguments(),
+                                   entry->getArguments()))
+    if (!forward.getArgAttr(old.getArgNumber(), nn::NNDialect::kParamAttrName))
+      map.map(old, now);
+
+  // One bucketed gather per unit, before its first use: the blocks
+  // flattened side by side ([1, L]), gathered over dp_shard ([S, L]), split
+  // per parameter and reshaped: row r of a parameter's [S, n] part is shard
+  // r, so [S, n] is the parameter row-major.
+  auto create = [&](Location loc, StringRef name, ValueRange operands,
+                    ArrayRef<NamedAttribute> attrs) {
+    return nn::createWithShapeRule(b, loc, OperationName(name, context),
+                                   operands, b.getDictionaryAttr(attrs));
+  };
+  auto unpack = [&](Unit &unit, Location loc) -> LogicalResult {
+    SmallVector<Value> flat;
+    SmallVector<int64_t> sizes;
+    for (unsigned arg : unit.params) {
+      Value block = entry->getArgument(arg);
+      int64_t n = tensorOf(block).getNumElements();
+      Operation *reshape =
+          create(loc, nn::ReshapeOp::getOperationName(), {block},
+                 {b.getNamedAttr("shape", b.getDenseI64ArrayAttr({1, n}))});
+      if (!reshape)
+        return failure();
+      flat.push_back(reshape->getResult(0));
+      sizes.push_back(n);
+    }
+    Value bucket = flat.front();
+    if (flat.size() > 1) {
+      Operation *concat =
+          create(loc, nn::ConcatOp::getOperationName(), flat,
+                 {b.getNamedAttr("dim", b.getI64IntegerAttr(1))});
+      if (!concat)
+        return failure();
+      bucket = concat->getResult(0);
+    }
+    if (replicas > 1)
+      bucket = dist::CopyOp::create(b, loc, bucket.getType(), bucket, meshRef,
+                                    replicaAxes)
+                   .getResult();
+    RankedTensorType type = tensorOf(bucket);
+    auto gathered = RankedTensorType::get({shards, type.getDimSize(1)},
+                                          type.getElementType());
+    auto gather = dist::AllGatherOp::create(b, loc, gathered, bucket, meshRef,
+                                            shardAxes, b.getI64IntegerAttr(0));
+    gather->setAttr("fsdp.unit", b.getStringAttr(unit.name.empty()
+                                                     ? "<root>"
+                                                     : unit.name));
+    if (unit.reshard)
+      gather->setAttr("fsdp.reshard", b.getUnitAttr());
+    SmallVector<Value> parts = {gather.getResult()};
+    if (sizes.size() > 1) {
+      Operation *split =
+          create(loc, nn::SplitOp::getOperationName(), {gather.getResult()},
+                 {b.getNamedAttr("dim", b.getI64IntegerAttr(1)),
+                  b.getNamedAttr("sizes", b.getDenseI64ArrayAttr(sizes))});
+      if (!split)
+        return failure();
+      parts = SmallVector<Value>(split->getResults());
+    }
+    for (auto [arg, part] : llvm::zip(unit.params, parts)) {
+      Value old = forward.getArgument(arg);
+      Operation *reshape = create(
+          loc, nn::ReshapeOp::getOperationName(), {part},
+          {b.getNamedAttr("shape",
+                          b.getDenseI64ArrayAttr(tensorOf(old).getShape()))});
+      if (!reshape)
+        return failure();
+      map.map(old, reshape->getResult(0));
+    }
+    return success();
+  };
+
+  for (Operation &op : body.without_terminator()) {
+    for (auto &[name, unit] : units)
+      if (unit.firstUse == &op && failed(unpack(unit, op.getLoc()))) {
+        sharded.erase();
+        return failure();
+      }
+    SmallVector<Value> operands = llvm::map_to_vector(
+        op.getOperands(), [&](Value v) { return map.lookup(v); });
+    NamedAttrList attrs(op.getAttrDictionary());
+    if (auto reshape = dyn_cast<nn::ReshapeOp>(op);
+        reshape && tensorOf(operands[0]).getShape() !=
+                       reshape.getInput().getType().getShape()) {
+      // The batch is split: the leading dim of the target shrinks with it.
+      SmallVector<int64_t> shape(reshape.getShape());
+      if (shape.empty() || shape[0] % ranks != 0) {
+        sharded.erase();
+        return reshape.emitOpError("reshapes the batch dim in a way the "
+                                   "data-parallel split cannot follow");
+      }
+      shape[0] /= ranks;
+      attrs.set("shape", b.getDenseI64ArrayAttr(shape));
+    }
+    if (isa<dist::DistDialect>(op.getDialect())) {
+      // Tensor-parallel ops keep their shapes but the batch dim, which none
+      // of them touches.
+      for (StringRef dim : {"gather_dim", "scatter_dim", "slice_dim"})
+        if (auto attr = op.getAttrOfType<IntegerAttr>(dim);
+            attr && attr.getInt() == 0) {
+          sharded.erase();
+          return op.emitOpError("works on dim 0, which the data-parallel "
+                                "split also splits");
+        }
+      Operation *copy = b.clone(op, map);
+      for (auto [old, now] : llvm::zip(op.getResults(), copy->getResults())) {
+        auto type = dyn_cast<RankedTensorType>(old.getType());
+        bool batched = llvm::any_of(op.getOperands(), [&](Value v) {
+          return tensorOf(v).getRank() > 0 &&
+                 tensorOf(map.lookup(v)).getDimSize(0) !=
+                     tensorOf(v).getDimSize(0);
+        });
+        if (type && type.getRank() > 0 && batched) {
+          SmallVector<int64_t> shape(type.getShape());
+          shape[0] /= ranks;
+          now.setType(RankedTensorType::get(shape, type.getElementType()));
+        }
+      }
+      continue;
+    }
+    if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>()) {
+      sharded.erase();
+      return op.emitOpError("cannot be data-parallel (not an nn op)");
+    }
+    Operation *copy =
+        nn::createWithShapeRule(b, op.getLoc(), op.getName(), operands,
+                                attrs.getDictionary(context));
+    if (!copy) {
+      sharded.erase();
+      return failure();
+    }
+    map.map(op.getResults(), copy->getResults());
+  }
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Value> results = llvm::map_to_vector(
+      ret.getOperands(), [&](Value v) { return map.lookup(v); });
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  sharded.setFunctionType(
+      b.getFunctionType(argTypes, TypeRange(ValueRange(results))));
+  sharded.setAllArgAttrs(argAttrs);
+  // Outputs with a batch dim are now this rank's samples.
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (auto [i, v] : llvm::enumerate(results)) {
+    NamedAttrList attrs(forward.getResultAttrDict(i));
+    RankedTensorType now = tensorOf(v);
+    if (now.getRank() > 0 &&
+        now.getDimSize(0) != tensorOf(ret.getOperand(i)).getDimSize(0)) {
+      SmallVector<Attribute> dims(now.getRank(), b.getArrayAttr({}));
+      if (auto old = attrs.get("dist.sharding"))
+        dims = llvm::to_vector(cast<dist::ShardingAttr>(old).getDims());
+      dims[0] = dataAxes;
+      attrs.set("dist.sharding",
+                dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
+                                        b.getArrayAttr({})));
+    }
+    resultAttrs.push_back(attrs.getDictionary(context));
+  }
+  sharded.setAllResultAttrs(resultAttrs);
+  for (NamedAttribute attr : forward->getDiscardableAttrs())
+    sharded->setAttr(attr.getName(), attr.getValue());
+  forward.erase();
+  getOperation()->setAttr("fsdp.data_parallel", dataAxes);
+  return success();
+}
+
+void FSDPShardPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto forward = module.lookupSymbol<func::FuncOp>(entry);
+  if (!forward) {
+    module.emitError("no function @") << entry << " to shard";
+    return signalPassFailure();
+  }
+  if (reshardAfterForward.empty()) {
+    auto recorded =
+        module->getAttrOfType<StringAttr>("fsdp.reshard_after_forward");
+    reshardAfterForward = recorded ? recorded.getValue().str() : "none";
+  }
+  if (reshardAfterForward != "none" && reshardAfterForward != "true" &&
+      reshardAfterForward != "false") {
+    emitError(module.getLoc(), "reshard-after-forward must be none, true or "
+                               "false, got '")
+        << reshardAfterForward << "'";
+    return signalPassFailure();
+  }
+  dist::MeshOp mesh;
+  for (auto m : module.getOps<dist::MeshOp>())
+    mesh = m;
+  if (!mesh || mesh.getAxisSize("dp_shard").value_or(1) *
+                       mesh.getAxisSize("dp_replicate").value_or(1) ==
+                   1)
+    return; // One data-parallel rank: nothing to shard.
+  if (failed(shard(forward, mesh)))
+    signalPassFailure();
+}
+
+} // namespace
