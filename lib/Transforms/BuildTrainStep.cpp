@@ -593,8 +593,18 @@ DenseSet<Value> valuesNeedingGrad(Block &body, ArrayRef<Value> params) {
 /// Re-creates `op` on mapped operands with result types from its shape rule,
 /// so that a dtype change upstream (mixed precision) flows through.
 Operation *rebuild(OpBuilder &b, Operation &op, IRMapping &map) {
-  if (!op.getName().hasInterface<ShapeRuleOpInterface>())
-    return b.clone(op, map);
+  if (!op.getName().hasInterface<ShapeRuleOpInterface>()) {
+    Operation *copy = b.clone(op, map);
+    // A dist op moves its input's elements: it takes their (possibly mixed
+    // precision) type.
+    if (isa<dist::DistDialect>(op.getDialect()) && op.getNumOperands() > 0)
+      if (auto in = dyn_cast<RankedTensorType>(copy->getOperand(0).getType()))
+        for (Value result : copy->getResults())
+          if (auto type = dyn_cast<RankedTensorType>(result.getType()))
+            result.setType(
+                RankedTensorType::get(type.getShape(), in.getElementType()));
+    return copy;
+  }
   SmallVector<Value> operands = llvm::map_to_vector(
       op.getOperands(), [&](Value v) { return map.lookupOrDefault(v); });
   Operation *copy = createWithShapeRule(b, op.getLoc(), op.getName(), operands,

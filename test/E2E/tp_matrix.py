@@ -63,6 +63,12 @@ def main():
                         help="check those norm-wise instead of elementwise")
     parser.add_argument("--lr", default="1e-4")
     parser.add_argument("--eps", default="1e-6")
+    parser.add_argument("--case", nargs=3, action="append", default=[],
+                        metavar=("LABEL", "RANKS", "FLAGS"),
+                        help="instead of the tp x sp matrix: run FLAGS "
+                             "(fsdp-compile options) on RANKS ranks")
+    parser.add_argument("--batch", default="2",
+                        help="the graph's (global) batch size")
     parser.add_argument("--parallel", default="",
                         help="a parallel.json for the tp runs (its tp_size "
                              "and sequence_parallel are overridden)")
@@ -71,7 +77,8 @@ def main():
     tool = lambda name: os.path.join(args.bin, name)  # noqa: E731
     mpirun = shlex.split(args.mpirun)
     graph = os.path.join(args.work, "graph.json")
-    run([tool("fsdp-graphgen"), args.config, "-o", graph])
+    run([tool("fsdp-graphgen"), args.config, "--batch", args.batch, "-o",
+         graph])
     model = os.path.basename(os.path.dirname(os.path.abspath(args.config)))
 
     def build_and_run(name, ranks, flags):
@@ -93,18 +100,24 @@ def main():
 
     base = build_and_run("1rank", 1, [])
     failed = False
-    for tp in [int(t) for t in args.tp.split(",")]:
-        for sp in args.sp.split(","):
-            flags = ["--tp", str(tp)]
-            if sp == "on":
-                flags.append("--sequence-parallel")
-            if args.parallel:
-                flags += ["--parallel", args.parallel]
-            name = f"tp{tp}-sp{sp}"
+    cases = [(label, int(ranks), shlex.split(flags))
+             for label, ranks, flags in args.case]
+    if not cases:
+        for tp in [int(t) for t in args.tp.split(",")]:
+            for sp in args.sp.split(","):
+                flags = ["--tp", str(tp)]
+                if sp == "on":
+                    flags.append("--sequence-parallel")
+                if args.parallel:
+                    flags += ["--parallel", args.parallel]
+                cases.append((f"tp={tp} sp={sp}", tp, flags))
+    for label, tp, flags in cases:
+        if True:
+            name = label.replace(" ", "-").replace("=", "")
             try:
                 many = build_and_run(name, tp, flags)
             except RuntimeError as e:
-                print(f"{model} tp={tp} sp={sp}: FAIL {e}")
+                print(f"{model} {label}: FAIL {e}")
                 failed = True
                 continue
             grads, bad1 = compare("compare_ranks.py", base["grad"][0],
@@ -116,7 +129,7 @@ def main():
                                    *(["--norm"] if args.param_norm else []))
             losses, bad3 = compare("compare_losses.py", base["adamw"][1],
                                    many["adamw"][1], "--rtol", args.rtol)
-            print(f"{model} tp={tp} sp={sp}: step 1 {grads[0]}; "
+            print(f"{model} {label}: step 1 {grads[0]}; "
                   f"after 3 adamw steps {params[0]}; losses {losses[0]}")
             for line in grads[1:] + params[1:] + losses[1:]:
                 print(f"  {line}")
