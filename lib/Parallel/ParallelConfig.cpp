@@ -371,8 +371,9 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
     else if (key == "defer_fsdp_grad_sync")
       requireDefault(v, true, at, "gradient-sync policy of FSDP");
     else if (key == "reshard_after_forward")
-      config.reshardAfterForward =
-          v.is_null() ? "none" : parseBool(v, at) ? "true" : "false";
+      config.reshardAfterForward = v.is_null()        ? "none"
+                                   : parseBool(v, at) ? "true"
+                                                      : "false";
     else if (key == "enable_compile")
       requireDefault(v, false, at, "per-layer compile");
     else if (key == "enable_fsdp2_prefetch")

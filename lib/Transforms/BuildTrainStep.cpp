@@ -571,8 +571,8 @@ void regatherForBackward(OpBuilder &b, ArrayRef<Operation *> forward,
       for (Value result : link->getResults())
         result.replaceUsesWithIf(map.lookup(result), [&](OpOperand &use) {
           Operation *user = use.getOwner();
-          return !inForward.contains(user) && user != map.lookup(result)
-                                                          .getDefiningOp() &&
+          return !inForward.contains(user) &&
+                 user != map.lookup(result).getDefiningOp() &&
                  backwardStart->isBeforeInBlock(user);
         });
   }

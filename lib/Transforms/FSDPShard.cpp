@@ -169,8 +169,8 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
   Block *entry = sharded.addEntryBlock();
   b.setInsertionPointToEnd(entry);
   IRMapping map;
-  for (auto [old, now] : llvm::zip(forward.getArguments(),
-                                   entry->getArguments()))
+  for (auto [old, now] :
+       llvm::zip(forward.getArguments(), entry->getArguments()))
     if (!forward.getArgAttr(old.getArgNumber(), nn::NNDialect::kParamAttrName))
       map.map(old, now);
 
@@ -215,9 +215,8 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
                                           type.getElementType());
     auto gather = dist::AllGatherOp::create(b, loc, gathered, bucket, meshRef,
                                             shardAxes, b.getI64IntegerAttr(0));
-    gather->setAttr("fsdp.unit", b.getStringAttr(unit.name.empty()
-                                                     ? "<root>"
-                                                     : unit.name));
+    gather->setAttr("fsdp.unit",
+                    b.getStringAttr(unit.name.empty() ? "<root>" : unit.name));
     if (unit.reshard)
       gather->setAttr("fsdp.reshard", b.getUnitAttr());
     SmallVector<Value> parts = {gather.getResult()};
@@ -295,9 +294,8 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
       sharded.erase();
       return op.emitOpError("cannot be data-parallel (not an nn op)");
     }
-    Operation *copy =
-        nn::createWithShapeRule(b, op.getLoc(), op.getName(), operands,
-                                attrs.getDictionary(context));
+    Operation *copy = nn::createWithShapeRule(
+        b, op.getLoc(), op.getName(), operands, attrs.getDictionary(context));
     if (!copy) {
       sharded.erase();
       return failure();

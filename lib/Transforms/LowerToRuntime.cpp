@@ -291,8 +291,8 @@ LogicalResult Lowering::emitDescribe(Location loc) {
           .literal(typeLiteral(type))
           .emit(builder, loc);
       // A data-parallel input: its batch dim is split over mesh axes.
-      if (auto sharding =
-              entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
+      if (auto sharding = entry.getArgAttrOfType<dist::ShardingAttr>(
+              i, kShardingAttrName)) {
         if (!mesh || type.getRank() == 0 || !sharding.getPartial().empty() ||
             llvm::any_of(llvm::seq<int64_t>(1, type.getRank()), [&](int64_t d) {
               return !sharding.getDimAxes(d).empty();

@@ -229,9 +229,9 @@ void fsdp_prog_output_shard(fsdp_program *p, int64_t index, fsdp_ints dim_axes,
                          ": axes and groups differ in rank");
   auto &dims = p->outputSplits[index];
   for (int64_t d = 0; d < dim_axes.size; ++d)
-    dims.push_back({unpackAxes(dim_axes.values[d],
-                               "output " + std::to_string(index)),
-                    dim_groups.values[d]});
+    dims.push_back(
+        {unpackAxes(dim_axes.values[d], "output " + std::to_string(index)),
+         dim_groups.values[d]});
 }
 
 void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
