@@ -79,8 +79,9 @@ static cl::opt<bool>
                cl::desc("A tp_plan key that matches no module is an error"));
 static cl::opt<bool> report(
     "report",
-    cl::desc("Print the tensor-parallel plan and the communication of one "
-             "step (per collective and mesh-axis group) as tables"));
+    cl::desc("Print the tensor-parallel plan, the communication of one "
+             "step (per collective and mesh-axis group) and the memory one "
+             "rank holds, as tables"));
 static cl::opt<std::string>
     reportJson("report-json",
                cl::desc("Write the communication report as JSON here"),
@@ -227,6 +228,7 @@ static LogicalResult run() {
     fsdp::CommReportPassOptions table;
     table.format = "table";
     pm.addPass(fsdp::createCommReportPass(table));
+    pm.addPass(fsdp::createMemoryReportPass());
   }
   if (!reportJson.empty()) {
     fsdp::CommReportPassOptions json;

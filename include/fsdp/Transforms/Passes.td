@@ -294,4 +294,27 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
   ];
 }
 
+def MemoryReportPass : Pass<"fsdp-memory-report", "mlir::ModuleOp"> {
+  let summary = "Report the memory one rank holds in one step, without running";
+  let description = [{
+    Replays the entry function's allocations as the runtime makes them:
+    arguments (parameter blocks, optimizer state, data) stay for the whole
+    step, every op result is a new tensor freed after its last use (a
+    `dist.copy` shares its input's), returned values stay to the end, and a
+    collective adds the runtime's staging buffers while it runs. Reports the
+    parameters, optimizer state, inputs, gradients at the update, the
+    largest gathered FSDP unit, the peak of activations and temporaries, and
+    the estimated peak, which the runtime's measured peak (`--report`)
+    matches. The IR is unchanged.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The step function to report on">,
+    Option<"format", "format", "std::string", /*default=*/"\"table\"",
+           "table or json">,
+    Option<"output", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the report (- for stdout)">,
+  ];
+}
+
 #endif // FSDP_TRANSFORMS_PASSES_TD

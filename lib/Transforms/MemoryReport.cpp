@@ -1,0 +1,186 @@
+//===- MemoryReport.cpp - Per-rank memory of one step, without running ----===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements `fsdp-memory-report`: replays the step function's allocations
+// the way the runtime makes them (every op result is a new tensor, released
+// after its last use; dist.copy shares its input's; collectives stage
+// through temporary buffers) and reports the bytes one rank holds: its
+// parameter blocks, optimizer state, data, gradients, the largest gathered
+// FSDP unit, and the estimated peak.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace fsdp {
+#define GEN_PASS_DEF_MEMORYREPORTPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+int64_t bytesOf(Type type) {
+  if (auto future = dyn_cast<dist::FutureType>(type))
+    type = future.getValueType();
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  return tensor.getNumElements() * ((tensor.getElementTypeBitWidth() + 7) / 8);
+}
+
+bool isHalf(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.getElementType().isBF16() || tensor.getElementType().isF16();
+}
+
+/// The runtime's temporary buffers for one collective (see Collectives.cpp):
+/// 16-bit values are reduced in f32, and blocks not contiguous along the
+/// gathered or scattered dim are rearranged through a copy.
+int64_t stagingBytes(Operation *op) {
+  auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
+  if (!collective)
+    return 0;
+  RankedTensorType in = collective.getInput().getType();
+  RankedTensorType out = collective.getResultTensorType();
+  auto outer = [](RankedTensorType t, int64_t dim) {
+    int64_t n = 1;
+    for (int64_t d = 0; d < dim; ++d)
+      n *= t.getDimSize(d);
+    return n;
+  };
+  int64_t n = in.getNumElements(), m = out.getNumElements();
+  bool half = isHalf(in);
+  if (auto gather = dyn_cast<dist::AllGatherOp>(op))
+    return outer(in, gather.getGatherDim()) > 1 ? bytesOf(out) : 0;
+  if (auto scatter = dyn_cast<dist::ReduceScatterOp>(op)) {
+    int64_t bytes = half ? n * 4 + m * 4 : 0;
+    if (outer(out, scatter.getScatterDim()) > 1)
+      bytes += n * (half ? 4 : (in.getElementTypeBitWidth() + 7) / 8);
+    return bytes;
+  }
+  if (isa<dist::AllReduceOp>(op))
+    return half ? 2 * n * 4 : 0;
+  return 0;
+}
+
+struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
+  using MemoryReportPassBase::MemoryReportPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto step = module.lookupSymbol<func::FuncOp>(entry);
+    if (!step || !step.getBody().hasOneBlock()) {
+      module.emitError("no single-block function @")
+          << entry << " to report on";
+      return signalPassFailure();
+    }
+    Block &body = step.getBody().front();
+
+    // The arguments stay for the whole step.
+    int64_t params = 0, state = 0, inputs = 0;
+    for (BlockArgument arg : step.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      int64_t bytes = bytesOf(arg.getType());
+      if (step.getArgAttr(i, nn::NNDialect::kParamAttrName))
+        params += bytes;
+      else if (step.getArgAttr(i, nn::NNDialect::kStateAttrName))
+        state += bytes;
+      else
+        inputs += bytes;
+    }
+
+    // Buffers: dist.copy and dist.wait share their operand's; a buffer is
+    // freed after the last use of any value sharing it, or kept to the end
+    // when returned.
+    DenseMap<Value, Value> buffer;
+    auto bufferOf = [&](Value v) {
+      auto it = buffer.find(v);
+      return it == buffer.end() ? v : it->second;
+    };
+    DenseMap<Value, Operation *> lastUse;
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    for (Operation &op : body) {
+      for (Value result : op.getResults())
+        if (isa<dist::CopyOp, dist::WaitOp>(op))
+          buffer[result] = bufferOf(op.getOperand(0));
+      for (Value operand : op.getOperands())
+        lastUse[bufferOf(operand)] = &op;
+    }
+    DenseSet<Value> kept;
+    for (Value v : ret.getOperands())
+      kept.insert(bufferOf(v));
+
+    int64_t live = 0, peak = 0, gathered = 0, grads = 0;
+    for (Operation &op : body.without_terminator()) {
+      for (Value result : op.getResults())
+        if (bufferOf(result) == result)
+          live += bytesOf(result.getType());
+      peak = std::max(peak, live + stagingBytes(&op));
+      if (auto gather = dyn_cast<dist::AllGatherOp>(op);
+          gather && gather->hasAttr("fsdp.unit"))
+        gathered = std::max(gathered, bytesOf(gather.getType()));
+      if (isa<nn::AdamWOp, nn::SGDOp>(op))
+        grads += bytesOf(op.getOperand(1).getType());
+      for (Value operand : op.getOperands()) {
+        Value b = bufferOf(operand);
+        if (!isa<BlockArgument>(b) && lastUse.lookup(b) == &op &&
+            !kept.contains(b)) {
+          live -= bytesOf(b.getType());
+          lastUse.erase(b);
+        }
+      }
+    }
+    int64_t fixed = params + state + inputs;
+    int64_t estimate = fixed + peak;
+
+    std::string error;
+    auto file = openOutputFile(output, &error);
+    if (!file) {
+      module.emitError(error);
+      return signalPassFailure();
+    }
+    raw_ostream &os = file->os();
+    if (format == "json") {
+      os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
+                                       {"parameters", params},
+                                       {"optimizer_state", state},
+                                       {"inputs", inputs},
+                                       {"gradients", grads},
+                                       {"largest_gathered_unit", gathered},
+                                       {"temporaries_peak", peak},
+                                       {"estimated_peak", estimate}}))
+         << "\n";
+    } else {
+      auto row = [&](StringRef what, int64_t bytes) {
+        os << llvm::formatv("{0,-34} {1,16}\n", what, bytes);
+      };
+      os << llvm::formatv("{0,-34} {1,16}\n", "memory per rank", "bytes");
+      row("parameters (this rank's blocks)", params);
+      row("optimizer state", state);
+      row("inputs", inputs);
+      row("gradients (blocks, at the update)", grads);
+      row("largest gathered unit", gathered);
+      row("activations and temporaries, peak", peak);
+      row("estimated peak", estimate);
+    }
+    file->keep();
+    markAllAnalysesPreserved();
+  }
+};
+
+} // namespace
