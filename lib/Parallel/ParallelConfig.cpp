@@ -369,7 +369,7 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
     else if (key == "activation_checkpointing_scope")
       requireDefault(v, "all", at, "activation checkpointing");
     else if (key == "defer_fsdp_grad_sync")
-      requireDefault(v, true, at, "gradient-sync policy of FSDP");
+      config.deferGradSync = parseBool(v, at);
     else if (key == "reshard_after_forward")
       config.reshardAfterForward = v.is_null()        ? "none"
                                    : parseBool(v, at) ? "true"

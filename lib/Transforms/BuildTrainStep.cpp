@@ -120,11 +120,22 @@ private:
 
 /// Reverse-mode rules: given the result gradients of `op`, adds the
 /// gradients of its operands that `needs` holds.
+/// FSDP2's deferred gradient sync (defer_fsdp_grad_sync): the gradients of
+/// each unit's gathered parameters are summed over the microbatches, whole,
+/// and reduce-scattered once, in the last microbatch's backward.
+struct DeferredSync {
+  bool enabled = false;
+  bool lastMicrobatch = true;
+  /// Per unit, the sum of the earlier microbatches' gathered gradients.
+  llvm::StringMap<Value> pending;
+};
+
 class Backward {
 public:
   Backward(Builder &build, Gradients &grads, const DenseSet<Value> &needs,
-           Type reduceType)
-      : build(build), grads(grads), needs(needs), reduceType(reduceType) {}
+           Type reduceType, DeferredSync &deferred)
+      : build(build), grads(grads), needs(needs), reduceType(reduceType),
+        deferred(deferred) {}
 
   LogicalResult run(Operation *op);
 
@@ -160,6 +171,7 @@ private:
   /// MixedPrecisionPolicy.reduce_dtype: gradients are reduced across ranks
   /// in this type (null: their own).
   Type reduceType;
+  DeferredSync &deferred;
 };
 
 LogicalResult Backward::collective(dist::CollectiveOpInterface op, Value dy) {
@@ -183,6 +195,17 @@ LogicalResult Backward::collective(dist::CollectiveOpInterface op, Value dy) {
       dist::ReductionKindAttr::get(b.getContext(), dist::ReductionKind::sum);
   return TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](dist::AllGatherOp o) {
+        if (auto unit = o->getAttrOfType<StringAttr>("fsdp.unit");
+            unit && deferred.enabled) {
+          // Deferred sync: hold the whole gradient until the last
+          // microbatch, then reduce-scatter the sum once.
+          Value &sum = deferred.pending[unit.getValue()];
+          sum = sum ? build.value<AddOp>({sum, dy}) : dy;
+          if (!deferred.lastMicrobatch)
+            return success();
+          dy = sum;
+          sum = Value();
+        }
         if (o.getReplicatedGrad()) {
           // Every rank holds the whole gradient: keep this rank's block.
           auto slice =
@@ -812,6 +835,10 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
 
   SmallVector<Value> paramGrads(paramArgs.size());
   Value lossSum;
+  DeferredSync deferredSync;
+  if (auto defer =
+          getOperation()->getAttrOfType<BoolAttr>("fsdp.defer_grad_sync"))
+    deferredSync.enabled = defer.getValue();
   SmallVector<Value> extraOutputs;
   for (int64_t m = 0; m < microbatches; ++m) {
     IRMapping map;
@@ -869,7 +896,8 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
                              build.attr("reduction", b.getStringAttr("sum"))}));
     if (!logits)
       grads.add(sum, seed);
-    Backward backward(build, grads, needs, reduceType);
+    deferredSync.lastMicrobatch = m + 1 == microbatches;
+    Backward backward(build, grads, needs, reduceType, deferredSync);
     Operation *backwardStart = &*std::prev(b.getInsertionPoint());
     for (Operation *op : llvm::reverse(cloned))
       if (failed(backward.run(op)))

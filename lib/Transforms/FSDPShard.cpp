@@ -331,6 +331,9 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
     sharded->setAttr(attr.getName(), attr.getValue());
   forward.erase();
   getOperation()->setAttr("fsdp.data_parallel", dataAxes);
+  // FSDP2Config.defer_fsdp_grad_sync defaults to true.
+  if (!getOperation()->hasAttr("fsdp.defer_grad_sync"))
+    getOperation()->setAttr("fsdp.defer_grad_sync", b.getBoolAttr(true));
   return success();
 }
 

@@ -142,6 +142,8 @@ void TPPlanPass::runOnOperation() {
   if (!config.empty()) {
     module->setAttr("fsdp.reshard_after_forward",
                     b.getStringAttr(parallel.reshardAfterForward));
+    module->setAttr("fsdp.defer_grad_sync",
+                    b.getBoolAttr(parallel.deferGradSync));
     const MixedPrecision &mp = parallel.mpPolicy;
     module->setAttr(
         tp::kMixedPrecisionAttrName,

@@ -67,6 +67,9 @@ def main():
                         metavar=("LABEL", "RANKS", "FLAGS"),
                         help="instead of the tp x sp matrix: run FLAGS "
                              "(fsdp-compile options) on RANKS ranks")
+    parser.add_argument("--step-options", default="",
+                        help="more fsdp-build-train-step options for every "
+                             "program (e.g. microbatches=2)")
     parser.add_argument("--batch", default="2",
                         help="the graph's (global) batch size")
     parser.add_argument("--parallel", default="",
@@ -85,9 +88,10 @@ def main():
         """Gradient dump and AdamW dump + log of one configuration."""
         out = {}
         for kind, passes, steps in (
-                ("grad", "fsdp-build-train-step{optimizer=none}", 1),
-                ("adamw", f"fsdp-build-train-step{{lr={args.lr} eps={args.eps}}}",
-                 3)):
+                ("grad", f"fsdp-build-train-step{{optimizer=none "
+                         f"{args.step_options}}}", 1),
+                ("adamw", f"fsdp-build-train-step{{lr={args.lr} eps={args.eps} "
+                          f"{args.step_options}}}", 3)):
             exe = os.path.join(args.work, f"{name}-{kind}")
             run([tool("fsdp-compile"), graph, *flags, f"--passes={passes}",
                  "-o", exe])

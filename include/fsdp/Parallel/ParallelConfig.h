@@ -83,6 +83,8 @@ struct ParallelConfig {
   MixedPrecision mpPolicy;
   /// FSDP2Config.reshard_after_forward: "none" (null), "true" or "false".
   std::string reshardAfterForward = "none";
+  /// FSDP2Config.defer_fsdp_grad_sync.
+  bool deferGradSync = true;
   /// Where the config came from, for messages.
   std::string file = "<defaults>";
 };

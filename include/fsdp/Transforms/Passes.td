@@ -273,7 +273,10 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
     `reshard-after-forward` marks the gathers the training step gathers
     again for the backward (`fsdp.reshard`): `none` (FSDP2's default) every
     layer but the last, `true` every layer, `false` none; the root unit is
-    never resharded.
+    never resharded. The module attribute `fsdp.defer_grad_sync`
+    (FSDP2Config's `defer_fsdp_grad_sync`, default true) makes the training
+    step sum each unit's whole gradients over the microbatches and
+    reduce-scatter them once, in the last microbatch.
 
     ```mlir
     %flat = nn.reshape %wq to [1, 2048] ...
