@@ -94,8 +94,20 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
       if (!name)
         continue;
       std::string &unitName = unitNames[arg.getArgNumber()];
-      if (unitName.empty())
+      if (unitName.empty()) {
         unitName = unitOf(name.getValue());
+        // A trainable vocabulary table that is not tied (one user: the
+        // embedding or the head) may get its own unit, so the root's
+        // buffers do not hold both tables at once.
+        if (vocabUnits && unitName.empty() && arg.hasOneUse() &&
+            tensorOf(arg).getRank() == 2 &&
+            (isa<nn::EmbeddingOp>(op) ||
+             (isa<nn::LinearOp>(op) &&
+              llvm::any_of(op.getResult(0).getUsers(), [](Operation *user) {
+                return isa<nn::CrossEntropyOp>(user);
+              }))))
+          unitName = name.getValue().str();
+      }
       auto [it, inserted] = units.try_emplace(
           StringAttr::get(context, unitName).getValue(), Unit{unitName});
       if (inserted)
@@ -109,13 +121,14 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
   // are the first the backward needs).
   SmallVector<Unit *> layers;
   for (auto &[name, unit] : units)
-    if (!unit.name.empty())
+    if (!unit.name.empty() && !unitOf(unit.name + ".").empty())
       layers.push_back(&unit);
   for (auto [i, unit] : llvm::enumerate(layers))
     unit->reshard = reshardAfterForward == "true" ||
                     (reshardAfterForward == "none" && i + 1 < layers.size());
 
   // New argument types: the batch and parameter blocks.
+  DenseMap<unsigned, int64_t> padded; // argument -> its unpadded dim 0
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
   for (BlockArgument arg : forward.getArguments()) {
@@ -126,6 +139,27 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
     bool param = bool(forward.getArgAttr(i, nn::NNDialect::kParamAttrName));
     int64_t parts = input ? ranks : param ? shards : 1;
     if (parts > 1) {
+      // An uneven dim 0 is padded to the next multiple, as FSDP2 does: the
+      // last blocks end in zero rows that the unpacking slices off.
+      int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
+      if (param && rows % parts != 0) {
+        padded[i] = rows;
+        SmallVector<int64_t> whole(type.getShape());
+        int64_t tpParts = 1;
+        if (auto old = attrs.get("dist.sharding"))
+          for (StringRef axis : cast<dist::ShardingAttr>(old).getDimAxes(0))
+            tpParts *= mesh.getAxisSize(axis).value_or(1);
+        if (tpParts != 1)
+          return forward.emitOpError("parameter '")
+                 << forward.getArgAttr(i, nn::NNDialect::kParamAttrName)
+                 << "' needs padding inside its tensor-parallel block (" << rows
+                 << " rows over " << parts
+                 << " FSDP shards), which is not supported yet";
+        attrs.set("fsdp.global_shape", b.getDenseI64ArrayAttr(whole));
+        SmallVector<int64_t> shape(type.getShape());
+        shape[0] = (rows + parts - 1) / parts * parts;
+        type = RankedTensorType::get(shape, type.getElementType());
+      }
       if (type.getRank() == 0 || type.getDimSize(0) % parts != 0)
         return forward.emitOpError(input ? "input" : "parameter")
                << " '"
@@ -231,13 +265,27 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
     }
     for (auto [arg, part] : llvm::zip(unit.params, parts)) {
       Value old = forward.getArgument(arg);
-      Operation *reshape = create(
-          loc, nn::ReshapeOp::getOperationName(), {part},
-          {b.getNamedAttr("shape",
-                          b.getDenseI64ArrayAttr(tensorOf(old).getShape()))});
+      SmallVector<int64_t> shape(tensorOf(old).getShape());
+      auto pad = padded.find(arg);
+      if (pad != padded.end())
+        shape[0] = tensorOf(entry->getArgument(arg)).getDimSize(0) * shards;
+      Operation *reshape =
+          create(loc, nn::ReshapeOp::getOperationName(), {part},
+                 {b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))});
       if (!reshape)
         return failure();
-      map.map(old, reshape->getResult(0));
+      Value full = reshape->getResult(0);
+      if (pad != padded.end()) {
+        Operation *slice =
+            create(loc, nn::SliceOp::getOperationName(), {full},
+                   {b.getNamedAttr("dim", b.getI64IntegerAttr(0)),
+                    b.getNamedAttr("start", b.getI64IntegerAttr(0)),
+                    b.getNamedAttr("size", b.getI64IntegerAttr(pad->second))});
+        if (!slice)
+          return failure();
+        full = slice->getResult(0);
+      }
+      map.map(old, full);
     }
     return success();
   };

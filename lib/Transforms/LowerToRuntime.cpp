@@ -368,6 +368,14 @@ LogicalResult Lowering::emitDescribe(Location loc) {
                << i << " has a sharding that does not fit a parameter";
       SmallVector<int64_t> global, masks, groups;
       packSharding(sharding, type, global, masks, groups);
+      // FSDP's padded blocks: the whole tensor is smaller than the blocks.
+      if (auto whole = entry.getArgAttrOfType<DenseI64ArrayAttr>(
+              i, "fsdp.global_shape")) {
+        if (whole.size() != type.getRank())
+          return entry.emitOpError("argument #")
+                 << i << " has an fsdp.global_shape of the wrong rank";
+        global.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
+      }
       call("fsdp_prog_param_shard")
           .literal(stringLiteral(name.getValue()))
           .literal(typeLiteral(type))

@@ -68,8 +68,9 @@ def coords_of(rank, mesh):
     return coords
 
 
-def expected_block(full, split, coords, sizes):
-    """The block of `full` a rank at `coords` holds under `split`."""
+def expected_block(full, split, coords, sizes, shape):
+    """The block of `full` a rank at `coords` holds under `split`; a block
+    of `shape` larger than its share is FSDP's padding, zero past the end."""
     block = full
     for dim, (groups, axes) in sorted(split.items()):
         parts, index = 1, 0
@@ -77,6 +78,11 @@ def expected_block(full, split, coords, sizes):
             parts *= sizes[axis]
             index = index * sizes[axis] + coords[axis]
         whole = block.shape[dim]
+        if groups == 1 and shape[dim] * parts > whole:
+            pad = list(block.shape)
+            pad[dim] = shape[dim] * parts - whole
+            block = torch.cat([block, block.new_zeros(pad)], dim)
+            whole = block.shape[dim]
         group = whole // groups
         piece = group // parts
         chunks = [block.narrow(dim, g * group + index * piece, piece)
@@ -115,8 +121,8 @@ def main():
                  for d, m in zip(dirs, many)]
         split = splits.get(name) or splits.get(base_name(name))
         if split and mesh:
-            pairs = [(part, expected_block(full, split,
-                                           coords_of(r, mesh), sizes))
+            pairs = [(part, expected_block(full, split, coords_of(r, mesh),
+                                           sizes, part.shape))
                      for r, part in enumerate(parts)]
             split_count += 1
         elif parts[0].shape == full.shape:

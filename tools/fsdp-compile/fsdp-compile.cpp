@@ -77,6 +77,9 @@ static cl::opt<bool>
 static cl::opt<bool>
     strictPlan("strict-plan",
                cl::desc("A tp_plan key that matches no module is an error"));
+static cl::opt<bool> vocabUnits(
+    "fsdp-vocab-units",
+    cl::desc("FSDP: trainable untied vocabulary tables get their own units"));
 static cl::opt<bool> report(
     "report",
     cl::desc("Print the tensor-parallel plan, the communication of one "
@@ -220,7 +223,9 @@ static LogicalResult run() {
       plan.report = "-";
     pm.addPass(fsdp::createTPPlanPass(plan));
     pm.addPass(fsdp::createPartitionPass());
-    pm.addPass(fsdp::createFSDPShardPass());
+    fsdp::FSDPShardPassOptions shard;
+    shard.vocabUnits = vocabUnits;
+    pm.addPass(fsdp::createFSDPShardPass(shard));
   }
   if (!passes.empty() && failed(parsePassPipeline(passes, pm, llvm::errs())))
     return usageError("--passes: cannot parse '" + passes + "'");

@@ -290,6 +290,10 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The forward function to shard">,
+    Option<"vocabUnits", "vocab-units", "bool", /*default=*/"false",
+           "Give trainable untied vocabulary tables (the embedding, the "
+           "head) units of their own instead of the root's (never "
+           "resharded)">,
     Option<"reshardAfterForward", "reshard-after-forward", "std::string",
            /*default=*/"\"\"",
            "FSDP2's reshard_after_forward: none, true or false (empty: the "

@@ -105,14 +105,23 @@ void initBlock(const fsdp_program &p, const Param &param, uint64_t seed,
       coord[d] = rest % param.type.dims[d];
       rest /= param.type.dims[d];
     }
+    // Rows past the whole tensor's end are FSDP's padding: they stay zero.
+    bool padding = false;
+    for (int64_t d = 0; d + 1 < rank; ++d)
+      padding |= global(d, coord[d]) >= param.globalDims[d];
+    if (padding)
+      continue;
     for (int64_t k = 0; k < runs; ++k) {
-      int64_t begin = 0;
+      int64_t begin = 0, first = rank ? global(rank - 1, k * run) : 0;
       for (int64_t d = 0; d < rank; ++d)
         begin = begin * param.globalDims[d] +
-                global(d, d == rank - 1 ? k * run : coord[d]);
-      initFill(param.type.dtype, param.init, param.a, param.b, seed,
-               param.name.c_str(), begin, begin + run,
-               out + size_t(r * last + k * run) * esize);
+                (d == rank - 1 ? first : global(d, coord[d]));
+      int64_t count =
+          rank ? std::min(run, param.globalDims[rank - 1] - first) : run;
+      if (count > 0)
+        initFill(param.type.dtype, param.init, param.a, param.b, seed,
+                 param.name.c_str(), begin, begin + count,
+                 out + size_t(r * last + k * run) * esize);
     }
   }
 }

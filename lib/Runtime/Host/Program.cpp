@@ -127,9 +127,12 @@ void fsdp::host::validate(fsdp_program &p) {
         if (param.dimAxes[d] & (1u << i))
           parts *= p.axes[i].size;
       int64_t groups = param.dimGroups[d];
+      // A plain split may pad the last blocks (FSDP2's uneven dim 0).
+      int64_t padded = (param.globalDims[d] + parts - 1) / parts;
       if (param.dimAxes[d] >> p.axes.size() || groups < 1 ||
           param.type.dims[d] % groups != 0 ||
-          param.type.dims[d] * parts != param.globalDims[d])
+          (param.type.dims[d] * parts != param.globalDims[d] &&
+           (groups != 1 || param.type.dims[d] != padded)))
         fail("describe", "sharded parameter '" + param.name + "': dim " +
                              std::to_string(d) + " is " +
                              std::to_string(param.type.dims[d]) + " split " +
