@@ -514,6 +514,16 @@ LogicalResult Backward::run(Operation *op) {
         int64_t dim = static_cast<int64_t>(o.getDim());
         if (dim < 0)
           dim += in.getRank();
+        // Every part has a gradient (an FSDP unit's parameters): one concat.
+        SmallVector<Value> parts;
+        for (Value result : o.getResults())
+          if (Value g = grads.get(result))
+            parts.push_back(g);
+        if (parts.size() == o.getNumResults() && parts.size() > 1) {
+          same(o.getInput(),
+               build.value<ConcatOp>(parts, {build.i64("dim", dim)}));
+          return success();
+        }
         int64_t start = 0;
         for (auto [result, size] : llvm::zip(o.getResults(), o.getSizes())) {
           if (Value g = grads.get(result))
