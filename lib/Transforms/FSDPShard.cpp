@@ -290,6 +290,7 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
     return success();
   };
 
+  numUnits += units.size();
   for (Operation &op : body.without_terminator()) {
     for (auto &[name, unit] : units)
       if (unit.firstUse == &op && failed(unpack(unit, op.getLoc()))) {

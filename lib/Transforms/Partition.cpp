@@ -91,6 +91,8 @@ public:
         tpAxes(b.getStrArrayAttr({"tp"})) {}
 
   LogicalResult run();
+  /// How many parameters became per-rank blocks.
+  unsigned numSplitParams() const { return splits.size(); }
 
 private:
   // Parameters.
@@ -953,8 +955,10 @@ struct PartitionPass : fsdp::impl::PartitionPassBase<PartitionPass> {
                           "fsdp-tp-plan)");
       return signalPassFailure();
     }
-    if (failed(Partitioner(forward, mesh, *tp).run()))
-      signalPassFailure();
+    Partitioner partitioner(forward, mesh, *tp);
+    if (failed(partitioner.run()))
+      return signalPassFailure();
+    numSplitParams += partitioner.numSplitParams();
   }
 };
 

@@ -201,6 +201,7 @@ void TPPlanPass::runOnOperation() {
         continue;
       op->setAttr(tp::kStyleAttrName,
                   tp::encode(b, plan[i].style, plan[i].pattern));
+      ++numAnnotated;
       if (seenPaths.insert(path.getValue()).second)
         ++modules[i];
       return;

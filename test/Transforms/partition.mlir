@@ -145,3 +145,58 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn
   %y = nn.linear %x, %w {path = "up", dist.tp = {style = "diagonal", input = "replicate", output = "replicate", use_local_output = true}} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
   return %y : tensor<2x8xf32>
 }
+
+// -----
+
+// A norm over a feature dim the plan left sharded (o_proj made
+// column-parallel by mistake) cannot be computed per rank.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn.param = "w"}, %g: tensor<8xf32> {nn.param = "g"}) -> tensor<2x8xf32> {
+  %y = nn.linear %x, %w {path = "o_proj", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "o_proj"}} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+  // expected-error @+1 {{'nn.rms_norm' op normalizes along dim 1, which is sharded}}
+  %n = nn.rms_norm %y, %g {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  return %n : tensor<2x8xf32>
+}
+
+// -----
+
+// Sequence parallelism applies to norms only.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn.param = "w"}) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'nn.linear' op is matched by sequence-parallel plan entry 'up', which applies to norms}}
+  %y = nn.linear %x, %w {path = "up", dist.tp = {style = "sequence_parallel", input = "shard(1)", output = "shard(1)", use_local_output = false, entry = "up"}} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Attention needs query, key and value all split by heads.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %wq: tensor<8x8xf32> {nn.param = "wq"}, %k: tensor<2x4x2x4xf32> {nn.input = "k"}) -> tensor<2x4x2x4xf32> {
+  %q = nn.linear %x, %wq {path = "q_proj", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "q_proj"}} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %h = nn.reshape %q to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  // expected-error @+1 {{'nn.attention' op cannot be partitioned with operand #1 replicated}}
+  %a = nn.attention %h, %k, %k {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
+  return %a : tensor<2x4x2x4xf32>
+}
+
+// -----
+
+// A style on an op that is neither a linear, an embedding nor a Conv1D.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}) -> tensor<2x8xf32> {
+  // expected-error @+1 {{'nn.silu' op is matched by tensor-parallel plan entry 'act' (colwise), which applies to linear, embedding and Conv1D (matmul + add) modules}}
+  %y = nn.silu %x {path = "act", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "act"}} : tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+// A cross-entropy of logits sharded on another dim than the vocabulary.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %labels: tensor<2x4xi64> {nn.input = "labels"}, %g: tensor<8xf32> {nn.param = "g"}) -> tensor<f32> {
+  %n = nn.rms_norm %x, %g {eps = 1.0e-6 : f64, path = "norm", dist.tp = {style = "sequence_parallel", input = "shard(1)", output = "shard(1)", use_local_output = false, entry = "norm"}} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  // expected-error @+1 {{'nn.cross_entropy' op takes logits sharded on dim 1; a cross-entropy is partitioned only over the vocabulary (lm_head column-parallel with output_layouts Shard(-1))}}
+  %l = nn.cross_entropy %n, %labels : (tensor<2x4x8xf32>, tensor<2x4xi64>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -191,6 +191,15 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
     The config's `mp_policy` is recorded as the module attribute
     `fsdp.mp_policy`, which `fsdp-build-train-step` applies unless given
     its own dtype options.
+
+    ```mlir
+    %q = nn.linear %h, %wq {path = "model.layers.0.self_attn.q_proj"} : ...
+    // becomes, with tp = 2 and the built-in plan:
+    dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2) {views = {...}}
+    %q = nn.linear %h, %wq {dist.tp = {entry = "model.layers.*.self_attn.q_proj",
+        input = "replicate", output = "shard(-1)", style = "colwise",
+        use_local_output = true}, path = "model.layers.0.self_attn.q_proj"} : ...
+    ```
   }];
   let dependentDialects = ["fsdp::dist::DistDialect"];
   let options = [
@@ -210,6 +219,9 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
            "A plan key that matches no module is an error">,
     Option<"report", "report", "std::string", /*default=*/"\"\"",
            "Write the plan report here (- for stdout, empty: none)">,
+  ];
+  let statistics = [
+    Statistic<"numAnnotated", "annotated-ops", "Ops given a dist.tp style">,
   ];
 }
 
@@ -253,6 +265,10 @@ def PartitionPass : Pass<"fsdp-partition", "mlir::ModuleOp"> {
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The forward function to partition">,
+  ];
+  let statistics = [
+    Statistic<"numSplitParams", "split-params",
+              "Parameters split into per-rank blocks">,
   ];
 }
 
@@ -299,6 +315,9 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
            "FSDP2's reshard_after_forward: none, true or false (empty: the "
            "parallel config's, recorded by fsdp-tp-plan, else none)">,
   ];
+  let statistics = [
+    Statistic<"numUnits", "units", "FSDP units, each gathered by one all_gather">,
+  ];
 }
 
 def MemoryReportPass : Pass<"fsdp-memory-report", "mlir::ModuleOp"> {
@@ -313,6 +332,14 @@ def MemoryReportPass : Pass<"fsdp-memory-report", "mlir::ModuleOp"> {
     largest gathered FSDP unit, the peak of activations and temporaries, and
     the estimated peak, which the runtime's measured peak (`--report`)
     matches. The IR is unchanged.
+
+    ```
+    memory per rank                               bytes
+    parameters (this rank's blocks)              213632
+    optimizer state                              427264
+    ...
+    estimated peak                              1331724
+    ```
   }];
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",

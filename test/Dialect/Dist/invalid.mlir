@@ -244,3 +244,46 @@ func.func @copy_unknown_axis(%x: tensor<4xf32>) {
   %0 = dist.copy %x on @mesh[dp] : tensor<4xf32>
   return
 }
+
+// -----
+
+// all_slice keeps the rank's block: the dim must divide by the group.
+dist.mesh @mesh(tp = 2)
+func.func @all_slice_indivisible(%x: tensor<3x4xf32>) {
+  // expected-error @+1 {{'dist.all_slice' op dim 0 of size 3 does not divide by the group size 2}}
+  %0 = dist.all_slice %x on @mesh[tp] slice_dim = 0 : tensor<3x4xf32> -> tensor<1x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(tp = 2)
+func.func @all_slice_result(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{'dist.all_slice' op result 'tensor<4x2xf32>' does not match the expected 'tensor<2x4xf32>'}}
+  %0 = dist.all_slice %x on @mesh[tp] slice_dim = 0 : tensor<4x4xf32> -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(tp = 2)
+func.func @all_slice_dim(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{'dist.all_slice' op slice_dim 2 is out of range for rank 2}}
+  %0 = dist.all_slice %x on @mesh[tp] slice_dim = 2 : tensor<4x4xf32> -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(tp = 2)
+func.func @axis_index_unknown_axis() {
+  // expected-error @+1 {{'dist.axis_index' op mesh 'mesh' has no axis 'cp'}}
+  %0 = dist.axis_index @mesh[cp] : tensor<i64>
+  return
+}
+
+// -----
+
+// A sharding's group counts come one per dim.
+// expected-error @+1 {{groups has 1 counts for 2 dims}}
+func.func private @bad_groups(tensor<4x4xf32> {dist.sharding = #dist.sharding<@mesh, [[], [tp]], groups = [3]>})

@@ -98,3 +98,20 @@ func.func @copy(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf32> {
   %0 = dist.copy %x on @tpmesh[tp] : tensor<2x16x64xf32>
   return %0 : tensor<2x16x64xf32>
 }
+
+// -----
+
+// The rank's block of a replicated value, the rank's index in a group, and a
+// strided sharding.
+dist.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @local_ops(
+// CHECK-SAME: {dist.sharding = #dist.sharding<@mesh, {{\[}}[], [tp]], groups = [1, 3]>}
+func.func @local_ops(%x: tensor<4x6xf32>, %w: tensor<8x12xf32> {dist.sharding = #dist.sharding<@mesh, [[], [tp]], groups = [1, 3]>}) {
+  // CHECK: dist.all_slice %{{.+}} on @mesh[tp] slice_dim = 1 : tensor<4x6xf32> -> tensor<4x3xf32>
+  %0 = dist.all_slice %x on @mesh[tp] slice_dim = 1 : tensor<4x6xf32> -> tensor<4x3xf32>
+  // CHECK: dist.axis_index @mesh[tp] : tensor<i64>
+  %1 = dist.axis_index @mesh[tp] : tensor<i64>
+  // CHECK: dist.all_gather %{{.+}} on @mesh[tp] dim 1 replicated_grad : tensor<4x3xf32> -> tensor<4x6xf32>
+  %2 = dist.all_gather %0 on @mesh[tp] dim 1 replicated_grad : tensor<4x3xf32> -> tensor<4x6xf32>
+  return
+}

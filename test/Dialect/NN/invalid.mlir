@@ -302,3 +302,45 @@ func.func private @bad_uniform(tensor<4xf32> {nn.init = #nn.init<uniform, low = 
 
 // expected-error @+1 {{unknown initializer 'gaussian', expected zeros, ones, normal or uniform}}
 func.func private @unknown_init(tensor<4xf32> {nn.init = #nn.init<gaussian>})
+
+// -----
+
+// A vocabulary block's index is a scalar.
+func.func @embedding_shard_index(%t: tensor<8x4xf32>, %ids: tensor<2xi64>, %k: tensor<1xi64>) {
+  // expected-error @+1 {{'nn.embedding' op shard_index must be a scalar, got 'tensor<1xi64>'}}
+  %0 = nn.embedding %t, %ids, %k : (tensor<8x4xf32>, tensor<2xi64>, tensor<1xi64>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_max_scalar(%x: tensor<f32>) {
+  // expected-error @+1 {{'nn.reduce_max' op input must have rank >= 1}}
+  %0 = nn.reduce_max %x : tensor<f32> -> tensor<f32>
+  return
+}
+
+// -----
+
+// The shift is one value per position, like the labels.
+func.func @partial_shift(%l: tensor<2x8xf32>, %labels: tensor<2xi64>, %m: tensor<3xf32>, %k: tensor<i64>) {
+  // expected-error @+1 {{'nn.cross_entropy_partial' op shift 'tensor<3xf32>' must have the labels' shape 'tensor<2xi64>'}}
+  %0:2 = nn.cross_entropy_partial %l, %labels, %m, %k : (tensor<2x8xf32>, tensor<2xi64>, tensor<3xf32>, tensor<i64>) -> (tensor<2xf32>, tensor<2xf32>)
+  return
+}
+
+// -----
+
+func.func @partial_labels(%l: tensor<2x8xf32>, %labels: tensor<3xi64>, %m: tensor<2xf32>, %k: tensor<i64>) {
+  // expected-error @+1 {{'nn.cross_entropy_partial' op labels 'tensor<3xi64>' must have the logits' shape without the class dim, logits are 'tensor<2x8xf32>'}}
+  %0:2 = nn.cross_entropy_partial %l, %labels, %m, %k : (tensor<2x8xf32>, tensor<3xi64>, tensor<2xf32>, tensor<i64>) -> (tensor<3xf32>, tensor<3xf32>)
+  return
+}
+
+// -----
+
+func.func @combine_reduction(%e: tensor<2xf32>, %t: tensor<2xf32>, %labels: tensor<2xi64>) {
+  // expected-error @+1 {{'nn.cross_entropy_combine' op reduction must be "mean", "sum" or "none", got "max"}}
+  %0 = nn.cross_entropy_combine %e, %t, %labels {reduction = "max"} : (tensor<2xf32>, tensor<2xf32>, tensor<2xi64>) -> tensor<f32>
+  return
+}
