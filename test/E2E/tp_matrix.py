@@ -1,6 +1,7 @@
-# Differential check of tensor parallelism: for one model config, compiles
-# the 1-rank training step and the tp-rank one for each (tp, sequence
-# parallel) pair, runs them, and compares
+# Differential check of parallel configurations: for one model config,
+# compiles the 1-rank training step and the N-rank one for each (tp,
+# sequence parallel) pair, or for each --case (fsdp-compile flags on N
+# ranks: FSDP, HSDP, TP x FSDP, ...), runs them, and compares
 #   - one step with optimizer=none: the loss, the logits and every gradient
 #     (tensor-parallel blocks joined, replicated tensors on every rank);
 #   - three AdamW steps (lr 1e-4, eps 1e-6): the losses of each step and
@@ -16,7 +17,8 @@
 #
 # Usage: /usr/bin/python3 tp_matrix.py CONFIG.json --work DIR --bin DIR
 #            --mpirun "mpirun ..." [--tp 2,4] [--sp off,on] [--rtol 1e-5]
-#            [--parallel parallel.json]
+#            [--parallel parallel.json] [--batch B] [--step-options OPTS]
+#            [--case LABEL RANKS "FLAGS" ...]
 
 import argparse
 import os
@@ -115,29 +117,28 @@ def main():
                 if args.parallel:
                     flags += ["--parallel", args.parallel]
                 cases.append((f"tp={tp} sp={sp}", tp, flags))
-    for label, tp, flags in cases:
-        if True:
-            name = label.replace(" ", "-").replace("=", "")
-            try:
-                many = build_and_run(name, tp, flags)
-            except RuntimeError as e:
-                print(f"{model} {label}: FAIL {e}")
-                failed = True
-                continue
-            grads, bad1 = compare("compare_ranks.py", base["grad"][0],
-                                  many["grad"][0], "--ranks", str(tp),
-                                  "--rtol", args.rtol)
-            params, bad2 = compare("compare_ranks.py", base["adamw"][0],
-                                   many["adamw"][0], "--ranks", str(tp),
-                                   "--rtol", args.param_rtol,
-                                   *(["--norm"] if args.param_norm else []))
-            losses, bad3 = compare("compare_losses.py", base["adamw"][1],
-                                   many["adamw"][1], "--rtol", args.rtol)
-            print(f"{model} {label}: step 1 {grads[0]}; "
-                  f"after 3 adamw steps {params[0]}; losses {losses[0]}")
-            for line in grads[1:] + params[1:] + losses[1:]:
-                print(f"  {line}")
-            failed |= bad1 or bad2 or bad3
+    for label, ranks, flags in cases:
+        name = label.replace(" ", "-").replace("=", "")
+        try:
+            many = build_and_run(name, ranks, flags)
+        except RuntimeError as e:
+            print(f"{model} {label}: FAIL {e}")
+            failed = True
+            continue
+        grads, bad1 = compare("compare_ranks.py", base["grad"][0],
+                              many["grad"][0], "--ranks", str(ranks),
+                              "--rtol", args.rtol)
+        params, bad2 = compare("compare_ranks.py", base["adamw"][0],
+                               many["adamw"][0], "--ranks", str(ranks),
+                               "--rtol", args.param_rtol,
+                               *(["--norm"] if args.param_norm else []))
+        losses, bad3 = compare("compare_losses.py", base["adamw"][1],
+                               many["adamw"][1], "--rtol", args.rtol)
+        print(f"{model} {label}: step 1 {grads[0]}; "
+              f"after 3 adamw steps {params[0]}; losses {losses[0]}")
+        for line in grads[1:] + params[1:] + losses[1:]:
+            print(f"  {line}")
+        failed |= bad1 or bad2 or bad3
     return 1 if failed else 0
 
 
