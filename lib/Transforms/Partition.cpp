@@ -28,7 +28,6 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 namespace fsdp {
 #define GEN_PASS_DEF_PARTITIONPASS
@@ -627,197 +626,46 @@ LogicalResult Partitioner::generic(Operation &op) {
   if (auto loss = dyn_cast<nn::CrossEntropyOp>(op))
     return crossEntropy(loss);
 
-  auto unsupported = [&](unsigned i) {
+  // The op's own rule (ShardRuleOpInterface) says where its results are
+  // split and what its replicated operands become.
+  SmallVector<nn::OperandShard> shards;
+  for (Value v : operands) {
+    Layout l = layoutOf(v);
+    shards.push_back(l.kind == Layout::Sharded
+                         ? nn::OperandShard{l.dim, l.groups}
+                         : nn::OperandShard{});
+  }
+  auto rules = dyn_cast<nn::ShardRuleOpInterface>(op);
+  if (!rules) {
+    unsigned i =
+        llvm::find_if(shards, [](nn::OperandShard s) { return s.isSplit(); }) -
+        shards.begin();
     return op.emitOpError("cannot be partitioned with operand #")
            << i << " " << layoutOf(operands[i]).str();
-  };
-  // The one sharded layout the op's operands share; broadcasting ops align
-  // their operands to the result from the trailing dims.
-  int64_t resultRank = tensorOf(op.getResult(0)).getRank();
-  bool broadcasting = isa<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp>(op);
-  std::optional<Layout> common;
-  for (auto [i, v] : llvm::enumerate(operands)) {
-    Layout l = layoutOf(v);
-    if (l.isReplicated())
-      continue;
-    if (broadcasting)
-      l.dim += resultRank - tensorOf(v).getRank();
-    if (common && !(*common == l))
-      return unsupported(i);
-    common = l;
   }
-  Layout layout = *common;
-
-  // Elementwise ops (with broadcasting) keep the layout; a replicated
-  // operand that spans the sharded dim is cut to the rank's block, one that
-  // broadcasts along it enters per-rank computation whole.
-  auto broadcastOperands = [&]() -> LogicalResult {
-    for (unsigned i = 0; i < operands.size(); ++i) {
-      Value &v = operands[i];
-      if (!layoutOf(v).isReplicated())
-        continue;
-      RankedTensorType type = tensorOf(v);
-      int64_t dim = layout.dim - (resultRank - type.getRank());
-      if (dim >= 0 && type.getDimSize(dim) != 1) {
-        if (layout.groups != 1)
-          return unsupported(i);
-        FailureOr<Value> s = slice(&op, v, dim);
-        if (failed(s))
-          return failure();
-        v = *s;
-      } else {
-        v = copyIn(v);
-      }
-    }
-    return success();
-  };
-  DictionaryAttr attrs;
-  Layout result = layout;
-  bool ok = true;
-  TypeSwitch<Operation *>(&op)
-      .Case<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::NegOp, nn::ScaleOp,
-            nn::SiluOp, nn::GeluOp, nn::CastOp>(
-          [&](Operation *) { ok = succeeded(broadcastOperands()); })
-      .Case<nn::RMSNormOp, nn::LayerNormOp, nn::SoftmaxOp>([&](Operation *o) {
-        // Normalizes along one dim (the last for the norms), which must
-        // be whole.
-        int64_t along = resultRank - 1;
-        if (auto softmax = dyn_cast<nn::SoftmaxOp>(o))
-          along = softmax.getDim() < 0 ? softmax.getDim() + resultRank
-                                       : softmax.getDim();
-        if (layout.dim == along) {
-          ok = succeeded(op.emitOpError("normalizes along dim ")
-                         << along << ", which is sharded");
-          return;
-        }
-        for (size_t i = 1; i < operands.size(); ++i)
-          operands[i] = copyIn(operands[i]);
-      })
-      .Case([&](nn::LinearOp) {
-        // A replicated linear on sharded rows (tokens).
-        if (layout.dim == resultRank - 1 ||
-            !layoutOf(operands[1]).isReplicated()) {
-          ok = succeeded(unsupported(0));
-          return;
-        }
-        for (size_t i = 1; i < operands.size(); ++i)
-          operands[i] = copyIn(operands[i]);
-      })
-      .Case([&](nn::MatmulOp) {
-        if (layout.dim >= resultRank - 1 ||
-            !layoutOf(operands[1]).isReplicated()) {
-          ok = succeeded(unsupported(0));
-          return;
-        }
-        operands[1] = copyIn(operands[1]);
-      })
-      .Case([&](nn::EmbeddingOp) {
-        // Ids sharded: the rows follow them.
-        operands[0] = copyIn(operands[0]);
-      })
-      .Case([&](nn::RotaryOp rotary) {
-        // On the rank's heads, or on its sequence block with its positions.
-        if (layout.dim == 1) {
-          FailureOr<Value> p = slice(&op, operands[1], 1);
-          if (failed(p)) {
-            ok = false;
-            return;
-          }
-          operands[1] = *p;
-        } else if (layout.dim != 2) {
-          ok = succeeded(unsupported(0));
-        }
-      })
-      .Case([&](nn::AttentionOp) {
-        // On the rank's heads: query, key and value all split by heads.
-        for (unsigned i = 0; i < 3; ++i)
-          if (!(layoutOf(operands[i]) == Layout::sharded(2))) {
-            ok = succeeded(unsupported(i));
-            return;
-          }
-      })
-      .Case([&](nn::ReshapeOp reshape) {
-        // The sharded dim maps to the output dim with the same prefix
-        // product; it must be that dim's major part.
-        ArrayRef<int64_t> in = reshape.getInput().getType().getShape();
-        SmallVector<int64_t> shape(reshape.getShape());
-        if (layout.groups != 1) {
-          ok = succeeded(unsupported(0));
-          return;
-        }
-        int64_t prefix = 1;
-        for (int64_t d = 0; d < layout.dim; ++d)
-          prefix *= in[d];
-        int64_t product = 1;
-        size_t j = 0;
-        while (j < shape.size() && product < prefix)
-          product *= shape[j++];
-        while (j < shape.size() && shape[j] == 1 && in[layout.dim] != 1)
-          ++j;
-        if (product != prefix || j == shape.size() ||
-            (in[layout.dim] % shape[j] != 0 &&
-             shape[j] % in[layout.dim] != 0)) {
-          ok = succeeded(op.emitOpError("reshapes a tensor ")
-                         << layout.str() << " in a way the partitioner "
-                         << "cannot follow");
-          return;
-        }
-        if (shape[j] % tp != 0) {
-          ok = succeeded(op.emitOpError("splits a dim of ")
-                         << shape[j]
-                         << " (heads) that does not divide by tp = " << tp);
-          return;
-        }
-        shape[j] /= tp;
-        NamedAttrList list(op.getAttrDictionary());
-        list.set("shape", b.getDenseI64ArrayAttr(shape));
-        attrs = list.getDictionary(b.getContext());
-        result = Layout::sharded(static_cast<int64_t>(j));
-      })
-      .Case([&](nn::TransposeOp transpose) {
-        ArrayRef<int64_t> perm = transpose.getPerm();
-        result.dim =
-            std::find(perm.begin(), perm.end(), layout.dim) - perm.begin();
-      })
-      .Case([&](nn::SliceOp s) {
-        int64_t dim = s.getDim() < 0 ? s.getDim() + resultRank : s.getDim();
-        if (dim == layout.dim)
-          ok = succeeded(unsupported(0));
-      })
-      .Case([&](nn::SplitOp split) {
-        int64_t dim =
-            split.getDim() < 0 ? split.getDim() + resultRank : split.getDim();
-        if (dim != layout.dim)
-          return;
-        // A fused projection's parts: each holds the rank's share of one.
-        ArrayRef<int64_t> sizes = split.getSizes();
-        if (layout.groups != static_cast<int64_t>(sizes.size()) ||
-            !llvm::all_equal(sizes)) {
-          ok = succeeded(unsupported(0));
-          return;
-        }
-        SmallVector<int64_t> local(sizes.size(), sizes.front() / tp);
-        NamedAttrList list(op.getAttrDictionary());
-        list.set("sizes", b.getDenseI64ArrayAttr(local));
-        attrs = list.getDictionary(b.getContext());
-        result = Layout::sharded(dim);
-      })
-      .Case([&](nn::ConcatOp concat) {
-        int64_t dim = concat.getDim() < 0 ? concat.getDim() + resultRank
-                                          : concat.getDim();
-        if (dim == layout.dim || !llvm::all_of(operands, [&](Value v) {
-              return layoutOf(v) == layout;
-            }))
-          ok = succeeded(unsupported(0));
-      })
-      .Default([&](Operation *) { ok = succeeded(unsupported(0)); });
-  if (!ok)
+  FailureOr<nn::ShardRule> rule = rules.getShardRule(shards, tp);
+  if (failed(rule))
     return failure();
-  Operation *copy = rebuild(op, operands, attrs);
+  for (auto [i, use] : llvm::enumerate(rule->operands)) {
+    if (shards[i].isSplit() || use.first == nn::ReplicatedUse::Keep)
+      continue;
+    if (use.first == nn::ReplicatedUse::Whole) {
+      operands[i] = copyIn(operands[i]);
+      continue;
+    }
+    FailureOr<Value> block = slice(&op, operands[i], use.second);
+    if (failed(block))
+      return failure();
+    operands[i] = *block;
+  }
+  Operation *copy = rebuild(op, operands, rule->attributes);
   if (!copy)
     return failure();
-  for (auto [old, now] : llvm::zip(op.getResults(), copy->getResults()))
-    set(old, now, result);
+  for (auto [old, now, split] :
+       llvm::zip(op.getResults(), copy->getResults(), rule->results))
+    set(old, now,
+        split.isSplit() ? Layout::sharded(split.dim, split.groups)
+                        : Layout::replicated());
   return success();
 }
 

@@ -40,4 +40,26 @@ def NN_ShapeRuleOpInterface : OpInterface<"ShapeRuleOpInterface"> {
   let verify = [{ return ::fsdp::nn::verifyShapeRule($_op); }];
 }
 
+def NN_ShardRuleOpInterface : OpInterface<"ShardRuleOpInterface"> {
+  let cppNamespace = "::fsdp::nn";
+  let description = [{
+    An op that can run on operands split over ranks: given where each
+    operand is split (the dim, or replicated), the rule says where its
+    results are split, what each replicated operand must become (kept, cut
+    to the rank's block, or marked as entering per-rank computation whole,
+    so that its gradient sums the ranks'), and the attributes that give the
+    op its per-rank shapes. The partitioner applies the rules; an op without
+    one runs only on replicated operands.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        The rule for operands split as `operands` over `parts` ranks; emits
+        an error naming the op and fails when the op cannot run on them.
+      }],
+      "::llvm::FailureOr<::fsdp::nn::ShardRule>", "getShardRule",
+      (ins "::llvm::ArrayRef<::fsdp::nn::OperandShard>":$operands,
+           "int64_t":$parts)>,
+  ];
+}
+
 #endif // FSDP_DIALECT_NN_IR_NNINTERFACES_TD

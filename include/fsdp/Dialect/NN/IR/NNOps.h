@@ -15,6 +15,34 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace fsdp::nn {
+/// Where a value is split over ranks: on `dim` (in `groups` strided groups),
+/// or, with dim = -1, nowhere (replicated).
+struct OperandShard {
+  int64_t dim = -1;
+  int64_t groups = 1;
+  bool isSplit() const { return dim >= 0; }
+};
+
+/// What a replicated operand becomes when the op runs per rank.
+enum class ReplicatedUse {
+  /// Used as it is (an index, a value no split reaches).
+  Keep,
+  /// Enters per-rank computation whole: its gradient sums the ranks' parts.
+  Whole,
+  /// Cut to the rank's block along `sliceDim`.
+  Slice,
+};
+
+/// How an op runs on split operands (ShardRuleOpInterface).
+struct ShardRule {
+  /// Where each result is split.
+  llvm::SmallVector<OperandShard> results;
+  /// Per operand: what a replicated one becomes, and the dim of a Slice.
+  llvm::SmallVector<std::pair<ReplicatedUse, int64_t>> operands;
+  /// The op's attributes for its per-rank shapes (null: unchanged).
+  mlir::DictionaryAttr attributes;
+};
+
 /// Checks an op's result types against its shape rule.
 llvm::LogicalResult verifyShapeRule(mlir::Operation *op);
 /// Creates op `name` on `operands` with `attributes` and the result types

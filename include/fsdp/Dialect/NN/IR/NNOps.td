@@ -46,7 +46,8 @@ class NN_Op<string mnemonic, list<Trait> traits = []>
 
 /// An op whose result has its operand's type.
 class NN_SameTypeOp<string mnemonic, list<Trait> traits = []>
-    : NN_Op<mnemonic, !listconcat(traits, [AllTypesMatch<["input", "result"]>])> {
+    : NN_Op<mnemonic, !listconcat(traits, [AllTypesMatch<["input", "result"]>,
+        DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>])> {
   let extraClassDefinition = [{
     ::llvm::LogicalResult
     $cppClass::inferTypes(::mlir::MLIRContext *, std::optional<::mlir::Location>,
@@ -66,7 +67,8 @@ class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
 }
 
 class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
-    : NN_Op<mnemonic, traits> {
+    : NN_Op<mnemonic, !listconcat(traits, [
+        DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>])> {
   let arguments = !con((ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs), NN_Path);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat =
@@ -77,7 +79,8 @@ class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
 // Embedding and linear algebra
 //===----------------------------------------------------------------------===//
 
-def NN_EmbeddingOp : NN_Op<"embedding"> {
+def NN_EmbeddingOp : NN_Op<"embedding", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Table lookup: rows of `table` selected by integer ids";
   let description = [{
     `table` is `[V, H]`, `ids` any shape `[...]` of i32/i64; the result is
@@ -103,7 +106,8 @@ def NN_EmbeddingOp : NN_Op<"embedding"> {
   }];
 }
 
-def NN_LinearOp : NN_Op<"linear"> {
+def NN_LinearOp : NN_Op<"linear", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "PyTorch `nn.Linear`: `input · weightᵀ + bias`";
   let description = [{
     `input` is `[..., K]`, `weight` `[N, K]` (PyTorch's out-by-in layout),
@@ -123,7 +127,8 @@ def NN_LinearOp : NN_Op<"linear"> {
   }];
 }
 
-def NN_MatmulOp : NN_Op<"matmul"> {
+def NN_MatmulOp : NN_Op<"matmul", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Matrix product of a batch of rows with one matrix";
   let description = [{
     `lhs` is `[..., M, K]` (rank >= 2), `rhs` is `[K, N]`; the result is
@@ -197,7 +202,8 @@ def NN_GeluOp : NN_SameTypeOp<"gelu"> {
 // Normalization, rotary embedding, attention, softmax
 //===----------------------------------------------------------------------===//
 
-def NN_RMSNormOp : NN_Op<"rms_norm"> {
+def NN_RMSNormOp : NN_Op<"rms_norm", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "RMS norm over the last dim: `x / sqrt(mean(x²) + eps) · weight`";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                             F64Attr:$eps), NN_Path);
@@ -206,7 +212,8 @@ def NN_RMSNormOp : NN_Op<"rms_norm"> {
       "$input `,` $weight attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_LayerNormOp : NN_Op<"layer_norm"> {
+def NN_LayerNormOp : NN_Op<"layer_norm", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Layer norm over the last dim with weight and optional bias";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                             Optional<NN_FloatTensor>:$bias, F64Attr:$eps),
@@ -217,7 +224,8 @@ def NN_LayerNormOp : NN_Op<"layer_norm"> {
   }];
 }
 
-def NN_RotaryOp : NN_Op<"rotary"> {
+def NN_RotaryOp : NN_Op<"rotary", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Rotary position embedding (rotate-half convention)";
   let description = [{
     `input` is `[B, S, N, D]` (D even), `positions` `[B, S]` integers. With
@@ -234,7 +242,8 @@ def NN_RotaryOp : NN_Op<"rotary"> {
       "$input `,` $positions attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_AttentionOp : NN_Op<"attention"> {
+def NN_AttentionOp : NN_Op<"attention", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
   let description = [{
     `query` `[B, S, Nq, D]`, `key` `[B, Skv, Nkv, D]`, `value`
@@ -271,7 +280,8 @@ def NN_SoftmaxOp : NN_SameTypeOp<"softmax"> {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def NN_ReshapeOp : NN_Op<"reshape"> {
+def NN_ReshapeOp : NN_Op<"reshape", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Reinterpret a tensor with another static shape";
   let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$shape),
                        NN_Path);
@@ -280,7 +290,8 @@ def NN_ReshapeOp : NN_Op<"reshape"> {
       "$input `to` $shape attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_TransposeOp : NN_Op<"transpose"> {
+def NN_TransposeOp : NN_Op<"transpose", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Permute dimensions: result dim `i` is input dim `perm[i]`";
   let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$perm),
                        NN_Path);
@@ -289,7 +300,8 @@ def NN_TransposeOp : NN_Op<"transpose"> {
       "$input `perm` $perm attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_SliceOp : NN_Op<"slice"> {
+def NN_SliceOp : NN_Op<"slice", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "The range `[start, start + size)` of one dimension";
   let arguments = !con((ins NN_AnyTensor:$input, I64Attr:$dim, I64Attr:$start,
                             I64Attr:$size), NN_Path);
@@ -299,7 +311,8 @@ def NN_SliceOp : NN_Op<"slice"> {
   }];
 }
 
-def NN_SplitOp : NN_Op<"split"> {
+def NN_SplitOp : NN_Op<"split", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Cut one dimension into consecutive pieces of the given sizes";
   let arguments = !con((ins NN_AnyTensor:$input, I64Attr:$dim,
                             DenseI64ArrayAttr:$sizes), NN_Path);
@@ -309,7 +322,8 @@ def NN_SplitOp : NN_Op<"split"> {
   }];
 }
 
-def NN_ConcatOp : NN_Op<"concat"> {
+def NN_ConcatOp : NN_Op<"concat", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Join tensors along one dimension";
   let arguments = !con((ins Variadic<NN_AnyTensor>:$inputs, I64Attr:$dim),
                        NN_Path);
@@ -319,7 +333,8 @@ def NN_ConcatOp : NN_Op<"concat"> {
   }];
 }
 
-def NN_CastOp : NN_Op<"cast"> {
+def NN_CastOp : NN_Op<"cast", [
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Convert a float tensor to another float element type";
   let arguments = !con((ins NN_FloatTensor:$input, TypeAttr:$dtype), NN_Path);
   let results = (outs NN_FloatTensor:$result);
