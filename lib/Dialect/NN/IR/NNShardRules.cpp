@@ -117,6 +117,20 @@ FailureOr<ShardRule> normalizing(Operation *op, ArrayRef<OperandShard> operands,
   return rule;
 }
 
+/// A replicated projection (linear, matmul) of the first operand's rows
+/// split on a dim other than the features (the last of `rank`).
+FailureOr<ShardRule> onSplitRows(Operation *op, ArrayRef<OperandShard> operands,
+                                 int64_t rank) {
+  for (unsigned i = 1; i < operands.size(); ++i)
+    if (operands[i].isSplit())
+      return unsupported(op, operands, i);
+  if (operands[0].dim >= rank - 1)
+    return unsupported(op, operands, 0);
+  ShardRule rule = keep(op, operands[0]);
+  wholeFloats(op, operands, rule);
+  return rule;
+}
+
 int64_t frontDim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + rank : dim;
 }
@@ -158,26 +172,12 @@ FailureOr<ShardRule> SoftmaxOp::getShardRule(ArrayRef<OperandShard> operands,
 
 FailureOr<ShardRule> LinearOp::getShardRule(ArrayRef<OperandShard> operands,
                                             int64_t) {
-  // A replicated projection of split rows (tokens).
-  for (unsigned i = 1; i < operands.size(); ++i)
-    if (operands[i].isSplit())
-      return unsupported(*this, operands, i);
-  if (operands[0].dim == getInput().getType().getRank() - 1)
-    return unsupported(*this, operands, 0);
-  ShardRule rule = keep(*this, operands[0]);
-  wholeFloats(*this, operands, rule);
-  return rule;
+  return onSplitRows(*this, operands, getInput().getType().getRank());
 }
 
 FailureOr<ShardRule> MatmulOp::getShardRule(ArrayRef<OperandShard> operands,
                                             int64_t) {
-  if (operands[1].isSplit())
-    return unsupported(*this, operands, 1);
-  if (operands[0].dim >= getLhs().getType().getRank() - 1)
-    return unsupported(*this, operands, 0);
-  ShardRule rule = keep(*this, operands[0]);
-  wholeFloats(*this, operands, rule);
-  return rule;
+  return onSplitRows(*this, operands, getLhs().getType().getRank());
 }
 
 FailureOr<ShardRule> EmbeddingOp::getShardRule(ArrayRef<OperandShard> operands,
