@@ -33,10 +33,6 @@ using namespace fsdp::nn;
 
 namespace {
 
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-
 /// Builds nn ops with their inferred result types.
 class Builder {
 public:

@@ -36,12 +36,9 @@ namespace fsdp {
 
 using namespace mlir;
 using namespace fsdp;
+using nn::tensorOf;
 
 namespace {
-
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
 
 /// The unit a parameter belongs to: its decoder layer (`model.layers.3`,
 /// `transformer.h.3`), or the root ("").

@@ -36,12 +36,9 @@ namespace fsdp {
 
 using namespace mlir;
 using namespace fsdp;
+using nn::tensorOf;
 
 namespace {
-
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
 
 bool isFloat(Value v) { return isa<FloatType>(tensorOf(v).getElementType()); }
 

@@ -23,10 +23,6 @@ LogicalResult reject(std::optional<Location> loc, Args &&...args) {
                            std::forward<Args>(args)...);
 }
 
-inline RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-
 /// Float operands of one op must share their element type.
 template <typename OpTy>
 LogicalResult sameElementType(std::optional<Location> loc, StringRef what,

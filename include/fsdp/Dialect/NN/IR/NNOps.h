@@ -43,6 +43,11 @@ struct ShardRule {
   mlir::DictionaryAttr attributes;
 };
 
+/// The ranked tensor type of `v` (every nn value has one).
+inline mlir::RankedTensorType tensorOf(mlir::Value v) {
+  return llvm::cast<mlir::RankedTensorType>(v.getType());
+}
+
 /// Checks an op's result types against its shape rule.
 llvm::LogicalResult verifyShapeRule(mlir::Operation *op);
 /// Creates op `name` on `operands` with `attributes` and the result types
