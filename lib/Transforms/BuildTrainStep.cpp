@@ -12,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PassUtils.h"
+
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
@@ -1004,15 +1006,9 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
         original = r;
     resultAttrs.push_back(forward.getResultAttrDict(original));
   }
-  func::ReturnOp::create(b, forward.getLoc(), results);
-  step.setFunctionType(
-      b.getFunctionType(argTypes, TypeRange(ValueRange(results))));
-  step.setAllArgAttrs(argAttrs);
-  step.setAllResultAttrs(resultAttrs);
-  for (NamedAttribute attr : forward->getDiscardableAttrs())
-    step->setAttr(attr.getName(), attr.getValue());
   numGradOps += build.count;
-  forward.erase();
+  replaceFunction(b, forward, step, forward.getLoc(), results, argAttrs,
+                  resultAttrs);
   return success();
 }
 

@@ -11,15 +11,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PassUtils.h"
+
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/ToolOutputFile.h"
 
 #include <map>
 
@@ -112,36 +112,32 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
     if (walk.wasInterrupted())
       return signalPassFailure();
 
-    std::string error;
-    auto file = openOutputFile(output, &error);
-    if (!file) {
-      module.emitError(error);
-      return signalPassFailure();
-    }
-    raw_ostream &os = file->os();
-    if (format == "json") {
-      llvm::json::Array rows;
-      int64_t total = 0;
-      for (auto &[key, v] : volumes) {
-        rows.push_back(llvm::json::Object{{"kind", kKinds[key.first]},
-                                          {"group", groupNames[key.second]},
-                                          {"calls", v.calls},
-                                          {"bytes", v.bytes}});
-        total += v.bytes;
+    auto write = [&](raw_ostream &os) {
+      if (format == "json") {
+        llvm::json::Array rows;
+        int64_t total = 0;
+        for (auto &[key, v] : volumes) {
+          rows.push_back(llvm::json::Object{{"kind", kKinds[key.first]},
+                                            {"group", groupNames[key.second]},
+                                            {"calls", v.calls},
+                                            {"bytes", v.bytes}});
+          total += v.bytes;
+        }
+        os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
+                                         {"collectives", std::move(rows)},
+                                         {"total_bytes", total}}))
+           << "\n";
+      } else {
+        os << llvm::format("%-16s %-12s %10s %14s\n", "collective", "group",
+                           "calls", "bytes sent");
+        for (auto &[key, v] : volumes)
+          os << llvm::format("%-16s %-12s %10lld %14lld\n", kKinds[key.first],
+                             groupNames[key.second].c_str(), (long long)v.calls,
+                             (long long)v.bytes);
       }
-      os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
-                                       {"collectives", std::move(rows)},
-                                       {"total_bytes", total}}))
-         << "\n";
-    } else {
-      os << llvm::format("%-16s %-12s %10s %14s\n", "collective", "group",
-                         "calls", "bytes sent");
-      for (auto &[key, v] : volumes)
-        os << llvm::format("%-16s %-12s %10lld %14lld\n", kKinds[key.first],
-                           groupNames[key.second].c_str(), (long long)v.calls,
-                           (long long)v.bytes);
-    }
-    file->keep();
+    };
+    if (failed(writeReport(module, output, "", write)))
+      return signalPassFailure();
     markAllAnalysesPreserved();
   }
 };

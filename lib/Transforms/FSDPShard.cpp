@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PassUtils.h"
 #include "TPAnnotation.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
@@ -351,10 +352,6 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   SmallVector<Value> results = llvm::map_to_vector(
       ret.getOperands(), [&](Value v) { return map.lookup(v); });
-  func::ReturnOp::create(b, ret.getLoc(), results);
-  sharded.setFunctionType(
-      b.getFunctionType(argTypes, TypeRange(ValueRange(results))));
-  sharded.setAllArgAttrs(argAttrs);
   // Outputs with a batch dim are now this rank's samples.
   SmallVector<DictionaryAttr> resultAttrs;
   for (auto [i, v] : llvm::enumerate(results)) {
@@ -372,10 +369,8 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
     }
     resultAttrs.push_back(attrs.getDictionary(context));
   }
-  sharded.setAllResultAttrs(resultAttrs);
-  for (NamedAttribute attr : forward->getDiscardableAttrs())
-    sharded->setAttr(attr.getName(), attr.getValue());
-  forward.erase();
+  replaceFunction(b, forward, sharded, ret.getLoc(), results, argAttrs,
+                  resultAttrs);
   getOperation()->setAttr("fsdp.data_parallel", dataAxes);
   // FSDP2Config.defer_fsdp_grad_sync defaults to true.
   if (!getOperation()->hasAttr("fsdp.defer_grad_sync"))

@@ -14,15 +14,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PassUtils.h"
+
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/ToolOutputFile.h"
 
 namespace fsdp {
 #define GEN_PASS_DEF_MEMORYREPORTPASS
@@ -148,37 +148,33 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
     int64_t fixed = params + state + inputs;
     int64_t estimate = fixed + peak;
 
-    std::string error;
-    auto file = openOutputFile(output, &error);
-    if (!file) {
-      module.emitError(error);
+    auto write = [&](raw_ostream &os) {
+      if (format == "json") {
+        os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
+                                         {"parameters", params},
+                                         {"optimizer_state", state},
+                                         {"inputs", inputs},
+                                         {"gradients", grads},
+                                         {"largest_gathered_unit", gathered},
+                                         {"temporaries_peak", peak},
+                                         {"estimated_peak", estimate}}))
+           << "\n";
+      } else {
+        auto row = [&](StringRef what, int64_t bytes) {
+          os << llvm::formatv("{0,-34} {1,16}\n", what, bytes);
+        };
+        os << llvm::formatv("{0,-34} {1,16}\n", "memory per rank", "bytes");
+        row("parameters (this rank's blocks)", params);
+        row("optimizer state", state);
+        row("inputs", inputs);
+        row("gradients (blocks, at the update)", grads);
+        row("largest gathered unit", gathered);
+        row("activations and temporaries, peak", peak);
+        row("estimated peak", estimate);
+      }
+    };
+    if (failed(writeReport(module, output, "", write)))
       return signalPassFailure();
-    }
-    raw_ostream &os = file->os();
-    if (format == "json") {
-      os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
-                                       {"parameters", params},
-                                       {"optimizer_state", state},
-                                       {"inputs", inputs},
-                                       {"gradients", grads},
-                                       {"largest_gathered_unit", gathered},
-                                       {"temporaries_peak", peak},
-                                       {"estimated_peak", estimate}}))
-         << "\n";
-    } else {
-      auto row = [&](StringRef what, int64_t bytes) {
-        os << llvm::formatv("{0,-34} {1,16}\n", what, bytes);
-      };
-      os << llvm::formatv("{0,-34} {1,16}\n", "memory per rank", "bytes");
-      row("parameters (this rank's blocks)", params);
-      row("optimizer state", state);
-      row("inputs", inputs);
-      row("gradients (blocks, at the update)", grads);
-      row("largest gathered unit", gathered);
-      row("activations and temporaries, peak", peak);
-      row("estimated peak", estimate);
-    }
-    file->keep();
     markAllAnalysesPreserved();
   }
 };

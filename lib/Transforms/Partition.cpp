@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PassUtils.h"
 #include "TPAnnotation.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
@@ -763,14 +764,8 @@ LogicalResult Partitioner::run() {
     }
     resultAttrs.push_back(attrs.getDictionary(context));
   }
-  func::ReturnOp::create(b, ret.getLoc(), results);
-  split.setFunctionType(
-      b.getFunctionType(argTypes, TypeRange(ValueRange(results))));
-  split.setAllArgAttrs(argAttrs);
-  split.setAllResultAttrs(resultAttrs);
-  for (NamedAttribute attr : forward->getDiscardableAttrs())
-    split->setAttr(attr.getName(), attr.getValue());
-  forward.erase();
+  replaceFunction(b, forward, split, ret.getLoc(), results, argAttrs,
+                  resultAttrs);
   return success();
 }
 

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PassUtils.h"
 #include "TPAnnotation.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
@@ -18,12 +19,10 @@
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/ToolOutputFile.h"
 
 namespace fsdp {
 #define GEN_PASS_DEF_TPPLANPASS
@@ -286,14 +285,9 @@ void TPPlanPass::runOnOperation() {
      << wholeBytes << " bytes on every rank\n"
      << whole;
 
-  std::string errorMessage;
-  auto out = openOutputFile(report, &errorMessage);
-  if (!out) {
-    module.emitError("cannot write the plan report: ") << errorMessage;
-    return signalPassFailure();
-  }
-  out->os() << text;
-  out->keep();
+  if (failed(writeReport(module, report, "cannot write the plan report: ",
+                         [&](raw_ostream &out) { out << text; })))
+    signalPassFailure();
 }
 
 } // namespace

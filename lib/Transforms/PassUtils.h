@@ -1,0 +1,34 @@
+//===- PassUtils.h - Pieces the fsdp passes share ---------------*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_LIB_TRANSFORMS_PASSUTILS_H
+#define FSDP_LIB_TRANSFORMS_PASSUTILS_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace fsdp {
+
+/// Finishes a pass that rebuilt function `old` as `now`: returns `results`
+/// at `loc`, gives `now` its type and argument and result attributes, carries
+/// `old`'s own attributes (`nn.model`, ...) over, and erases `old`.
+void replaceFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
+                     mlir::func::FuncOp now, mlir::Location loc,
+                     mlir::ValueRange results,
+                     llvm::ArrayRef<mlir::DictionaryAttr> argAttrs,
+                     llvm::ArrayRef<mlir::DictionaryAttr> resultAttrs);
+
+/// Writes a report to `path` (- for stdout) with `write`; when the file
+/// cannot be opened, emits `what` and the reason at `op` and fails.
+llvm::LogicalResult
+writeReport(mlir::Operation *op, llvm::StringRef path, llvm::StringRef what,
+            llvm::function_ref<void(llvm::raw_ostream &)> write);
+
+} // namespace fsdp
+
+#endif // FSDP_LIB_TRANSFORMS_PASSUTILS_H
