@@ -825,9 +825,7 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   // loss divides by the count over all of them.
   auto dataAxes =
       getOperation()->getAttrOfType<ArrayAttr>("fsdp.data_parallel");
-  dist::MeshOp mesh;
-  for (auto m : getOperation().getOps<dist::MeshOp>())
-    mesh = m;
+  dist::MeshOp mesh = dist::findMesh(getOperation());
   auto acrossData = [&](Value v) {
     if (!dataAxes || !mesh)
       return v;

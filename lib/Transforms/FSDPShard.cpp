@@ -397,9 +397,7 @@ void FSDPShardPass::runOnOperation() {
         << reshardAfterForward << "'";
     return signalPassFailure();
   }
-  dist::MeshOp mesh;
-  for (auto m : module.getOps<dist::MeshOp>())
-    mesh = m;
+  dist::MeshOp mesh = dist::findMesh(module);
   if (!mesh || mesh.getAxisSize("dp_shard").value_or(1) *
                        mesh.getAxisSize("dp_replicate").value_or(1) ==
                    1)

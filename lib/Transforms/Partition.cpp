@@ -62,15 +62,12 @@ struct Layout {
     return kind == o.kind &&
            (kind != Sharded || (dim == o.dim && groups == o.groups));
   }
+  /// Where the value is split, in the form the ops' rules take.
+  nn::OperandShard shard() const {
+    return kind == Sharded ? nn::OperandShard{dim, groups} : nn::OperandShard{};
+  }
   std::string str() const {
-    if (kind == Replicated)
-      return "replicated";
-    if (kind == Partial)
-      return "a partial sum";
-    std::string s = "sharded on dim " + std::to_string(dim);
-    if (groups > 1)
-      s += " in " + std::to_string(groups) + " groups";
-    return s;
+    return kind == Partial ? "a partial sum" : nn::describe(shard());
   }
 };
 
@@ -237,8 +234,8 @@ LogicalResult Partitioner::decideSplits() {
   for (auto &[argNumber, split] : splits)
     for (Operation *user : forward.getArgument(argNumber).getUsers()) {
       bool absent = false;
-      if (!tp::decode(user, absent) ||
-          tp::decode(user, absent)->kind == TPStyle::SequenceParallel)
+      std::optional<TPStyle> style = tp::decode(user, absent);
+      if (!style || style->kind == TPStyle::SequenceParallel)
         return user->emitOpError("uses parameter '")
                << forward.getArgAttr(argNumber, nn::NNDialect::kParamAttrName)
                << "' whole, but plan entry '" << tp::entryOf(split.by)
@@ -626,13 +623,8 @@ LogicalResult Partitioner::generic(Operation &op) {
 
   // The op's own rule (ShardRuleOpInterface) says where its results are
   // split and what its replicated operands become.
-  SmallVector<nn::OperandShard> shards;
-  for (Value v : operands) {
-    Layout l = layoutOf(v);
-    shards.push_back(l.kind == Layout::Sharded
-                         ? nn::OperandShard{l.dim, l.groups}
-                         : nn::OperandShard{});
-  }
+  SmallVector<nn::OperandShard> shards = llvm::map_to_vector(
+      operands, [&](Value v) { return layoutOf(v).shard(); });
   auto rules = dyn_cast<nn::ShardRuleOpInterface>(op);
   if (!rules) {
     unsigned i =
@@ -785,9 +777,7 @@ struct PartitionPass : fsdp::impl::PartitionPassBase<PartitionPass> {
     });
     if (!annotated)
       return; // Nothing is split: the program is every rank's.
-    dist::MeshOp mesh;
-    for (auto m : module.getOps<dist::MeshOp>())
-      mesh = m;
+    dist::MeshOp mesh = dist::findMesh(module);
     std::optional<int64_t> tp = mesh ? mesh.getAxisSize("tp") : std::nullopt;
     if (!tp) {
       forward.emitOpError("is annotated for tensor parallelism, but the "

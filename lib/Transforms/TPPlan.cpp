@@ -110,9 +110,7 @@ void TPPlanPass::runOnOperation() {
 
   // The mesh: the module's own, which must agree, or a new one.
   OpBuilder b(context);
-  dist::MeshOp mesh;
-  for (auto m : module.getOps<dist::MeshOp>())
-    mesh = m;
+  dist::MeshOp mesh = dist::findMesh(module);
   if (mesh) {
     if (mesh.getAxisSize("tp").value_or(1) != sizes->tp) {
       mesh.emitOpError("has tp = ")

@@ -375,3 +375,10 @@ LogicalResult BroadcastOp::verifyGroupShape(int64_t groupSize) {
 
 #define GET_OP_CLASSES
 #include "fsdp/Dialect/Dist/IR/DistOps.cpp.inc"
+
+MeshOp fsdp::dist::findMesh(ModuleOp module) {
+  MeshOp mesh;
+  for (auto m : module.getOps<MeshOp>())
+    mesh = m;
+  return mesh;
+}

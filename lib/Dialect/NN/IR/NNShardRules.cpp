@@ -19,16 +19,6 @@ using namespace fsdp::nn::detail;
 
 namespace {
 
-/// "replicated", "split on dim 2", "split on dim 2 in 3 groups".
-std::string describe(OperandShard s) {
-  if (!s.isSplit())
-    return "replicated";
-  std::string text = "sharded on dim " + std::to_string(s.dim);
-  if (s.groups > 1)
-    text += " in " + std::to_string(s.groups) + " groups";
-  return text;
-}
-
 LogicalResult unsupported(Operation *op, ArrayRef<OperandShard> operands,
                           unsigned i) {
   return op->emitOpError("cannot be partitioned with operand #")
@@ -136,6 +126,15 @@ int64_t frontDim(int64_t dim, int64_t rank) {
 }
 
 } // namespace
+
+std::string fsdp::nn::describe(OperandShard s) {
+  if (!s.isSplit())
+    return "replicated";
+  std::string text = "sharded on dim " + std::to_string(s.dim);
+  if (s.groups > 1)
+    text += " in " + std::to_string(s.groups) + " groups";
+  return text;
+}
 
 #define ELEMENTWISE_RULE(OP, BROADCAST)                                        \
   FailureOr<ShardRule> OP::getShardRule(ArrayRef<OperandShard> operands,       \

@@ -10,6 +10,7 @@
 
 #include "fsdp/Dialect/Dist/IR/DistDialect.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -34,5 +35,10 @@ verifyCollectiveSymbolUses(CollectiveOpInterface op,
 
 #define GET_OP_CLASSES
 #include "fsdp/Dialect/Dist/IR/DistOps.h.inc"
+
+namespace fsdp::dist {
+/// The mesh the ops of `module` run on: its (last) dist.mesh, or null.
+MeshOp findMesh(mlir::ModuleOp module);
+} // namespace fsdp::dist
 
 #endif // FSDP_DIALECT_DIST_IR_DISTOPS_H

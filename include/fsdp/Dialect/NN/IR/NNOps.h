@@ -23,6 +23,9 @@ struct OperandShard {
   bool isSplit() const { return dim >= 0; }
 };
 
+/// "replicated", "sharded on dim 2", "sharded on dim 2 in 3 groups".
+std::string describe(OperandShard shard);
+
 /// What a replicated operand becomes when the op runs per rank.
 enum class ReplicatedUse {
   /// Used as it is (an index, a value no split reaches).
