@@ -169,44 +169,28 @@ LogicalResult Partitioner::decideSplits() {
       return failure();
     if (!style || style->kind == TPStyle::SequenceParallel)
       continue;
-    // (operand, dim) pairs this style splits.
-    SmallVector<std::pair<Value, int64_t>> operands;
-    int64_t groups = 1;
-    bool col = style->kind == TPStyle::Colwise;
-    if (auto linear = dyn_cast<nn::LinearOp>(op)) {
-      if (col)
-        groups = fusedGroups(&op);
-      operands.push_back({linear.getWeight(), col ? 0 : 1});
-      if (col && linear.getBias())
-        operands.push_back({linear.getBias(), 0});
-    } else if (auto matmul = dyn_cast<nn::MatmulOp>(op)) {
-      // A Conv1D: the weight is [in, out].
-      if (matmul.getTransposeA() || matmul.getTransposeB() ||
-          matmul.getRhs().getType().getRank() != 2)
-        return op.emitOpError("is matched by tensor-parallel plan entry '")
-               << entryOf(op)
-               << "', which splits a matmul only as a Conv1D (x · W, W "
-                  "[in, out])";
-      if (col)
-        groups = fusedGroups(&op);
-      operands.push_back({matmul.getRhs(), col ? 1 : 0});
-    } else if (auto embedding = dyn_cast<nn::EmbeddingOp>(op)) {
-      operands.push_back({embedding.getTable(), col ? 1 : 0});
-    } else if (auto add = dyn_cast<nn::AddOp>(op)) {
-      // A Conv1D's bias: split with a column-parallel weight.
-      if (col) {
-        Value producer = add.getLhs();
-        Operation *def = producer.getDefiningOp();
-        groups = def ? fusedGroups(def) : 1;
-        operands.push_back({add.getRhs(), 0});
-      }
-    } else {
+    if (!isa<nn::LinearOp, nn::MatmulOp, nn::EmbeddingOp, nn::AddOp>(op))
       return op.emitOpError("is matched by tensor-parallel plan entry '")
              << entryOf(op) << "' (" << style->kindName()
              << "), which applies to linear, embedding and Conv1D (matmul "
                 "+ add) modules";
+    if (auto matmul = dyn_cast<nn::MatmulOp>(op);
+        matmul && (matmul.getTransposeA() || matmul.getTransposeB() ||
+                   matmul.getRhs().getType().getRank() != 2))
+      return op.emitOpError("is matched by tensor-parallel plan entry '")
+             << entryOf(op)
+             << "', which splits a matmul only as a Conv1D (x · W, W "
+                "[in, out])";
+    // A column-parallel projection (or a Conv1D's bias add after one) whose
+    // output is split into equal parts is split per part.
+    int64_t groups = 1;
+    if (style->kind == TPStyle::Colwise) {
+      Operation *projection =
+          isa<nn::AddOp>(op) ? op.getOperand(0).getDefiningOp() : &op;
+      if (projection && !isa<nn::EmbeddingOp>(op))
+        groups = fusedGroups(projection);
     }
-    for (auto [value, dim] : operands) {
+    for (auto [value, dim] : tp::splitOperands(&op, *style)) {
       auto arg = dyn_cast<BlockArgument>(value);
       if (!arg || !forward.getArgAttr(arg.getArgNumber(),
                                       nn::NNDialect::kParamAttrName))
@@ -680,6 +664,19 @@ LogicalResult Partitioner::run() {
     return failure();
   Block &body = forward.getBody().front();
   MLIRContext *context = b.getContext();
+  // How a rank-`rank` value split as `layout` lies over tp.
+  auto shardingOf = [&](int64_t rank, Layout layout) {
+    SmallVector<Attribute> dims(rank, b.getArrayAttr({}));
+    dims[layout.dim] = tpAxes;
+    SmallVector<int64_t> groups;
+    if (layout.groups > 1) {
+      groups.assign(rank, 1);
+      groups[layout.dim] = layout.groups;
+    }
+    return dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
+                                   b.getArrayAttr({}),
+                                   b.getDenseI64ArrayAttr(groups));
+  };
 
   // The new signature: split parameters hold their rank's block.
   SmallVector<Type> argTypes;
@@ -692,17 +689,9 @@ LogicalResult Partitioner::run() {
       SmallVector<int64_t> shape(type.getShape());
       shape[it->second.dim] /= tp;
       type = RankedTensorType::get(shape, type.getElementType());
-      SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
-      dims[it->second.dim] = tpAxes;
-      SmallVector<int64_t> groups;
-      if (it->second.groups > 1) {
-        groups.assign(type.getRank(), 1);
-        groups[it->second.dim] = it->second.groups;
-      }
       attrs.set("dist.sharding",
-                dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
-                                        b.getArrayAttr({}),
-                                        b.getDenseI64ArrayAttr(groups)));
+                shardingOf(type.getRank(),
+                           Layout::sharded(it->second.dim, it->second.groups)));
     }
     argTypes.push_back(type);
     argAttrs.push_back(attrs.getDictionary(context));
@@ -740,20 +729,8 @@ LogicalResult Partitioner::run() {
     results.push_back(*v);
     NamedAttrList attrs(forward.getResultAttrDict(i));
     Layout layout = layoutOf(*v);
-    if (layout.kind == Layout::Sharded) {
-      int64_t rank = tensorOf(*v).getRank();
-      SmallVector<Attribute> dims(rank, b.getArrayAttr({}));
-      dims[layout.dim] = tpAxes;
-      SmallVector<int64_t> groups;
-      if (layout.groups > 1) {
-        groups.assign(rank, 1);
-        groups[layout.dim] = layout.groups;
-      }
-      attrs.set("dist.sharding",
-                dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
-                                        b.getArrayAttr({}),
-                                        b.getDenseI64ArrayAttr(groups)));
-    }
+    if (layout.kind == Layout::Sharded)
+      attrs.set("dist.sharding", shardingOf(tensorOf(*v).getRank(), layout));
     resultAttrs.push_back(attrs.getDictionary(context));
   }
   replaceFunction(b, forward, split, ret.getLoc(), results, argAttrs,

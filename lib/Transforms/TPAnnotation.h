@@ -14,6 +14,7 @@
 #ifndef FSDP_LIB_TRANSFORMS_TPANNOTATION_H
 #define FSDP_LIB_TRANSFORMS_TPANNOTATION_H
 
+#include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Parallel/ParallelConfig.h"
 
 #include "mlir/IR/Builders.h"
@@ -72,6 +73,32 @@ inline std::optional<TPStyle> decode(mlir::Operation *op, bool &failed) {
   style.output = *out;
   style.useLocalOutput = local.getValue();
   return style;
+}
+
+/// The operands a style splits over tp and the dim of each: the weight (a
+/// linear's [out, in] rows for column-parallel, columns for row-parallel; a
+/// Conv1D matmul's [in, out] the other way; an embedding table's columns or
+/// rows) and a column-parallel bias. fsdp-tp-plan reports them and
+/// fsdp-partition splits them.
+inline llvm::SmallVector<std::pair<mlir::Value, int64_t>>
+splitOperands(mlir::Operation *op, const TPStyle &style) {
+  if (style.kind == TPStyle::SequenceParallel)
+    return {};
+  bool col = style.kind == TPStyle::Colwise;
+  if (auto linear = llvm::dyn_cast<nn::LinearOp>(op)) {
+    llvm::SmallVector<std::pair<mlir::Value, int64_t>> split = {
+        {linear.getWeight(), col ? 0 : 1}};
+    if (col && linear.getBias())
+      split.push_back({linear.getBias(), 0});
+    return split;
+  }
+  if (auto matmul = llvm::dyn_cast<nn::MatmulOp>(op))
+    return {{matmul.getRhs(), col ? 1 : 0}};
+  if (auto embedding = llvm::dyn_cast<nn::EmbeddingOp>(op))
+    return {{embedding.getTable(), col ? 1 : 0}};
+  if (auto add = llvm::dyn_cast<nn::AddOp>(op); add && col)
+    return {{add.getRhs(), 0}}; // A Conv1D's bias.
+  return {};
 }
 
 /// The plan key an annotation came from, for messages.

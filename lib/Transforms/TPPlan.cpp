@@ -34,26 +34,6 @@ using namespace fsdp;
 
 namespace {
 
-/// The parameter operands a style splits over tp (the weight, a
-/// column-parallel bias); the partitioner decides the same way.
-SmallVector<Value> splitOperands(Operation *op, const TPStyle &style) {
-  if (style.kind == TPStyle::SequenceParallel)
-    return {};
-  if (auto linear = dyn_cast<nn::LinearOp>(op)) {
-    SmallVector<Value> split = {linear.getWeight()};
-    if (style.kind == TPStyle::Colwise && linear.getBias())
-      split.push_back(linear.getBias());
-    return split;
-  }
-  if (auto matmul = dyn_cast<nn::MatmulOp>(op))
-    return {matmul.getRhs()};
-  if (auto embedding = dyn_cast<nn::EmbeddingOp>(op))
-    return {embedding.getTable()};
-  if (auto add = dyn_cast<nn::AddOp>(op); add && style.kind == TPStyle::Colwise)
-    return {add.getRhs()};
-  return {};
-}
-
 struct TPPlanPass : fsdp::impl::TPPlanPassBase<TPPlanPass> {
   using TPPlanPassBase::TPPlanPassBase;
   void runOnOperation() override;
@@ -231,8 +211,8 @@ void TPPlanPass::runOnOperation() {
   bool malformed = false;
   forward.walk([&](Operation *op) {
     if (std::optional<TPStyle> style = tp::decode(op, malformed))
-      for (Value v : splitOperands(op, *style))
-        if (auto arg = dyn_cast_or_null<BlockArgument>(v))
+      for (auto [v, dim] : tp::splitOperands(op, *style))
+        if (auto arg = dyn_cast<BlockArgument>(v))
           split.insert(arg.getArgNumber());
   });
   if (malformed)
