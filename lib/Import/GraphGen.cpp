@@ -226,6 +226,9 @@ struct ModelConfig {
 
   // Llama-like models.
   double ropeTheta = 10000.0;
+  /// A scaled RoPE's frequencies (empty: theta's) and attention factor.
+  std::vector<double> ropeInvFreq;
+  double ropeAttentionScaling = 1.0;
   bool qkvBias = false;
   bool outBias = false;
   bool mlpBias = false;
@@ -306,6 +309,111 @@ void readQwenWindows(const json &config, ConfigReader &reader,
     if (useWindow && window && sliding)
       model.windows[l] = window;
   }
+}
+
+/// Computes a scaled RoPE's frequencies from `rope_scaling` (or
+/// transformers 5's `rope_parameters`), as transformers 4.46's
+/// modeling_rope_utils does for `linear`, `llama3` and `yarn`. Any other
+/// type, or a field that version would not read, is an error: a silently
+/// different rotation would train a different model.
+void readRopeScaling(ConfigReader &reader, ModelConfig &model) {
+  const char *field = "rope_scaling";
+  const json *scaling = reader.lookup(field);
+  if (!scaling) {
+    field = "rope_parameters";
+    scaling = reader.lookup(field);
+  }
+  if (!scaling)
+    return;
+  if (!scaling->is_object()) {
+    reader.fail("field '" + std::string(field) +
+                "' must be an object or null, got " + describe(*scaling));
+    return;
+  }
+  ConfigReader nested(*scaling, std::string(field) + ".");
+  std::string type = nested.getString(
+      "rope_type", nested.getString("type", std::string("default")));
+  if (nested.failed())
+    return reader.fail(nested.error);
+  std::vector<std::string> known = {"rope_type", "type", "rope_theta"};
+  for (const char *key : {"factor", "low_freq_factor", "high_freq_factor"})
+    if (type != "default" && !nested.lookup(key) &&
+        (std::string(key) == "factor" || type == "llama3"))
+      return reader.fail("missing field '" + std::string(field) + "." + key +
+                         "' for rope type '" + type + "'");
+  int64_t half = model.headDim / 2, dim = model.headDim;
+  std::vector<double> freq(half);
+  for (int64_t i = 0; i < half; ++i)
+    freq[i] = std::pow(model.ropeTheta, -2.0 * double(i) / double(dim));
+  if (type == "default") {
+    // Theta's frequencies.
+  } else if (type == "linear") {
+    double factor = nested.getNumber("factor", 1.0);
+    for (double &f : freq)
+      f /= factor;
+    known.push_back("factor");
+  } else if (type == "llama3") {
+    double factor = nested.getNumber("factor", 0.0);
+    double low = nested.getNumber("low_freq_factor", 0.0);
+    double high = nested.getNumber("high_freq_factor", 0.0);
+    double context =
+        double(nested.getInt("original_max_position_embeddings"));
+    if (!nested.failed() && !(high > low))
+      nested.fail("field '" + std::string(field) +
+                  ".high_freq_factor' must be larger than low_freq_factor");
+    for (double &f : freq) {
+      double wavelen = 2 * M_PI / f;
+      if (wavelen > context / low) {
+        f /= factor;
+      } else if (wavelen >= context / high) {
+        double smooth = (context / wavelen - low) / (high - low);
+        f = (1 - smooth) * f / factor + smooth * f;
+      }
+    }
+    known.insert(known.end(), {"factor", "low_freq_factor", "high_freq_factor",
+                               "original_max_position_embeddings"});
+  } else if (type == "yarn") {
+    double factor = nested.getNumber("factor", 0.0);
+    model.ropeAttentionScaling = 0.1 * std::log(factor) + 1.0;
+    if (nested.lookup("attention_factor"))
+      model.ropeAttentionScaling =
+          nested.getNumber("attention_factor", model.ropeAttentionScaling);
+    double fast = nested.getNumber("beta_fast", 32.0);
+    double slow = nested.getNumber("beta_slow", 1.0);
+    int64_t positions = reader.getInt("max_position_embeddings");
+    // The dimension index at which a wavelength makes `rotations` turns
+    // over the context, and the ramp between the two bounds.
+    auto correction = [&](double rotations) {
+      return dim * std::log(double(positions) / (rotations * 2 * M_PI)) /
+             (2 * std::log(model.ropeTheta));
+    };
+    double lo = std::max(std::floor(correction(fast)), 0.0);
+    double hi = std::min(std::ceil(correction(slow)), double(dim - 1));
+    if (lo == hi)
+      hi += 0.001;
+    for (int64_t i = 0; i < half; ++i) {
+      double ramp = std::clamp((double(i) - lo) / (hi - lo), 0.0, 1.0);
+      double extrapolation = 1.0 - ramp;
+      freq[i] = freq[i] / factor * (1 - extrapolation) +
+                freq[i] * extrapolation;
+    }
+    known.insert(known.end(),
+                 {"factor", "attention_factor", "beta_fast", "beta_slow"});
+  } else {
+    return reader.fail("field '" + std::string(field) + "' has rope type '" +
+                       type +
+                       "', but only 'default', 'linear', 'llama3' and 'yarn' "
+                       "are supported");
+  }
+  if (nested.failed())
+    return reader.fail(nested.error);
+  for (const auto &[key, value] : scaling->items())
+    if (!value.is_null() &&
+        std::find(known.begin(), known.end(), key) == known.end())
+      return reader.fail("field '" + std::string(field) + "." + key +
+                         "' is not supported for rope type '" + type + "'");
+  if (type != "default")
+    model.ropeInvFreq = std::move(freq);
 }
 
 /// Reads a Llama, Mistral, Qwen2 or Qwen3 config.
@@ -396,10 +504,11 @@ void readLlamaLike(const json &config, ConfigReader &reader,
   }
   // Rotary embeddings rotate the two halves of each head.
   if (model.headDim % 2 != 0)
-    reader.fail((headDim ? "field 'head_dim'"
-                         : "'hidden_size' / 'num_attention_heads'") +
-                std::string(" (") + std::to_string(model.headDim) +
-                ") must be even for rotary embeddings");
+    return reader.fail((headDim ? "field 'head_dim'"
+                                : "'hidden_size' / 'num_attention_heads'") +
+                       std::string(" (") + std::to_string(model.headDim) +
+                       ") must be even for rotary embeddings");
+  readRopeScaling(reader, model);
 }
 
 /// Reads a GPT-2 config.
@@ -615,6 +724,10 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
     std::string k = project("k_proj", "k_norm", kv);
     std::string v = project("v_proj", nullptr, kv);
     ojson theta = {{"theta", model.ropeTheta}};
+    if (!model.ropeInvFreq.empty()) {
+      theta["inv_freq"] = model.ropeInvFreq;
+      theta["attention_scaling"] = model.ropeAttentionScaling;
+    }
     q = builder.addNode(attn + ".q_rotary", "rotary", {q, "position_ids"},
                         theta, attn);
     k = builder.addNode(attn + ".k_rotary", "rotary", {k, "position_ids"},

@@ -77,12 +77,14 @@ const OpInfo kOps[] = {
 };
 
 /// How a JSON attribute value becomes an MLIR attribute, by attribute name.
-enum class AttrKind { Unit, F64, I64, I64Array, String, Dtype };
+enum class AttrKind { Unit, F64, I64, I64Array, F64Array, String, Dtype };
 
 std::optional<AttrKind> attrKind(StringRef name) {
   return llvm::StringSwitch<std::optional<AttrKind>>(name)
       .Cases({"transpose_a", "transpose_b", "causal"}, AttrKind::Unit)
-      .Cases({"factor", "eps", "theta", "scale"}, AttrKind::F64)
+      .Cases({"factor", "eps", "theta", "scale", "attention_scaling"},
+             AttrKind::F64)
+      .Case("inv_freq", AttrKind::F64Array)
       .Cases({"dim", "start", "size", "sliding_window", "ignore_index"},
              AttrKind::I64)
       .Cases({"shape", "perm", "sizes"}, AttrKind::I64Array)
@@ -474,6 +476,18 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
           ints.push_back(v.get<int64_t>());
         }
         attrs.append(key, builder.getDenseI64ArrayAttr(ints));
+        break;
+      }
+      case AttrKind::F64Array: {
+        if (!value.is_array())
+          return fail(loc, field + " must be an array of numbers");
+        SmallVector<double> numbers;
+        for (const json &v : value) {
+          if (!v.is_number())
+            return fail(loc, field + " must be an array of numbers");
+          numbers.push_back(v.get<double>());
+        }
+        attrs.append(key, builder.getDenseF64ArrayAttr(numbers));
         break;
       }
       case AttrKind::String:

@@ -21,6 +21,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -453,7 +454,10 @@ LogicalResult Backward::run(Operation *op) {
       })
       .Case([&](RotaryOp o) {
         SmallVector<NamedAttribute> attrs = {
-            build.attr("theta", o.getThetaAttr())};
+            build.attr("theta", o.getThetaAttr()),
+            build.attr("attention_scaling", o.getAttentionScalingAttr())};
+        if (o.getInvFreqAttr())
+          attrs.push_back(build.attr("inv_freq", o.getInvFreqAttr()));
         if (!o.getInverse())
           attrs.push_back(build.unit("inverse"));
         same(o.getInput(),
@@ -955,10 +959,40 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
   } else {
     Value scale = build.fill(1.0, f32);
     if (maxGradNorm > 0.0) {
-      Value total;
-      for (Value g : paramGrads) {
+      // torch's clip_grad_norm_ over the whole model: every element counted
+      // once. A gradient block split over mesh axes sums over those axes; a
+      // copy replicated over an axis (identical on its ranks) counts once.
+      // Parameters split the same way share one all-reduce.
+      llvm::MapVector<ArrayAttr, Value> partials;
+      for (auto [k, g] : llvm::enumerate(paramGrads)) {
+        SmallVector<Attribute> axes;
+        if (auto sharding = forward.getArgAttrOfType<dist::ShardingAttr>(
+                paramArgs[k], "dist.sharding"))
+          for (unsigned d = 0; d < sharding.getDims().size(); ++d)
+            for (StringRef axis : sharding.getDimAxes(d))
+              axes.push_back(b.getStringAttr(axis));
+        llvm::sort(axes, [](Attribute x, Attribute y) {
+          return cast<StringAttr>(x).getValue() <
+                 cast<StringAttr>(y).getValue();
+        });
         Value s = build.value<SumSquaresOp>({g});
-        total = total ? build.value<AddOp>({total, s}) : s;
+        Value &sum = partials[b.getArrayAttr(axes)];
+        sum = sum ? build.value<AddOp>({sum, s}) : s;
+      }
+      Value total;
+      for (auto [axes, sum] : partials) {
+        Value global = sum;
+        if (!axes.empty() && mesh) {
+          ++build.count;
+          global =
+              dist::AllReduceOp::create(
+                  b, forward.getLoc(), sum.getType(), sum,
+                  FlatSymbolRefAttr::get(mesh.getSymNameAttr()), axes,
+                  dist::ReductionKindAttr::get(context,
+                                               dist::ReductionKind::sum))
+                  .getResult();
+        }
+        total = total ? build.value<AddOp>({total, global}) : global;
       }
       scale = build.value<ClipCoefficientOp>(
           {total}, {build.f64("max_norm", maxGradNorm)});

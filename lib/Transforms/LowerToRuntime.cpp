@@ -207,6 +207,9 @@ private:
                        ArrayRef<std::string> literals = {});
   /// Lowers the training-step ops; fails on ops it does not know.
   FailureOr<bool> lowerTrainingOp(Operation *op);
+  /// The name of a file-scope array holding `freq` (emitted once per
+  /// distinct table), or `nullptr` when there is none.
+  std::string frequencyTable(DenseF64ArrayAttr freq, Location loc);
 
   ModuleOp module;
   func::FuncOp entry;
@@ -219,7 +222,30 @@ private:
   llvm::SetVector<uint32_t> groups;
   DenseMap<Value, Value> mapping;
   SmallVector<Value> owned;
+  /// Where file-scope tables go (after the include), and those emitted.
+  OpBuilder::InsertPoint tablesAt;
+  DenseMap<Attribute, std::string> tables;
 };
+
+std::string Lowering::frequencyTable(DenseF64ArrayAttr freq, Location loc) {
+  if (!freq)
+    return "nullptr";
+  std::string &name = tables[freq];
+  if (!name.empty())
+    return name;
+  name = "fsdp_inv_freq_" + std::to_string(tables.size() - 1);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "static const double " << name << "[] = {";
+  llvm::interleaveComma(freq.asArrayRef(), os,
+                        [&](double f) { os << doubleLiteral(f); });
+  os << "};";
+  OpBuilder::InsertionGuard guard(builder);
+  builder.restoreInsertionPoint(tablesAt);
+  emitc::VerbatimOp::create(builder, loc, text);
+  tablesAt = builder.saveInsertionPoint();
+  return name;
+}
 
 LogicalResult Lowering::collectMesh() {
   for (auto meshOp : module.getOps<dist::MeshOp>()) {
@@ -663,16 +689,19 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         return success();
       })
       .Case([&](nn::RotaryOp o) -> LogicalResult {
+        SmallVector<std::string> rope = {
+            doubleLiteral(o.getTheta().convertToDouble()),
+            frequencyTable(o.getInvFreqAttr(), o.getLoc()),
+            doubleLiteral(o.getAttentionScaling().convertToDouble())};
         if (o.getInverse()) {
           destinationCall(op, "fsdp_op_rotary_inverse",
-                          {o.getInput(), o.getPositions()},
-                          {doubleLiteral(o.getTheta().convertToDouble())});
+                          {o.getInput(), o.getPositions()}, rope);
           return success();
         }
         Call c = opCall("fsdp_op_rotary", resultType);
-        c.value(value(o.getInput()))
-            .value(value(o.getPositions()))
-            .literal(doubleLiteral(o.getTheta().convertToDouble()));
+        c.value(value(o.getInput())).value(value(o.getPositions()));
+        for (const std::string &literal : rope)
+          c.literal(literal);
         define(o.getResult(), c);
         return success();
       })
@@ -944,6 +973,7 @@ LogicalResult Lowering::run() {
   Location loc = entry.getLoc();
   builder.setInsertionPointToStart(module.getBody());
   emitc::IncludeOp::create(builder, loc, "fsdp/Runtime/Program.h");
+  tablesAt = builder.saveInsertionPoint();
   builder.setInsertionPointToEnd(module.getBody());
   // The forward body first: it finds the communicator groups that the
   // description declares.

@@ -11,8 +11,13 @@
 # whole on every rank, or, if the ranks hold blocks along one dim, joined in
 # rank order.
 #
+# With --replicas-bitwise, the ranks that hold the same block of an updated
+# parameter or optimizer moment (every rank, for a replicated one) must hold
+# bit-identical copies: replicas that drift apart are a wrong result even
+# when each is close to the 1-rank value.
+#
 # Usage: /usr/bin/python3 compare_ranks.py ONE_DIR MANY_DIR --ranks N
-#            [--rtol 1e-5] [--only PREFIX] [--norm]
+#            [--rtol 1e-5] [--only PREFIX] [--norm] [--replicas-bitwise]
 
 import argparse
 import math
@@ -102,6 +107,9 @@ def main():
                         help="check the norm-wise relative error "
                              "||a - b|| / ||b|| of each tensor instead of "
                              "max|a - b| / max|b|")
+    parser.add_argument("--replicas-bitwise", action="store_true",
+                        help="ranks holding the same block of an updated "
+                             "tensor must hold identical bits")
     args = parser.parse_args()
     one_dir = os.path.join(args.one, "rank0")
     one = reference.read_manifest(one_dir)
@@ -112,6 +120,7 @@ def main():
     sizes = dict(mesh)
     worst, worst_name, split_count, failures = 0.0, "", 0, []
     worst_elementwise = 0.0
+    replicas_checked = 0
     for name, (dtype, shape) in one.items():
         if not name.startswith(args.only):
             continue
@@ -136,6 +145,22 @@ def main():
                 continue
             pairs = [(torch.cat(parts, dims[0]), full)]
             split_count += 1
+        if args.replicas_bitwise and name.startswith("updated.") and \
+                (split or parts[0].shape == full.shape):
+            axes = [a for _, axes in (split or {}).values() for a in axes]
+            holders = {}
+            for r, part in enumerate(parts):
+                coords = coords_of(r, mesh) if mesh else {}
+                key = tuple(coords.get(a, 0) for a in axes)
+                holders.setdefault(key, []).append((r, part))
+            for group in holders.values():
+                r0, first = group[0]
+                for r, part in group[1:]:
+                    replicas_checked += 1
+                    if not torch.equal(first, part):
+                        failures.append(
+                            f"FAIL {name}: replicas on ranks {r0} and {r} "
+                            f"differ by {(first - part).abs().max().item():.3e}")
         if any(a.shape != b.shape for a, b in pairs):
             failures.append(f"FAIL {name}: block {tuple(pairs[0][0].shape)} "
                             f"does not fit {tuple(full.shape)}")
@@ -157,7 +182,9 @@ def main():
     extra = (f", elementwise max_rel_err {worst_elementwise:.3e}"
              if args.norm else "")
     print(f"{len(one)} tensors ({split_count} joined from blocks) "
-          f"{kind} {worst:.3e} ({worst_name}){extra}")
+          f"{kind} {worst:.3e} ({worst_name}){extra}" +
+          (f", {replicas_checked} replica pairs bitwise equal"
+           if args.replicas_bitwise else ""))
     for line in failures:
         print(line)
     return 1 if failures else 0

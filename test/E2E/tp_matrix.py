@@ -4,7 +4,8 @@
 # ranks: FSDP, HSDP, TP x FSDP, ...), runs them, and compares
 #   - one step with optimizer=none: the loss, the logits and every gradient
 #     (tensor-parallel blocks joined, replicated tensors on every rank);
-#   - three AdamW steps (lr 1e-4, eps 1e-6): the losses of each step and
+#   - three (--adamw-steps) AdamW steps (lr 1e-4, eps 1e-6): the losses of
+#     each step and
 #     every parameter and optimizer moment after the third step, elementwise
 #     or with --param-norm norm-wise (||a - b|| / ||b|| per tensor, the
 #     elementwise maximum printed too). AdamW divides
@@ -64,6 +65,10 @@ def main():
     parser.add_argument("--param-norm", action="store_true",
                         help="check those norm-wise instead of elementwise")
     parser.add_argument("--lr", default="1e-4")
+    parser.add_argument("--adamw-steps", type=int, default=3)
+    parser.add_argument("--replicas-bitwise", action="store_true",
+                        help="also require bit-identical replicas of every "
+                             "updated tensor across the ranks holding it")
     parser.add_argument("--eps", default="1e-6")
     parser.add_argument("--case", nargs=3, action="append", default=[],
                         metavar=("LABEL", "RANKS", "FLAGS"),
@@ -93,7 +98,7 @@ def main():
                 ("grad", f"fsdp-build-train-step{{optimizer=none "
                          f"{args.step_options}}}", 1),
                 ("adamw", f"fsdp-build-train-step{{lr={args.lr} eps={args.eps} "
-                          f"{args.step_options}}}", 3)):
+                          f"{args.step_options}}}", args.adamw_steps)):
             exe = os.path.join(args.work, f"{name}-{kind}")
             run([tool("fsdp-compile"), graph, *flags, f"--passes={passes}",
                  "-o", exe])
@@ -131,11 +136,13 @@ def main():
         params, bad2 = compare("compare_ranks.py", base["adamw"][0],
                                many["adamw"][0], "--ranks", str(ranks),
                                "--rtol", args.param_rtol,
-                               *(["--norm"] if args.param_norm else []))
+                               *(["--norm"] if args.param_norm else []),
+                               *(["--replicas-bitwise"]
+                                 if args.replicas_bitwise else []))
         losses, bad3 = compare("compare_losses.py", base["adamw"][1],
                                many["adamw"][1], "--rtol", args.rtol)
         print(f"{model} {label}: step 1 {grads[0]}; "
-              f"after 3 adamw steps {params[0]}; losses {losses[0]}")
+              f"after {args.adamw_steps} adamw steps {params[0]}; losses {losses[0]}")
         for line in grads[1:] + params[1:] + losses[1:]:
             print(f"  {line}")
         failed |= bad1 or bad2 or bad3

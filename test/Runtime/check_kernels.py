@@ -66,12 +66,18 @@ def read_manifest(directory):
     return cases
 
 
-def rotary(x, positions, theta):
+def rotary(x, positions, attrs):
     d = x.shape[-1]
+    theta = float(attrs["theta"])
     inv_freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+    if "inv_freq" in attrs:
+        inv_freq = torch.tensor([float(f) for f in
+                                 attrs["inv_freq"].split(",")],
+                                dtype=torch.float64)
+    scaling = float(attrs.get("scaling", 1.0))
     angle = positions.to(torch.float64)[..., None] * inv_freq  # [B, S, D/2]
-    cos = angle.cos()[:, :, None, :]
-    sin = angle.sin()[:, :, None, :]
+    cos = angle.cos()[:, :, None, :] * scaling
+    sin = angle.sin()[:, :, None, :] * scaling
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
@@ -154,7 +160,7 @@ def grad_reference(case):
         dx, dw, db = vjp(fn, [i["x"], i["weight"], bias], i["dy"])
         return {"dx": dx, "dweight": dw, "dbias": db}
     if op == "rotary_grad":
-        fn = lambda x: rotary(x, i["positions"], float(a["theta"]))
+        fn = lambda x: rotary(x, i["positions"], a)
         return {"dx": vjp(fn, [torch.zeros_like(i["dy"])], i["dy"])[0]}
     if op == "attention_grad":
         fn = lambda q, k, v: attention(q, k, v, flag("causal"),
@@ -233,7 +239,7 @@ def fd_setup(case):
         return fn, points, i["dy"], checks
     if op == "rotary_grad":
         # Linear in x, which the case does not record: any point will do.
-        fn = lambda p: rotary(p["x"], i["positions"], float(a["theta"]))
+        fn = lambda p: rotary(p["x"], i["positions"], a)
         return fn, {"x": rand(i["dy"].shape)}, i["dy"], [("x", "dx")]
     if op == "attention_grad":
         fn = lambda p: attention(p["q"], p["k"], p["v"], flag("causal"),
@@ -330,7 +336,7 @@ def reference(case):
         return {"out": F.layer_norm(i["x"], i["x"].shape[-1:], i["weight"],
                                     i.get("bias"), float(a["eps"]))}
     if op == "rotary":
-        return {"out": rotary(i["x"], i["positions"], float(a["theta"]))}
+        return {"out": rotary(i["x"], i["positions"], a)}
     if op == "attention":
         return {"out": attention(i["q"], i["k"], i["v"], flag("causal"),
                                  int(float(a["sliding_window"])),

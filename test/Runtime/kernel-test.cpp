@@ -360,9 +360,25 @@ void runAll(Writer &w) {
     Tensor x = randomFloat(dt, {b, s, heads, d}),
            pos = randomIndex(FSDP_RT_I64, {b, s}, 4096), out(dt, x.shape);
     fsdp_rt_rotary(nullptr, dt, x.data(), FSDP_RT_I64, pos.data(), b, s, heads,
-                   d, 10000.0, out.data());
+                   d, 10000.0, nullptr, 1.0, out.data());
     w.begin(dt == f32 ? "rotary" : "rotary_bf16", "rotary");
     w.attr("theta", 10000.0);
+    w.tensor("in", "x", x);
+    w.tensor("in", "positions", pos);
+    w.tensor("out", "out", out);
+  }
+  {
+    // A scaled RoPE: its own frequencies and an attention factor.
+    const int64_t b = 2, s = 5, heads = 3, d = 8;
+    const double freq[] = {1.0, 0.05, 3e-3, 1e-4};
+    Tensor x = randomFloat(f32, {b, s, heads, d}),
+           pos = randomIndex(FSDP_RT_I64, {b, s}, 4096), out(f32, x.shape);
+    fsdp_rt_rotary(nullptr, f32, x.data(), FSDP_RT_I64, pos.data(), b, s, heads,
+                   d, 10000.0, freq, 1.25, out.data());
+    w.begin("rotary_scaled", "rotary");
+    w.attr("theta", 10000.0);
+    w.attr("inv_freq", "1.0,0.05,3e-3,1e-4");
+    w.attr("scaling", 1.25);
     w.tensor("in", "x", x);
     w.tensor("in", "positions", pos);
     w.tensor("out", "out", out);
@@ -626,7 +642,7 @@ void runGrad(Writer &w) {
     Tensor dy = randomFloat(dt, {b, s, heads, d}),
            pos = randomIndex(FSDP_RT_I64, {b, s}, 4096), dx(dt, dy.shape);
     fsdp_rt_rotary_grad(nullptr, dt, dy.data(), FSDP_RT_I64, pos.data(), b, s,
-                        heads, d, 10000.0, dx.data());
+                        heads, d, 10000.0, nullptr, 1.0, dx.data());
     w.begin(dt == f32 ? "rotary_grad" : "rotary_grad_bf16", "rotary_grad");
     w.attr("theta", 10000.0);
     w.tensor("in", "dy", dy);

@@ -230,11 +230,14 @@ void fsdp_rt_layer_norm(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                         int64_t rows, int64_t h, double eps, void *out);
 
 /// Rotary embedding, rotate-half convention, x is [b, s, heads, d] (d even)
-/// and `positions` [b, s].
+/// and `positions` [b, s]. The pair i turns by pos * inv_freq[i], where
+/// inv_freq[i] = theta^(-2i/d) unless `inv_freq` (d/2 entries) is given; the
+/// result is scaled by `scaling` (YaRN's attention factor, else 1).
 void fsdp_rt_rotary(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                     fsdp_rt_dtype positions_dtype, const void *positions,
                     int64_t b, int64_t s, int64_t heads, int64_t d,
-                    double theta, void *out);
+                    double theta, const double *inv_freq, double scaling,
+                    void *out);
 
 /// Attention of q [b, s, nq, d] over k [b, s, nkv, d] and v [b, s, nkv, dv]
 /// into out [b, s, nq, dv]; query head h reads kv head h / (nq / nkv).
@@ -370,7 +373,8 @@ void fsdp_rt_layer_norm_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                          const void *dy, fsdp_rt_dtype positions_dtype,
                          const void *positions, int64_t b, int64_t s,
-                         int64_t heads, int64_t d, double theta, void *dx);
+                         int64_t heads, int64_t d, double theta,
+                         const double *inv_freq, double scaling, void *dx);
 
 /// Gradients of fsdp_rt_attention: dq [b, s, nq, d], dk [b, s, nkv, d] and
 /// dvalue [b, s, nkv, dv] from dout [b, s, nq, dv]. The probabilities are

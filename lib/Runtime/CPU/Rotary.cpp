@@ -16,22 +16,22 @@ using namespace fsdp::rt;
 static void rotate(fsdp_rt_dtype dtype, const void *x,
                    fsdp_rt_dtype positionsDtype, const void *positions,
                    int64_t b, int64_t s, int64_t heads, int64_t d, double theta,
-                   double sign, void *out) {
+                   const double *freq, double scaling, double sign, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_ROTARY);
   int64_t n = b * s * heads * d, half = d / 2;
   FloatInput fx(dtype, x, n);
   FloatOutput fo(dtype, out, n);
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
-    invFreq[i] = std::pow(theta, -2.0 * double(i) / double(d));
+    invFreq[i] = freq ? freq[i] : std::pow(theta, -2.0 * double(i) / double(d));
   std::vector<float> cosA(half), sinA(half);
   for (int64_t t = 0; t < b * s; ++t) {
     // Angles in double: positions reach tens of thousands and an f32 angle
     // would lose the low digits that the sine depends on.
     double pos = double(loadIndex(positionsDtype, positions, t));
     for (int64_t i = 0; i < half; ++i) {
-      cosA[i] = float(std::cos(pos * invFreq[i]));
-      sinA[i] = float(sign * std::sin(pos * invFreq[i]));
+      cosA[i] = float(scaling * std::cos(pos * invFreq[i]));
+      sinA[i] = float(sign * scaling * std::sin(pos * invFreq[i]));
     }
     for (int64_t h = 0; h < heads; ++h) {
       const float *xv = fx.get() + (t * heads + h) * d;
@@ -49,14 +49,17 @@ static void rotate(fsdp_rt_dtype dtype, const void *x,
 void fsdp_rt_rotary(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                     fsdp_rt_dtype positions_dtype, const void *positions,
                     int64_t b, int64_t s, int64_t heads, int64_t d,
-                    double theta, void *out) {
-  rotate(dtype, x, positions_dtype, positions, b, s, heads, d, theta, 1.0, out);
+                    double theta, const double *inv_freq, double scaling,
+                    void *out) {
+  rotate(dtype, x, positions_dtype, positions, b, s, heads, d, theta, inv_freq,
+         scaling, 1.0, out);
 }
 
 void fsdp_rt_rotary_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *dy,
                          fsdp_rt_dtype positions_dtype, const void *positions,
                          int64_t b, int64_t s, int64_t heads, int64_t d,
-                         double theta, void *dx) {
-  rotate(dtype, dy, positions_dtype, positions, b, s, heads, d, theta, -1.0,
-         dx);
+                         double theta, const double *inv_freq, double scaling,
+                         void *dx) {
+  rotate(dtype, dy, positions_dtype, positions, b, s, heads, d, theta,
+         inv_freq, scaling, -1.0, dx);
 }

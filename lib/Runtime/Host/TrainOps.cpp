@@ -97,7 +97,8 @@ void fsdp_op_layer_norm_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *dw,
 }
 
 void fsdp_op_rotary_inverse(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x,
-                            fsdp_tensor *positions, double theta) {
+                            fsdp_tensor *positions, double theta,
+                            const double *inv_freq, double attention_scaling) {
   require("rotary", x->type.rank == 4,
           "input is " + typeString(x->type) + ", expected [B, S, N, D]");
   sameType("rotary", out, x->type, "result");
@@ -108,7 +109,8 @@ void fsdp_op_rotary_inverse(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x,
           "positions are " + typeString(positions->type));
   fsdp_rt_rotary_grad(nullptr, x->type.dtype, x->data, positions->type.dtype,
                       positions->data, x->type.dims[0], x->type.dims[1],
-                      x->type.dims[2], x->type.dims[3], theta, out->data);
+                      x->type.dims[2], x->type.dims[3], theta, inv_freq,
+                      attention_scaling, out->data);
 }
 
 void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,

@@ -16,6 +16,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace fsdp::nn;
 
@@ -264,6 +266,18 @@ LogicalResult RotaryOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                             ", ", input.getDimSize(1), "], got ", pos);
   if (!(adaptor.getTheta().convertToDouble() > 0.0))
     return reject<RotaryOp>(loc, "theta must be > 0");
+  if (std::optional<ArrayRef<double>> freq = adaptor.getInvFreq()) {
+    if (int64_t(freq->size()) != input.getDimSize(3) / 2)
+      return reject<RotaryOp>(loc, "inv_freq has ", freq->size(),
+                              " entries, expected head dim / 2 = ",
+                              input.getDimSize(3) / 2);
+    if (!llvm::all_of(*freq,
+                      [](double f) { return std::isfinite(f) && f > 0.0; }))
+      return reject<RotaryOp>(loc, "inv_freq entries must be finite and > 0");
+  }
+  double scaling = adaptor.getAttentionScaling().convertToDouble();
+  if (!std::isfinite(scaling) || !(scaling > 0.0))
+    return reject<RotaryOp>(loc, "attention_scaling must be finite and > 0");
   results.push_back(adaptor.getInput().getType());
   return success();
 }

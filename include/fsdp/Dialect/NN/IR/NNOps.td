@@ -230,13 +230,19 @@ def NN_RotaryOp : NN_Op<"rotary", [
   let description = [{
     `input` is `[B, S, N, D]` (D even), `positions` `[B, S]` integers. With
     `inv_freq[i] = theta^(-2i/D)` and `a = pos · inv_freq`, the result is
-    `concat(x1·cos a − x2·sin a, x2·cos a + x1·sin a)` for the halves
-    `x1, x2` of the last dim, as Hugging Face's `apply_rotary_pos_emb`.
-    With `inverse` the rotation is by `-a`: the transpose, which is the
-    op's own gradient.
+    `m · concat(x1·cos a − x2·sin a, x2·cos a + x1·sin a)` for the halves
+    `x1, x2` of the last dim, as Hugging Face's `apply_rotary_pos_emb`, with
+    `m = attention_scaling` (1 unless a scaled RoPE asks otherwise).
+    A scaled RoPE (`rope_scaling` of type `linear`, `llama3` or `yarn`)
+    states its `D/2` frequencies in `inv_freq`, which then replaces the
+    ones derived from `theta`. With `inverse` the rotation is by `-a`: the
+    transpose, which is the op's own gradient.
   }];
   let arguments = !con((ins NN_FloatTensor:$input, NN_IndexTensor:$positions,
-                            F64Attr:$theta, UnitAttr:$inverse), NN_Path);
+                            F64Attr:$theta, UnitAttr:$inverse,
+                            OptionalAttr<DenseF64ArrayAttr>:$inv_freq,
+                            DefaultValuedAttr<F64Attr, "1.0">:$attention_scaling),
+                       NN_Path);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat =
       "$input `,` $positions attr-dict `:` functional-type(operands, results)";
