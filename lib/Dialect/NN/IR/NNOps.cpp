@@ -57,6 +57,10 @@ Operation *fsdp::nn::createWithShapeRule(OpBuilder &builder, Location loc,
                                          ValueRange operands,
                                          DictionaryAttr attributes) {
   auto *rule = name.getInterface<ShapeRuleOpInterface>();
+  // The shape rules read defaulted attributes; a caller may omit them.
+  NamedAttrList attrs(attributes);
+  name.populateDefaultAttrs(attrs);
+  attributes = attrs.getDictionary(builder.getContext());
   SmallVector<Type> types;
   if (!rule || failed(rule->inferResultTypes(builder.getContext(), loc,
                                              operands, attributes, types)))
