@@ -37,3 +37,12 @@ if mpirun:
     config.available_features.add("mpi")
     config.substitutions.append(
         ("%mpirun", mpirun + " --allow-run-as-root --oversubscribe"))
+
+# Hugging Face transformers (a pinned version in the virtual environment
+# that .ci/setup makes, over Debian's torch): tests against it need it.
+hf_python = os.environ.get(
+    "FSDP_HF_PYTHON",
+    os.path.expanduser("~/.cache/fsdp-mlir/venv-transformers-4.46.3/bin/python"))
+if os.path.exists(hf_python):
+    config.available_features.add("transformers")
+    config.substitutions.append(("%hf_python", hf_python))

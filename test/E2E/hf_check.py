@@ -1,0 +1,121 @@
+# Checks a compiled 1-rank program against Hugging Face transformers on the
+# same weights: compiles the config's graph into a step with optimizer=none,
+# runs it once with a dump, loads the dumped parameters into the
+# transformers model built from the same config (in float64), runs it on the
+# dumped inputs and compares the logits, the loss and every gradient.
+# With --rope, also compares the rotary frequencies and attention factor the
+# graph states with the ones transformers computes (ROPE_INIT_FUNCTIONS).
+#
+# Errors are relative to each tensor's largest magnitude.
+#
+# Usage: HF_PYTHON hf_check.py CONFIG.json --work DIR --bin DIR
+#            [--rtol 1e-6] [--grad-rtol 1e-5] [--rope]
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+
+
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({result.returncode}):\n"
+                 f"{result.stdout}{result.stderr}")
+    return result.stdout
+
+
+def rel(a, b):
+    return ((a - b).abs().max() / (b.abs().max() or 1.0)).item()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("config")
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--rtol", type=float, default=1e-6)
+    parser.add_argument("--grad-rtol", type=float, default=1e-5)
+    parser.add_argument("--rope", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    graph = os.path.join(args.work, "graph.json")
+    exe = os.path.join(args.work, "step")
+    dump = os.path.join(args.work, "dump")
+    run([os.path.join(args.bin, "fsdp-graphgen"), args.config, "-o", graph])
+    run([os.path.join(args.bin, "fsdp-compile"), graph,
+         "--passes=fsdp-build-train-step{optimizer=none}", "-o", exe])
+    run([exe, "--steps", "1", "--dump-dir", dump])
+    rank0 = os.path.join(dump, "rank0")
+    ours = {name: reference.load_tensor(rank0, name, *entry)
+            for name, entry in reference.read_manifest(rank0).items()}
+
+    with open(args.config) as f:
+        config = transformers.AutoConfig.for_model(**json.load(f))
+    torch.manual_seed(0)
+    model = getattr(transformers, config.architectures[0])(config).double()
+    params = {n: p for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for name, p in params.items():
+            if name not in ours:
+                sys.exit(f"error: transformers parameter '{name}' is not in "
+                         "the program's dump")
+            p.copy_(ours[name])
+    failed = False
+
+    def report(what, err, tol):
+        nonlocal failed
+        bad = not err <= tol
+        failed |= bad
+        print(f"{'FAIL ' if bad else ''}{what} max_rel_err {err:.3e}"
+              f"{' > ' + str(tol) if bad else ''}")
+
+    if args.rope:
+        rotary = model.model.rotary_emb
+        with open(graph) as f:
+            nodes = [n for n in json.load(f)["nodes"] if n["op"] == "rotary"]
+        attrs = nodes[0].get("attrs", {})
+        theta = attrs["theta"]
+        half = rotary.inv_freq.numel()
+        default = theta ** (-2.0 * torch.arange(half, dtype=torch.float64)
+                            / (2 * half))
+        freq = torch.tensor(attrs.get("inv_freq", default.tolist()),
+                            dtype=torch.float64)
+        # transformers computes the frequencies in float32.
+        report(f"rope {config.rope_scaling.get('rope_type')} inv_freq",
+               rel(freq, rotary.inv_freq.double()), 1e-6)
+        report("rope attention_scaling",
+               rel(torch.tensor(attrs.get("attention_scaling", 1.0)),
+                   torch.tensor(float(rotary.attention_scaling))), 1e-12)
+        print(f"rope frequencies scaled: "
+              f"{int((rel(freq, default) > 1e-3))}")
+
+    input_ids = ours["input_ids"].long()
+    logits = model(input_ids=input_ids,
+                   position_ids=ours["position_ids"].long()).logits
+    labels = ours["labels"].long()
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                           labels.reshape(-1), ignore_index=-100)
+    loss.backward()
+    report("logits", rel(ours["logits"], logits.detach()), args.rtol)
+    report("loss", rel(ours["loss"], loss.detach()), args.rtol)
+    worst, worst_name = 0.0, ""
+    for name, p in params.items():
+        e = rel(ours["grad." + name], p.grad)
+        if e > worst:
+            worst, worst_name = e, name
+    report(f"gradients ({len(params)}, worst {worst_name})", worst,
+           args.grad_rtol)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
