@@ -19,6 +19,7 @@
 #include <climits>
 #include <cmath>
 #include <optional>
+#include <sstream>
 #include <utility>
 
 using json = nlohmann::json;
@@ -946,6 +947,28 @@ GraphGenResult generateGraph(const json &config,
     result.error = reader.error;
     return result;
   }
+
+  // Dropout is not compiled: a config that asks for it trains differently
+  // in PyTorch. GPT2Config defaults its three rates to 0.1.
+  std::vector<std::pair<const char *, double>> dropouts;
+  if (model.family == Family::GPT2)
+    dropouts = {{"embd_pdrop", 0.1}, {"attn_pdrop", 0.1}, {"resid_pdrop", 0.1}};
+  else
+    dropouts = {{"attention_dropout", 0.0}};
+  std::string rates;
+  for (auto [key, fallback] : dropouts) {
+    auto it = config.find(key);
+    double rate = it == config.end() || !it->is_number() ? fallback
+                                                         : it->get<double>();
+    if (rate != 0.0)
+      rates += std::string(rates.empty() ? "" : ", ") + key + " " +
+               (std::ostringstream() << rate).str() +
+               (it == config.end() ? " (default)" : "");
+  }
+  if (!rates.empty())
+    result.warnings.push_back("dropout (" + rates +
+                              ") is not applied: the compiled step runs "
+                              "without dropout");
 
   result.graph = model.family == Family::GPT2 ? buildGPT2(model, options)
                                               : buildLlamaLike(model, options);

@@ -183,6 +183,9 @@ int main(int argc, char **argv) {
   fsdp::GraphGenResult result = fsdp::generateGraph(config, options);
   if (!result.succeeded())
     return reportError(inputPath + ": " + result.error);
+  for (const std::string &warning : result.warnings)
+    std::cerr << "fsdp-graphgen: warning: " << inputPath << ": " << warning
+              << "\n";
 
   std::string graphText = fsdp::printGraph(result.graph);
   bool toStdout = outputPath == "-";

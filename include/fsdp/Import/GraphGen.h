@@ -47,6 +47,8 @@ struct GraphGenResult {
   nlohmann::ordered_json graph;
   /// Empty on success.
   std::string error;
+  /// What the graph leaves out of the config (dropout), one line each.
+  std::vector<std::string> warnings;
   /// The architecture generated (`architectures[0]`).
   std::string architecture;
   /// Number of decoder layers.
