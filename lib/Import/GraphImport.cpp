@@ -225,6 +225,12 @@ LogicalResult GraphImporter::checkName(const json &entry, const Twine &where,
     return fail(loc, where + ": duplicate name '" + name + "'");
   if (StringRef(name).contains(':'))
     return fail(loc, where + ": name '" + name + "' must not contain ':'");
+  // Names become file names and manifest entries of dumps and checkpoints.
+  if (llvm::any_of(name, [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '/';
+      }))
+    return fail(loc, where + ": name " + json(name).dump() +
+                         " must not contain '/' or control characters");
   return success();
 }
 

@@ -25,6 +25,8 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
+
 namespace fsdp {
 #define GEN_PASS_DEF_BUILDTRAINSTEPPASS
 #include "fsdp/Transforms/Passes.h.inc"
@@ -673,6 +675,29 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
            << optimizer << "'";
   if (microbatches < 1)
     return forward.emitOpError("microbatches must be >= 1");
+  // torch.optim's own checks, and finite values: a NaN would reach the
+  // generated C++ as a bare `nan`.
+  struct Bound {
+    StringRef name;
+    double value, low, high;
+    bool highOpen;
+  };
+  for (const Bound &check : {Bound{"lr", lr, 0.0, INFINITY, false},
+                             Bound{"beta1", beta1, 0.0, 1.0, true},
+                             Bound{"beta2", beta2, 0.0, 1.0, true},
+                             Bound{"eps", eps, 0.0, INFINITY, false},
+                             Bound{"weight-decay", weightDecay, 0.0, INFINITY,
+                                   false},
+                             Bound{"momentum", momentum, 0.0, INFINITY, false},
+                             Bound{"max-grad-norm", maxGradNorm, 0.0, INFINITY,
+                                   false}})
+    if (!std::isfinite(check.value) || check.value < check.low ||
+        (check.highOpen ? check.value >= check.high
+                        : check.value > check.high))
+      return forward.emitOpError("option ")
+             << check.name << " must be a finite number in [" << check.low
+             << ", " << (check.highOpen ? "1)" : "inf)") << ", got "
+             << check.value;
   Type computeType = floatType(context, paramDtype);
   Type outputType =
       outputDtype.empty() ? Type() : floatType(context, outputDtype);
@@ -1039,6 +1064,17 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     resultAttrs.push_back(forward.getResultAttrDict(original));
   }
   numGradOps += build.count;
+  // The precision the step runs in, for the reports.
+  auto name = [&](Type t) {
+    return b.getStringAttr(t.isF32() ? "f32" : t.isBF16() ? "bf16" : "f16");
+  };
+  getOperation()->setAttr(
+      "fsdp.precision",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("param", name(computeType)),
+           b.getNamedAttr("reduce", name(reduceType ? reduceType : computeType)),
+           b.getNamedAttr("output", name(outputType ? outputType : computeType)),
+           b.getNamedAttr("master", b.getStringAttr("f32"))}));
   replaceFunction(b, forward, step, forward.getLoc(), results, argAttrs,
                   resultAttrs);
   return success();

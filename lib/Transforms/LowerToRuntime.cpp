@@ -23,6 +23,8 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Format.h"
 
+#include <cstdio>
+
 namespace fsdp {
 #define GEN_PASS_DEF_LOWERTORUNTIMEPASS
 #include "fsdp/Transforms/Passes.h.inc"
@@ -64,13 +66,21 @@ std::string typeLiteral(RankedTensorType type) {
   return s;
 }
 
-/// A C string literal.
+/// A C string literal of any bytes: quotes, backslashes, control and
+/// non-ASCII bytes escaped (octal, so no following digit extends them).
 std::string stringLiteral(StringRef value) {
   std::string s = "\"";
-  for (char c : value) {
-    if (c == '"' || c == '\\')
+  for (unsigned char c : value) {
+    if (c == '"' || c == '\\') {
       s += '\\';
-    s += c;
+      s += char(c);
+    } else if (c < 0x20 || c >= 0x7f || c == '?') {
+      char octal[8];
+      std::snprintf(octal, sizeof(octal), "\\%03o", unsigned(c));
+      s += octal;
+    } else {
+      s += char(c);
+    }
   }
   return s + "\"";
 }

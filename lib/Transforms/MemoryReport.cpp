@@ -147,6 +147,16 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
     }
     int64_t fixed = params + state + inputs;
     int64_t estimate = fixed + peak;
+    // The dtypes the training step runs in (fsdp-build-train-step).
+    llvm::json::Object precision;
+    std::string precisionText;
+    if (auto dtypes = module->getAttrOfType<DictionaryAttr>("fsdp.precision"))
+      for (StringRef key : {"param", "reduce", "output", "master"})
+        if (auto dtype = dtypes.getAs<StringAttr>(key)) {
+          precision[key] = dtype.getValue();
+          precisionText += (precisionText.empty() ? "" : ", ") + key.str() +
+                           " " + dtype.getValue().str();
+        }
 
     auto write = [&](raw_ostream &os) {
       if (format == "json") {
@@ -157,7 +167,8 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
                                          {"gradients", grads},
                                          {"largest_gathered_unit", gathered},
                                          {"temporaries_peak", peak},
-                                         {"estimated_peak", estimate}}))
+                                         {"estimated_peak", estimate},
+                                         {"precision", std::move(precision)}}))
            << "\n";
       } else {
         auto row = [&](StringRef what, int64_t bytes) {
@@ -171,6 +182,8 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         row("largest gathered unit", gathered);
         row("activations and temporaries, peak", peak);
         row("estimated peak", estimate);
+        if (!precisionText.empty())
+          os << "precision: " << precisionText << "\n";
       }
     };
     if (failed(writeReport(module, output, "", write)))

@@ -39,6 +39,39 @@ struct TPPlanPass : fsdp::impl::TPPlanPassBase<TPPlanPass> {
   void runOnOperation() override;
 };
 
+/// Where in parallel.json `error` (`<file>: ...` or `<file>:L:C: ...`, as
+/// parseParallelConfig words it) points: the line and column it names, or
+/// the first occurrence of the key of the `field 'a.b'` it names. Returns the
+/// location and the message without the file prefix.
+std::pair<Location, std::string> configErrorLoc(MLIRContext *context,
+                                                StringRef file, StringRef text,
+                                                StringRef error) {
+  StringRef rest = error;
+  if (!rest.consume_front(file))
+    return {FileLineColLoc::get(context, file, 0, 0), error.str()};
+  unsigned line = 0, column = 0;
+  if (rest.consume_front(":") && !rest.consumeInteger(10, line) &&
+      rest.consume_front(":") && !rest.consumeInteger(10, column))
+    return {FileLineColLoc::get(context, file, line, column),
+            rest.drop_while([](char c) { return c == ':' || c == ' '; })
+                .str()};
+  rest = error.drop_front(file.size()).ltrim(": ");
+  line = column = 0;
+  size_t field = rest.find("field '");
+  if (field != StringRef::npos) {
+    StringRef name = rest.drop_front(field + 7).take_until(
+        [](char c) { return c == '\'' || c == '['; });
+    name = name.rsplit('.').second.empty() ? name : name.rsplit('.').second;
+    size_t at = text.find(("\"" + name + "\"").str());
+    if (at != StringRef::npos) {
+      StringRef before = text.take_front(at);
+      line = before.count('\n') + 1;
+      column = at - (before.rfind('\n') + 1) + 1;
+    }
+  }
+  return {FileLineColLoc::get(context, file, line, column), rest.str()};
+}
+
 void TPPlanPass::runOnOperation() {
   ModuleOp module = getOperation();
   MLIRContext *context = &getContext();
@@ -54,14 +87,17 @@ void TPPlanPass::runOnOperation() {
   if (!config.empty()) {
     auto buffer = llvm::MemoryBuffer::getFile(config);
     if (!buffer) {
-      emitError(UnknownLoc::get(context), "cannot read parallel config '")
-          << config << "': " << buffer.getError().message();
+      emitError(FileLineColLoc::get(context, config, 0, 0),
+                "cannot read parallel config: ")
+          << buffer.getError().message();
       return signalPassFailure();
     }
     std::optional<ParallelConfig> parsed =
         parseParallelConfig((*buffer)->getBuffer().str(), config, error);
     if (!parsed) {
-      emitError(UnknownLoc::get(context), error);
+      auto [loc, message] =
+          configErrorLoc(context, config, (*buffer)->getBuffer(), error);
+      emitError(loc, message);
       return signalPassFailure();
     }
     parallel = *parsed;
@@ -116,7 +152,10 @@ void TPPlanPass::runOnOperation() {
             {sizes->dpReplicate, sizes->dpShard, sizes->cp, sizes->tp}),
         b.getDictionaryAttr({dp, dpShardCp, dpCp}));
   }
-  if (!config.empty()) {
+  // FSDP2Config's fields, from the file or at their defaults: a parallel
+  // program follows FSDP2Manager's MixedPrecisionPolicy (bf16 parameters,
+  // f32 reduction) however its mesh was given.
+  {
     module->setAttr("fsdp.reshard_after_forward",
                     b.getStringAttr(parallel.reshardAfterForward));
     module->setAttr("fsdp.defer_grad_sync",

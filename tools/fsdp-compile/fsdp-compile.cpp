@@ -204,6 +204,10 @@ static LogicalResult run() {
   if (!module || failed(addMesh(*module)) || failed(verify(*module)))
     return failure();
 
+  if (tpSize < 0 || worldSize < 0)
+    return usageError(tpSize < 0 ? "--tp must be >= 1, got " + Twine(tpSize)
+                                 : "--world-size must be >= 1, got " +
+                                       Twine(worldSize));
   PassManager pm(&context);
   bool parallel = !parallelConfig.empty() || tpSize > 0 ||
                   sequenceParallel.getNumOccurrences() || worldSize > 0;

@@ -17,6 +17,7 @@
 
 #include "../CPU/Internal.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -70,13 +71,15 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       if (!next())
         return false;
       char *end = nullptr;
+      errno = 0;
       out = std::strtoll(value.c_str(), &end, 10);
-      return !value.empty() && *end == '\0' && out >= 0;
+      return !value.empty() && *end == '\0' && errno != ERANGE && out >= 0;
     };
     int64_t n = 0;
     if (arg == "--steps") {
       if (!number(n))
-        return bad("--steps needs a non-negative integer");
+        return bad("--steps needs a non-negative integer below 2^63, got '" +
+                   value + "'");
       o.steps = n;
     } else if (arg == "--dump-step") {
       if (!number(n))
