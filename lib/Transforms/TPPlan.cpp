@@ -83,7 +83,7 @@ void TPPlanPass::runOnOperation() {
 
   // The configuration: the file's, then the options that override it.
   ParallelConfig parallel;
-  std::string error;
+  std::string error, configText;
   if (!config.empty()) {
     auto buffer = llvm::MemoryBuffer::getFile(config);
     if (!buffer) {
@@ -92,11 +92,12 @@ void TPPlanPass::runOnOperation() {
           << buffer.getError().message();
       return signalPassFailure();
     }
+    configText = (*buffer)->getBuffer().str();
     std::optional<ParallelConfig> parsed =
-        parseParallelConfig((*buffer)->getBuffer().str(), config, error);
+        parseParallelConfig(configText, config, error);
     if (!parsed) {
       auto [loc, message] =
-          configErrorLoc(context, config, (*buffer)->getBuffer(), error);
+          configErrorLoc(context, config, configText, error);
       emitError(loc, message);
       return signalPassFailure();
     }
@@ -120,7 +121,12 @@ void TPPlanPass::runOnOperation() {
   }
   std::optional<MeshSizes> sizes = resolveMesh(parallel, worldSize, error);
   if (!sizes) {
-    emitError(UnknownLoc::get(context), error);
+    if (config.empty()) {
+      emitError(UnknownLoc::get(context), error);
+    } else {
+      auto [loc, message] = configErrorLoc(context, config, configText, error);
+      emitError(loc, message);
+    }
     return signalPassFailure();
   }
 

@@ -74,6 +74,11 @@ def main():
                         metavar=("LABEL", "RANKS", "FLAGS"),
                         help="instead of the tp x sp matrix: run FLAGS "
                              "(fsdp-compile options) on RANKS ranks")
+    parser.add_argument("--precision", default="f32",
+                        help="param, reduce and output dtype of every "
+                             "program (a parallel program otherwise follows "
+                             "FSDP2Manager's bf16 policy); 'policy' leaves "
+                             "them to the parallel config")
     parser.add_argument("--step-options", default="",
                         help="more fsdp-build-train-step options for every "
                              "program (e.g. microbatches=2)")
@@ -83,6 +88,10 @@ def main():
                         help="a parallel.json for the tp runs (its tp_size "
                              "and sequence_parallel are overridden)")
     args = parser.parse_args()
+    if args.precision != "policy":
+        args.step_options += (f" param-dtype={args.precision}"
+                              f" reduce-dtype={args.precision}"
+                              f" output-dtype={args.precision}")
     os.makedirs(args.work, exist_ok=True)
     tool = lambda name: os.path.join(args.bin, name)  # noqa: E731
     mpirun = shlex.split(args.mpirun)
