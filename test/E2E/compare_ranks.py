@@ -17,7 +17,8 @@
 # when each is close to the 1-rank value.
 #
 # Usage: /usr/bin/python3 compare_ranks.py ONE_DIR MANY_DIR --ranks N
-#            [--rtol 1e-5] [--only PREFIX] [--norm] [--replicas-bitwise]
+#            [--rtol 1e-5] [--only PREFIX] [--skip P1,P2] [--norm]
+#            [--replicas-bitwise]
 
 import argparse
 import math
@@ -107,6 +108,8 @@ def main():
                         help="check the norm-wise relative error "
                              "||a - b|| / ||b|| of each tensor instead of "
                              "max|a - b| / max|b|")
+    parser.add_argument("--skip", default="",
+                        help="comma-separated name prefixes not compared")
     parser.add_argument("--replicas-bitwise", action="store_true",
                         help="ranks holding the same block of an updated "
                              "tensor must hold identical bits")
@@ -121,9 +124,12 @@ def main():
     worst, worst_name, split_count, failures = 0.0, "", 0, []
     worst_elementwise = 0.0
     replicas_checked = 0
+    compared = 0
     for name, (dtype, shape) in one.items():
-        if not name.startswith(args.only):
+        if not name.startswith(args.only) or any(
+                name.startswith(p) for p in args.skip.split(",") if p):
             continue
+        compared += 1
         full = reference.load_tensor(one_dir, name, dtype, shape) \
             .to(torch.float64)
         parts = [reference.load_tensor(d, name, *m[name]).to(torch.float64)
@@ -181,7 +187,7 @@ def main():
     kind = "max_norm_rel_err" if args.norm else "max_rel_err"
     extra = (f", elementwise max_rel_err {worst_elementwise:.3e}"
              if args.norm else "")
-    print(f"{len(one)} tensors ({split_count} joined from blocks) "
+    print(f"{compared} tensors ({split_count} joined from blocks) "
           f"{kind} {worst:.3e} ({worst_name}){extra}" +
           (f", {replicas_checked} replica pairs bitwise equal"
            if args.replicas_bitwise else ""))

@@ -17,9 +17,11 @@
 
 #include "../CPU/Internal.h"
 
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 using namespace fsdp::host;
 
@@ -87,6 +89,8 @@ struct Staging {
 
 struct fsdp_future {
   const char *op;
+  /// The axes of the group, for a timeout's message.
+  uint32_t mask = 0;
   /// The input, kept alive until the transfer has finished.
   fsdp_tensor *input = nullptr;
   fsdp_tensor *result = nullptr;
@@ -161,7 +165,8 @@ const Group &groupOf(fsdp_program *p, const char *op, uint32_t mask) {
 }
 
 /// Common checks; returns a future owning the result and a reference to x.
-fsdp_future *begin(const char *op, const fsdp_type &r, fsdp_tensor *x) {
+fsdp_future *begin(const char *op, const fsdp_type &r, fsdp_tensor *x,
+                   uint32_t mask) {
   if (!x)
     fail(op, "operand is null");
   if (r.dtype != x->type.dtype)
@@ -169,6 +174,7 @@ fsdp_future *begin(const char *op, const fsdp_type &r, fsdp_tensor *x) {
                  typeString(x->type));
   auto *f = new fsdp_future;
   f->op = op;
+  f->mask = mask;
   f->input = fsdp_retain(x);
   f->result = newTensor(r);
   return f;
@@ -204,7 +210,7 @@ fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
                                       int64_t dim) {
   const char *op = "all_gather";
   const Group &g = groupOf(p, op, axis_mask);
-  fsdp_future *f = begin(op, r, x);
+  fsdp_future *f = begin(op, r, x, axis_mask);
   if (dim < 0 || dim >= x->type.rank)
     fail(op, "dim " + std::to_string(dim) + " out of range for " +
                  typeString(x->type));
@@ -236,7 +242,7 @@ fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
                                           int64_t dim) {
   const char *op = "reduce_scatter";
   const Group &g = groupOf(p, op, axis_mask);
-  fsdp_future *f = begin(op, r, x);
+  fsdp_future *f = begin(op, r, x, axis_mask);
   if (dim < 0 || dim >= x->type.rank)
     fail(op, "dim " + std::to_string(dim) + " out of range for " +
                  typeString(x->type));
@@ -292,7 +298,7 @@ fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
                                       fsdp_reduction reduction) {
   const char *op = "all_reduce";
   const Group &g = groupOf(p, op, axis_mask);
-  fsdp_future *f = begin(op, r, x);
+  fsdp_future *f = begin(op, r, x, axis_mask);
   checkScaledDim(op, r, x->type, -1, 1);
   fsdp_rt_dtype dtype = x->type.dtype;
   int64_t count = numElements(x->type);
@@ -327,7 +333,7 @@ fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
                                       int64_t split_dim, int64_t concat_dim) {
   const char *op = "all_to_all";
   const Group &g = groupOf(p, op, axis_mask);
-  fsdp_future *f = begin(op, r, x);
+  fsdp_future *f = begin(op, r, x, axis_mask);
   int64_t n = g.size;
   const fsdp_type &in = x->type;
   if (split_dim < 0 || split_dim >= in.rank || concat_dim < 0 ||
@@ -373,7 +379,7 @@ fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                    uint32_t axis_mask, int64_t offset) {
   const char *op = "permute";
   const Group &g = groupOf(p, op, axis_mask);
-  fsdp_future *f = begin(op, r, x);
+  fsdp_future *f = begin(op, r, x, axis_mask);
   checkScaledDim(op, r, x->type, -1, 1);
   int64_t bytes = byteSize(x->type), n = g.size;
   fsdp_rt_count_collective(FSDP_RT_PERMUTE, axis_mask, bytes);
@@ -394,7 +400,7 @@ fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
                                      int64_t root) {
   const char *op = "broadcast";
   const Group &g = groupOf(p, op, axis_mask);
-  fsdp_future *f = begin(op, r, x);
+  fsdp_future *f = begin(op, r, x, axis_mask);
   checkScaledDim(op, r, x->type, -1, 1);
   if (root < 0 || root >= g.size)
     fail(op, "root " + std::to_string(root) + " is not in a group of " +
@@ -408,9 +414,32 @@ fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
   return f;
 }
 
-fsdp_tensor *fsdp_wait(fsdp_program *, fsdp_future *f) {
+fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f) {
   if (!f)
     fail("wait", "future is null");
+  if (p->collectiveTimeout > 0) {
+    // Poll, so that a stuck or dead rank stops the others instead of
+    // hanging them: spin briefly, then sleep between tests.
+    auto start = std::chrono::steady_clock::now();
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      MPI_Testall(2, f->requests, &done, MPI_STATUSES_IGNORE);
+      if (done)
+        break;
+      if (spins > 1000)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      double waited = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      if (waited > p->collectiveTimeout)
+        fail(f->op, "step " + std::to_string(p->step) + ": the " + f->op +
+                        " over " + groupName(*p, f->mask) +
+                        " did not complete within " +
+                        std::to_string(int64_t(p->collectiveTimeout)) +
+                        " s (--collective-timeout): a rank of the group is "
+                        "stuck or gone; stopping every rank");
+    }
+  }
   MPI_Waitall(2, f->requests, MPI_STATUSES_IGNORE);
   if (f->finish)
     f->finish(*f);

@@ -119,15 +119,59 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
                    "position_ids; it is zero-filled\n",
                    in.name.c_str());
   }
-  if (!options.path.empty() && shape.batch) {
-    int64_t tokens = 0;
-    std::fclose(openTokens(options.path, tokens));
-    if (tokens < shape.seq + 2)
-      fail("data", options.path + ": " + std::to_string(tokens) +
-                       " tokens, need at least " +
-                       std::to_string(shape.seq + 2) + " for sequences of " +
-                       std::to_string(shape.seq));
+  if (options.path.empty() || !shape.batch)
+    return;
+  // The whole file is checked once, before the first step, by rank 0: a
+  // bad token found hours into a run costs the run.
+  std::string error;
+  if (p.worldRank == 0) {
+    FILE *f = std::fopen(options.path.c_str(), "rb");
+    int64_t bytes = 0;
+    if (f) {
+      fseeko(f, 0, SEEK_END);
+      bytes = int64_t(ftello(f));
+      fseeko(f, 0, SEEK_SET);
+    }
+    int64_t tokens = bytes / 4, blocks = 1;
+    for (const Input &in : p.inputs)
+      if (in.name == "input_ids")
+        for (size_t i = 0; i < p.axes.size(); ++i)
+          if (in.batchAxes >> i & 1)
+            blocks *= p.axes[i].size;
+    int64_t need = shape.batch * blocks * (shape.seq + 1) + 1;
+    int64_t high = tokenRange(p, 0);
+    if (!f) {
+      error = options.path + ": cannot open for reading";
+    } else if (bytes % 4 != 0) {
+      error = options.path + ": " + std::to_string(bytes) +
+              " bytes is not a whole number of little-endian int32 tokens";
+    } else if (tokens < need) {
+      error = options.path + ": " + std::to_string(tokens) +
+              " tokens, fewer than one global batch needs (" +
+              std::to_string(shape.batch * blocks) + " sequences of " +
+              std::to_string(shape.seq) + " + 1 tokens, and one more)";
+    } else {
+      std::vector<int32_t> chunk(1 << 16);
+      int64_t at = 0;
+      for (size_t n; error.empty() &&
+                     (n = std::fread(chunk.data(), 4, chunk.size(), f)) > 0;
+           at += int64_t(n))
+        for (size_t k = 0; k < n; ++k)
+          if (chunk[k] < 0 || (high && chunk[k] >= high)) {
+            error = options.path + ": token " + std::to_string(chunk[k]) +
+                    " at position " + std::to_string(at + int64_t(k)) +
+                    " is outside the vocabulary [0, " +
+                    (high ? std::to_string(high) : "inf") + ")";
+            break;
+          }
+    }
+    if (f)
+      std::fclose(f);
   }
+  int64_t length = int64_t(error.size());
+  MPI_Bcast(&length, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (length)
+    failAll(p, "data", error);
 }
 
 void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,

@@ -70,7 +70,8 @@ struct Param {
   fsdp_init_kind init;
   double a, b;
   fsdp_tensor *tensor = nullptr;
-  /// Optimizer state: zero-initialized, neither saved nor dumped.
+  /// Optimizer state: zero-initialized (or resumed), laid out as its
+  /// parameter, not part of Hugging Face weights.
   bool state = false;
   /// For a block of a sharded parameter: the whole tensor's dims and, per
   /// dim, the mask of mesh axes that split it. Empty when not sharded.
@@ -110,12 +111,21 @@ struct fsdp_program {
   int worldRank = 0, worldSize = 1;
   /// This rank's coordinate along each mesh axis.
   std::vector<int64_t> coords;
+  /// The step being run (0-based), for messages.
+  int64_t step = -1;
+  /// Seconds a collective may take before every rank stops (0: forever).
+  double collectiveTimeout = 600;
 };
 
 namespace fsdp::host {
 
-/// Prints `fsdp runtime error: <op>: <what>` and aborts every rank.
+/// Prints `fsdp runtime error: <op>: <what>` and aborts every rank. When
+/// every rank fails the same way, rank 0's message is the one printed.
 [[noreturn]] void fail(const char *op, const std::string &what);
+/// For an error every rank finds at the same point (a bad file, a bad
+/// option): rank 0 prints it, every rank finalizes MPI and exits 1.
+[[noreturn]] void failAll(const fsdp_program &p, const char *op,
+                          const std::string &what);
 /// Stops every rank, as fail(op, ...), unless each element of the integer
 /// tensor `ids` is in [0, high) or equals `ignore`.
 void checkIndices(const char *op, const fsdp_tensor *ids, int64_t high,
@@ -150,6 +160,8 @@ void upload(fsdp_tensor *t, const void *host);
 /// `t`'s bytes as a host image (the device-to-host path).
 std::vector<char> download(const fsdp_tensor *t);
 
+/// `{a,b}`: the mesh axes of an axis mask.
+std::string groupName(const fsdp_program &p, uint32_t mask);
 /// Number of ranks the mesh needs (1 without a mesh).
 int64_t meshRanks(const fsdp_program &p);
 /// `a=2 x b=3`, for messages.
@@ -167,12 +179,60 @@ void freeGroups(fsdp_program &p);
 void initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a, double b,
               uint64_t seed, const char *name, int64_t begin, int64_t end,
               void *out);
+/// A contiguous run of a block: its `count` elements from local offset
+/// `local` are the whole tensor's elements from flat index `global`.
+struct Run {
+  int64_t local, global, count;
+};
+/// Where a block sits in the whole tensor: per dim, the block's and the
+/// whole tensor's size, the group count (strided split) and the block's
+/// index. Local elements past the whole tensor's end are FSDP's padding.
+struct Layout {
+  std::vector<int64_t> local, whole, groups, block;
+};
+/// The runs of a block, in local order; padding is in no run.
+std::vector<Run> runsOf(const Layout &layout);
+/// The parameter whose layout `param` has: itself, or for an optimizer
+/// state, its parameter.
+const Param &layoutOwner(const fsdp_program &p, const Param &param);
+/// The layout of this rank's block of `param` (an optimizer state is laid
+/// out as its parameter).
+Layout layoutOf(const fsdp_program &p, const Param &param);
+
 /// Allocates and initializes every parameter.
 void initParams(fsdp_program &p, uint64_t seed);
-/// Allocates every parameter and reads it from a safetensors file.
-void loadParams(fsdp_program &p, const std::string &path);
-/// Writes every parameter to a safetensors file.
-void saveParams(const fsdp_program &p, const std::string &path);
+/// Allocates every parameter and reads this rank's blocks from Hugging Face
+/// safetensors: a file, a `model.safetensors.index.json` set or a directory
+/// holding either. Optimizer state starts at zero. A tensor the program needs
+/// and the files lack is an error; one the files have and the program does
+/// not is a warning, or an error when `strict`.
+void loadParams(fsdp_program &p, const std::string &path, bool strict);
+
+/// Distributed checkpoints: DIR/step-<N>/ holds rank<R>.safetensors (each
+/// rank's blocks of the parameters and optimizer state) and index.json (the
+/// mesh, each tensor's layout, the step and the data position); DIR/latest
+/// names the newest complete one.
+struct CheckpointState {
+  int64_t step = 0;
+  uint64_t seed = 0;
+  std::string data;
+};
+/// Writes the checkpoint of `state.step` under `dir`, atomically: files go to
+/// a staging directory, are fsynced and renamed into place, and `latest`
+/// moves last, so an interrupted save leaves the previous one intact. Keeps
+/// the newest `keep` checkpoints (0: all).
+void saveCheckpoint(const fsdp_program &p, const std::string &dir,
+                    const CheckpointState &state, int64_t keep);
+/// Fails (on every rank) unless `dir` can hold checkpoints.
+void checkCheckpointDir(const fsdp_program &p, const std::string &dir);
+/// Allocates every parameter and optimizer state and reads them from the
+/// checkpoint `path` (DIR with `latest`, or one step-<N> directory), on any
+/// mesh: blocks are cut from the saved ones whatever mesh saved them.
+CheckpointState loadCheckpoint(fsdp_program &p, const std::string &path);
+/// Writes the parameters of checkpoint `path` as one Hugging Face
+/// model.safetensors at `output` (one process).
+void consolidateCheckpoint(const fsdp_program &p, const std::string &path,
+                           const std::string &output);
 
 /// Options of the data inputs.
 struct DataOptions {
@@ -180,7 +240,9 @@ struct DataOptions {
   /// Little-endian int32 tokens; empty for synthetic data.
   std::string path;
 };
-/// Allocates the inputs and warns about names it cannot fill.
+/// Allocates the inputs, warns about names it cannot fill and checks the
+/// token file: its size, its length against one global batch and every id
+/// against the vocabulary.
 void prepareInputs(fsdp_program &p, const DataOptions &options);
 /// Fills the inputs for step `step`.
 void fillInputs(fsdp_program &p, const DataOptions &options, int64_t step);

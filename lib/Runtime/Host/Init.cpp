@@ -74,69 +74,18 @@ void fsdp::host::initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a,
   fsdp::rt::fromFloat(dtype, values.data(), n, out);
 }
 
-namespace {
-/// Fills this rank's block of a sharded parameter: each run of the last
-/// local dim within one group is a contiguous run of the whole tensor.
-void initBlock(const fsdp_program &p, const Param &param, uint64_t seed,
-               char *out) {
-  int64_t rank = param.type.rank;
-  // This rank's block index along each dim: its coordinates on the dim's
-  // axes, row-major in the listed order.
-  std::vector<int64_t> block(size_t(rank), 0);
-  for (int64_t d = 0; d < rank; ++d)
-    block[d] = blockIndex(p, param.dimOrder[d]);
-  // Local index i of dim d is element g·(global/groups) + block·piece + j
-  // of the whole dim, where piece = local/groups, g = i / piece, j = i % piece.
-  auto global = [&](int64_t d, int64_t i) {
-    int64_t groups = param.dimGroups[d];
-    int64_t piece = param.type.dims[d] / groups;
-    return (i / piece) * (param.globalDims[d] / groups) + block[d] * piece +
-           i % piece;
-  };
-  int64_t last = rank ? param.type.dims[rank - 1] : 1;
-  int64_t runs = rank ? param.dimGroups[rank - 1] : 1;
-  int64_t run = last / runs;
-  int64_t rows = last ? numElements(param.type) / last : 0;
-  size_t esize = fsdp_rt_dtype_size(param.type.dtype);
-  std::vector<int64_t> coord(size_t(rank), 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    // Local coordinates of row r (all dims but the last).
-    for (int64_t d = rank - 2, rest = r; d >= 0; --d) {
-      coord[d] = rest % param.type.dims[d];
-      rest /= param.type.dims[d];
-    }
-    // Rows past the whole tensor's end are FSDP's padding: they stay zero.
-    bool padding = false;
-    for (int64_t d = 0; d + 1 < rank; ++d)
-      padding |= global(d, coord[d]) >= param.globalDims[d];
-    if (padding)
-      continue;
-    for (int64_t k = 0; k < runs; ++k) {
-      int64_t begin = 0, first = rank ? global(rank - 1, k * run) : 0;
-      for (int64_t d = 0; d < rank; ++d)
-        begin = begin * param.globalDims[d] +
-                (d == rank - 1 ? first : global(d, coord[d]));
-      int64_t count =
-          rank ? std::min(run, param.globalDims[rank - 1] - first) : run;
-      if (count > 0)
-        initFill(param.type.dtype, param.init, param.a, param.b, seed,
-                 param.name.c_str(), begin, begin + count,
-                 out + size_t(r * last + k * run) * esize);
-    }
-  }
-}
-} // namespace
-
 void fsdp::host::initParams(fsdp_program &p, uint64_t seed) {
   for (Param &param : p.params) {
     param.tensor = newTensor(param.type);
     param.tensor->borrowed = true;
+    // Each run of this rank's block is a run of the whole tensor; padding
+    // stays zero.
     std::vector<char> image(size_t(byteSize(param.type)));
-    if (!param.globalDims.empty())
-      initBlock(p, param, seed, image.data());
-    else
+    size_t esize = fsdp_rt_dtype_size(param.type.dtype);
+    for (const Run &run : runsOf(layoutOf(p, param)))
       initFill(param.type.dtype, param.init, param.a, param.b, seed,
-               param.name.c_str(), 0, numElements(param.type), image.data());
+               param.name.c_str(), run.global, run.global + run.count,
+               image.data() + size_t(run.local) * esize);
     upload(param.tensor, image.data());
   }
 }

@@ -5,11 +5,15 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// prog [--steps N] [--seed S] [--load F] [--save F] [--data F]
+// prog [--steps N] [--seed S] [--data F] [--load HF] [--strict-load]
+//      [--save DIR [--save-every N] [--keep K]] [--resume DIR]
+//      [--consolidate DIR --output FILE] [--collective-timeout S]
 //      [--dump-dir D] [--dump-step K] [--report] [--quiet]
 //
 // Describes the program, checks the rank count against its mesh, creates the
-// communicators, initializes or loads the parameters and runs the steps.
+// communicators, initializes, loads or resumes the parameters and runs the
+// steps, stopping on a non-finite loss and saving checkpoints on the way
+// (and on SIGTERM or SIGINT, at the next step boundary).
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +23,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,16 +35,23 @@ namespace {
 
 struct Options {
   int64_t steps = 3;
-  /// The step (0-based) whose tensors --dump-dir writes.
+  /// The step (0-based, counted from the run's start) whose tensors
+  /// --dump-dir writes.
   int64_t dumpStep = 0;
   uint64_t seed = 0;
-  std::string load, save, data, dumpDir;
-  bool report = false, quiet = false;
+  bool seedGiven = false;
+  std::string load, save, resume, data, dumpDir, consolidate, output;
+  int64_t saveEvery = 0, keep = 0;
+  double collectiveTimeout = 600;
+  bool report = false, quiet = false, strictLoad = false;
 };
 
 const char *kUsage =
-    "usage: %s [--steps N] [--seed S] [--load FILE.safetensors]\n"
-    "          [--save FILE.safetensors] [--data TOKENS.bin] [--dump-dir DIR]\n"
+    "usage: %s [--steps N] [--seed S] [--data TOKENS.bin]\n"
+    "          [--load HF.safetensors|HF.index.json|HF_DIR] [--strict-load]\n"
+    "          [--save DIR [--save-every N] [--keep K]] [--resume DIR]\n"
+    "          [--consolidate DIR --output FILE.safetensors]\n"
+    "          [--collective-timeout SECONDS] [--dump-dir DIR]\n"
     "          [--dump-step K] [--report] [--quiet]\n";
 
 /// Parses the options; returns false (after printing why on rank 0) if they
@@ -76,31 +89,50 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       return !value.empty() && *end == '\0' && errno != ERANGE && out >= 0;
     };
     int64_t n = 0;
-    if (arg == "--steps") {
+    if (arg == "--steps" || arg == "--dump-step" || arg == "--seed" ||
+        arg == "--save-every" || arg == "--keep") {
       if (!number(n))
-        return bad("--steps needs a non-negative integer below 2^63, got '" +
+        return bad(arg + " needs a non-negative integer below 2^63, got '" +
                    value + "'");
-      o.steps = n;
-    } else if (arg == "--dump-step") {
-      if (!number(n))
-        return bad("--dump-step needs a non-negative integer");
-      o.dumpStep = n;
-    } else if (arg == "--seed") {
-      if (!number(n))
-        return bad("--seed needs a non-negative integer");
-      o.seed = uint64_t(n);
+      if (arg == "--steps")
+        o.steps = n;
+      else if (arg == "--dump-step")
+        o.dumpStep = n;
+      else if (arg == "--save-every")
+        o.saveEvery = n;
+      else if (arg == "--keep")
+        o.keep = n;
+      else {
+        o.seed = uint64_t(n);
+        o.seedGiven = true;
+      }
+    } else if (arg == "--collective-timeout") {
+      char *end = nullptr;
+      if (!next())
+        return bad(arg + " needs a number of seconds");
+      o.collectiveTimeout = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' ||
+          !(o.collectiveTimeout >= 0 && o.collectiveTimeout < 1e9))
+        return bad(arg + " needs a number of seconds >= 0 (0: none), got '" +
+                   value + "'");
     } else if (arg == "--load" || arg == "--save" || arg == "--data" ||
-               arg == "--dump-dir") {
+               arg == "--dump-dir" || arg == "--resume" ||
+               arg == "--consolidate" || arg == "--output") {
       if (!next() || value.empty())
         return bad(arg + " needs a path");
-      (arg == "--load"   ? o.load
-       : arg == "--save" ? o.save
-       : arg == "--data" ? o.data
-                         : o.dumpDir) = value;
+      (arg == "--load"          ? o.load
+       : arg == "--save"        ? o.save
+       : arg == "--data"        ? o.data
+       : arg == "--resume"      ? o.resume
+       : arg == "--consolidate" ? o.consolidate
+       : arg == "--output"      ? o.output
+                                : o.dumpDir) = value;
     } else if (arg == "--report" && !hasValue) {
       o.report = true;
     } else if (arg == "--quiet" && !hasValue) {
       o.quiet = true;
+    } else if (arg == "--strict-load" && !hasValue) {
+      o.strictLoad = true;
     } else if (arg == "--help" || arg == "-h") {
       if (rank == 0)
         std::printf(kUsage, argv[0]);
@@ -113,8 +145,20 @@ bool parse(int argc, char **argv, int rank, Options &o) {
   if (!o.dumpDir.empty() && o.dumpStep >= o.steps)
     return bad("--dump-step " + std::to_string(o.dumpStep) +
                " is not one of the " + std::to_string(o.steps) + " steps");
+  if (!o.load.empty() && !o.resume.empty())
+    return bad("--load (Hugging Face weights) and --resume (a checkpoint) "
+               "both give the parameters; use one");
+  if ((o.saveEvery || o.keep) && o.save.empty())
+    return bad("--save-every and --keep need --save DIR");
+  if (o.consolidate.empty() != o.output.empty())
+    return bad("--consolidate DIR and --output FILE go together");
+  if (o.strictLoad && o.load.empty())
+    return bad("--strict-load needs --load");
   return true;
 }
+
+/// Set by SIGTERM and SIGINT: save at the next step boundary and stop.
+volatile std::sig_atomic_t stopRequested = 0;
 
 /// The scalar output `loss` as a double, if the program has one.
 bool lossOf(const fsdp_program &p, double &loss) {
@@ -145,9 +189,20 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 1;
   }
+  p.collectiveTimeout = o.collectiveTimeout;
+  // A write past a file-size limit fails with EFBIG instead of killing the
+  // process, so a save reports it like a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   fsdp_program_describe(&p);
   validate(p);
+  if (!o.consolidate.empty()) {
+    if (p.worldSize != 1)
+      failAll(p, "consolidate", "run --consolidate in one process");
+    consolidateCheckpoint(p, o.consolidate, o.output);
+    MPI_Finalize();
+    return 0;
+  }
   int64_t ranks = meshRanks(p);
   if (ranks != p.worldSize) {
     if (p.worldRank == 0)
@@ -160,31 +215,73 @@ int main(int argc, char **argv) {
     return 1;
   }
   createGroups(p);
-  if (o.load.empty())
+  if (!o.save.empty())
+    checkCheckpointDir(p, o.save);
+  CheckpointState state{0, o.seed, o.data};
+  if (!o.resume.empty()) {
+    CheckpointState saved = loadCheckpoint(p, o.resume);
+    if (o.seedGiven && saved.seed != o.seed && p.worldRank == 0)
+      std::fprintf(stderr,
+                   "warning: --seed %llu ignored: the checkpoint's data and "
+                   "initialization use seed %llu\n",
+                   (unsigned long long)o.seed, (unsigned long long)saved.seed);
+    if (saved.data != o.data && p.worldRank == 0)
+      std::fprintf(stderr,
+                   "warning: the checkpoint was trained on --data '%s', this "
+                   "run reads '%s'\n",
+                   saved.data.c_str(), o.data.c_str());
+    state.step = saved.step;
+    state.seed = saved.seed;
+  } else if (!o.load.empty()) {
+    loadParams(p, o.load, o.strictLoad);
+  } else {
     initParams(p, o.seed);
-  else
-    loadParams(p, o.load);
-  DataOptions data{o.seed, o.data};
+  }
+  DataOptions data{state.seed, o.data};
   prepareInputs(p, data);
+  if (!o.save.empty()) {
+    std::signal(SIGTERM, [](int) { stopRequested = 1; });
+    std::signal(SIGINT, [](int) { stopRequested = 1; });
+  }
 
-  for (int64_t step = 0; step < o.steps; ++step) {
+  int64_t lastSaved = -1;
+  auto save = [&] {
+    saveCheckpoint(p, o.save, state, o.keep);
+    lastSaved = state.step;
+  };
+  for (int64_t i = 0; i < o.steps; ++i) {
+    // Steps count from the run's beginning, so that a resumed run reads the
+    // data and takes the optimizer steps the uninterrupted one would.
+    int64_t step = state.step;
+    p.step = step;
     fillInputs(p, data, step);
     auto start = std::chrono::steady_clock::now();
     fsdp_program_forward(&p);
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - start)
                     .count();
-    for (size_t i = 0; i < p.outputs.size(); ++i)
-      if (!p.outputs[i])
+    for (size_t k = 0; k < p.outputs.size(); ++k)
+      if (!p.outputs[k])
         fail("forward",
-             "the step did not set output '" + p.outputNames[i] + "'");
+             "the step did not set output '" + p.outputNames[k] + "'");
+    // The loss is the same on every rank (a global mean), so every rank
+    // stops together on a non-finite one, before its updates are kept.
     double loss = 0;
-    if (!o.quiet && p.worldRank == 0 && lossOf(p, loss)) {
+    bool hasLoss = lossOf(p, loss);
+    if (hasLoss && !std::isfinite(loss))
+      failAll(p, "train",
+              "step " + std::to_string(step) + ": the loss is " +
+                  (std::isnan(loss) ? "nan" : "inf") +
+                  "; stopping without keeping this step's update" +
+                  (lastSaved >= 0 || !o.resume.empty()
+                       ? " (the last checkpoint is kept as it was)"
+                       : ""));
+    if (!o.quiet && p.worldRank == 0 && hasLoss) {
       std::printf("step %lld loss %.6f time %.3f ms\n", (long long)step, loss,
                   ms);
       std::fflush(stdout);
     }
-    if (step == o.dumpStep && !o.dumpDir.empty())
+    if (i == o.dumpStep && !o.dumpDir.empty())
       dumpTensors(p, o.dumpDir);
     // Updated parameters and optimizer state replace the old ones.
     for (auto [out, arg] : p.updates) {
@@ -198,10 +295,28 @@ int main(int argc, char **argv) {
       fsdp_release(t);
       t = nullptr;
     }
+    state.step = step + 1;
+    if (o.save.empty())
+      continue;
+    if (o.saveEvery && state.step % o.saveEvery == 0)
+      save();
+    // A signal may reach one rank only: stop when any rank has one.
+    int local = stopRequested, any = 0;
+    MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) {
+      if (lastSaved != state.step)
+        save();
+      if (p.worldRank == 0)
+        std::fprintf(stderr,
+                     "stopped by a signal after step %lld; checkpoint saved "
+                     "in %s (resume with --resume %s)\n",
+                     (long long)step, o.save.c_str(), o.save.c_str());
+      MPI_Finalize();
+      return 1;
+    }
   }
-
-  if (!o.save.empty() && p.worldRank == 0)
-    saveParams(p, o.save);
+  if (!o.save.empty() && lastSaved != state.step)
+    save();
   MPI_Barrier(MPI_COMM_WORLD);
   if (o.report && p.worldRank == 0)
     printReport(p);

@@ -7,9 +7,11 @@
 
 #include "Host.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <thread>
 
 using namespace fsdp::host;
 
@@ -18,12 +20,33 @@ using namespace fsdp::host;
 //===----------------------------------------------------------------------===//
 
 void fsdp::host::fail(const char *op, const std::string &what) {
-  std::fprintf(stderr, "fsdp runtime error: %s: %s\n", op, what.c_str());
-  std::fflush(stderr);
-  int initialized = 0;
+  int initialized = 0, rank = 0, size = 1;
   MPI_Initialized(&initialized);
+  if (initialized) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  // An error every rank meets (a bad operand) would print once per rank:
+  // the others wait, so that rank 0's abort usually ends them before they
+  // print; a rank failing alone still prints its own, a moment later.
+  if (rank != 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::fprintf(stderr, "fsdp runtime error: %s%s: %s\n",
+               size > 1 ? ("rank " + std::to_string(rank) + ": ").c_str() : "",
+               op, what.c_str());
+  std::fflush(stderr);
   if (initialized)
     MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+void fsdp::host::failAll(const fsdp_program &p, const char *op,
+                         const std::string &what) {
+  if (p.worldRank == 0) {
+    std::fprintf(stderr, "fsdp runtime error: %s: %s\n", op, what.c_str());
+    std::fflush(stderr);
+  }
+  MPI_Finalize();
   std::exit(1);
 }
 

@@ -35,16 +35,15 @@ void dumpOne(FILE *manifest, const std::string &dir, const std::string &name,
                t->type.rank ? dims.c_str() : "scalar");
 }
 
-/// `{a,b}` for an axis mask.
-std::string groupName(const fsdp_program &p, uint32_t mask) {
+} // namespace
+
+std::string fsdp::host::groupName(const fsdp_program &p, uint32_t mask) {
   std::string s;
   for (size_t i = 0; i < p.axes.size(); ++i)
     if (mask & (1u << i))
       s += (s.empty() ? "" : ",") + p.axes[i].name;
   return "{" + s + "}";
 }
-
-} // namespace
 
 void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
   makeDir(dir);
@@ -54,8 +53,7 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
   if (!manifest)
     fail("dump", rankDir + "/manifest.txt: cannot open for writing");
   for (const Param &param : p.params)
-    if (!param.state)
-      dumpOne(manifest, rankDir, param.name, param.tensor);
+    dumpOne(manifest, rankDir, param.name, param.tensor);
   for (const Input &in : p.inputs)
     dumpOne(manifest, rankDir, in.name, in.tensor);
   for (size_t i = 0; i < p.outputs.size(); ++i)
