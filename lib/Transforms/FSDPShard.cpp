@@ -141,18 +141,16 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
       // last blocks end in zero rows that the unpacking slices off.
       int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
       if (param && rows % parts != 0) {
+        // Inside a tensor-parallel block the padding ends that block, as
+        // FSDP2 pads the local tensor it is given: the runtime learns the
+        // whole tensor's shape here and which axes are FSDP's from
+        // fsdp.inner_axes.
         padded[i] = rows;
         SmallVector<int64_t> whole(type.getShape());
-        int64_t tpParts = 1;
         if (auto old = attrs.get("dist.sharding"))
-          for (StringRef axis : cast<dist::ShardingAttr>(old).getDimAxes(0))
-            tpParts *= mesh.getAxisSize(axis).value_or(1);
-        if (tpParts != 1)
-          return forward.emitOpError("parameter '")
-                 << forward.getArgAttr(i, nn::NNDialect::kParamAttrName)
-                 << "' needs padding inside its tensor-parallel block (" << rows
-                 << " rows over " << parts
-                 << " FSDP shards), which is not supported yet";
+          for (int64_t d = 0; d < type.getRank(); ++d)
+            for (StringRef axis : cast<dist::ShardingAttr>(old).getDimAxes(d))
+              whole[d] *= mesh.getAxisSize(axis).value_or(1);
         attrs.set("fsdp.global_shape", b.getDenseI64ArrayAttr(whole));
         SmallVector<int64_t> shape(type.getShape());
         shape[0] = (rows + parts - 1) / parts * parts;
@@ -175,16 +173,20 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
         auto sharding = cast<dist::ShardingAttr>(old);
         dims = llvm::to_vector(sharding.getDims());
         groups = sharding.getGroups();
-        if (sharding.getDimGroups(0) != 1)
-          return forward.emitOpError("parameter '")
-                 << forward.getArgAttr(i, nn::NNDialect::kParamAttrName)
-                 << "' is split in strided groups on dim 0; FSDP does not "
-                    "shard such a dim yet";
       }
       SmallVector<Attribute> dim0 =
           llvm::to_vector(cast<ArrayAttr>(dims[0]).getValue());
-      for (Attribute axis : (input ? dataAxes : shardAxes))
+      ArrayAttr added = input ? dataAxes : shardAxes;
+      for (Attribute axis : added)
         dim0.push_back(axis);
+      // FSDP's axes split the tensor-parallel block (strided groups and all)
+      // as the local tensor it is, padded at its end: a second level, which
+      // the runtime places apart from the first.
+      if (param) {
+        SmallVector<int64_t> inner(type.getRank(), 0);
+        inner[0] = int64_t(added.size());
+        attrs.set("fsdp.inner_axes", b.getDenseI64ArrayAttr(inner));
+      }
       dims[0] = b.getArrayAttr(dim0);
       attrs.set("dist.sharding",
                 dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),

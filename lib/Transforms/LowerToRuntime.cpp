@@ -412,6 +412,16 @@ LogicalResult Lowering::emitDescribe(Location loc) {
                  << i << " has an fsdp.global_shape of the wrong rank";
         global.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
       }
+      // Per dim, how many of the trailing axes split the block the others
+      // leave (FSDP within tensor parallelism), padded at its end.
+      SmallVector<int64_t> inner(type.getRank(), 0);
+      if (auto axes =
+              entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.inner_axes")) {
+        if (axes.size() != type.getRank())
+          return entry.emitOpError("argument #")
+                 << i << " has an fsdp.inner_axes of the wrong rank";
+        inner.assign(axes.asArrayRef().begin(), axes.asArrayRef().end());
+      }
       call("fsdp_prog_param_shard")
           .literal(stringLiteral(name.getValue()))
           .literal(typeLiteral(type))
@@ -421,6 +431,7 @@ LogicalResult Lowering::emitDescribe(Location loc) {
           .literal(intsLiteral(global))
           .literal(intsLiteral(masks))
           .literal(intsLiteral(groups))
+          .literal(intsLiteral(inner))
           .emit(builder, loc);
       continue;
     }

@@ -32,16 +32,18 @@ import reference  # noqa: E402
 
 
 def read_splits(rank_dir):
-    """{tensor: {dim: (groups, [axis, ...])}} from the runtime's shards.txt."""
+    """{tensor: {dim: (groups, [axis, ...], inner)}} from the runtime's
+    shards.txt; the last `inner` axes split the block the others leave."""
     path = os.path.join(rank_dir, "shards.txt")
     out = {}
     if os.path.isfile(path):
         with open(path) as f:
             for line in f:
                 words = line.split()
-                if len(words) == 4:
+                if len(words) in (4, 5):
                     out.setdefault(words[0], {})[int(words[1])] = (
-                        int(words[2]), words[3].split(","))
+                        int(words[2]), words[3].split(","),
+                        int(words[4]) if len(words) == 5 else 0)
     return out
 
 
@@ -75,25 +77,36 @@ def coords_of(rank, mesh):
 
 
 def expected_block(full, split, coords, sizes, shape):
-    """The block of `full` a rank at `coords` holds under `split`; a block
-    of `shape` larger than its share is FSDP's padding, zero past the end."""
+    """The block of `full` a rank at `coords` holds under `split`. Per dim,
+    the outer axes cut each of the dim's groups into pieces (the rank keeps
+    its piece of every group); the inner axes cut that outer block into
+    blocks of the local size, the last ones ending in zero padding."""
     block = full
-    for dim, (groups, axes) in sorted(split.items()):
-        parts, index = 1, 0
-        for axis in axes:
-            parts *= sizes[axis]
-            index = index * sizes[axis] + coords[axis]
+    for dim, (groups, axes, inner) in sorted(split.items()):
+        def level(names):
+            parts, index = 1, 0
+            for axis in names:
+                parts *= sizes[axis]
+                index = index * sizes[axis] + coords[axis]
+            return parts, index
+        outer_axes = axes[:len(axes) - inner]
+        parts, index = level(outer_axes)
         whole = block.shape[dim]
-        if groups == 1 and shape[dim] * parts > whole:
-            pad = list(block.shape)
-            pad[dim] = shape[dim] * parts - whole
-            block = torch.cat([block, block.new_zeros(pad)], dim)
-            whole = block.shape[dim]
+        if groups == 1 and not inner and shape[dim] * parts > whole:
+            # A one-level FSDP split written before inner levels existed.
+            inner, parts, index = len(axes), 1, 0
         group = whole // groups
         piece = group // parts
-        chunks = [block.narrow(dim, g * group + index * piece, piece)
-                  for g in range(groups)]
-        block = torch.cat(chunks, dim)
+        block = torch.cat([block.narrow(dim, g * group + index * piece, piece)
+                           for g in range(groups)], dim)
+        if inner:
+            parts, index = level(axes[len(axes) - inner:])
+            local = shape[dim]
+            if local * parts > block.shape[dim]:
+                pad = list(block.shape)
+                pad[dim] = local * parts - block.shape[dim]
+                block = torch.cat([block, block.new_zeros(pad)], dim)
+            block = block.narrow(dim, index * local, local)
     return block
 
 
@@ -153,7 +166,7 @@ def main():
             split_count += 1
         if args.replicas_bitwise and name.startswith("updated.") and \
                 (split or parts[0].shape == full.shape):
-            axes = [a for _, axes in (split or {}).values() for a in axes]
+            axes = [a for _, axes, _ in (split or {}).values() for a in axes]
             holders = {}
             for r, part in enumerate(parts):
                 coords = coords_of(r, mesh) if mesh else {}

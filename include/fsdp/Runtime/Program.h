@@ -100,13 +100,17 @@ void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
 /// the mesh axes that split dim d, major first, as 4-bit fields (axis index
 /// + 1) from the lowest bits up (0: whole), `dim_groups.values[d]`
 /// the number of equal groups dim d is cut into before each is split (1:
-/// a plain split; see #dist.sharding's groups). The runtime fills the block
+/// a plain split; see #dist.sharding's groups), `dim_inner.values[d]` how
+/// many of dim d's trailing axes split, as a second level, the block the
+/// leading ones leave (FSDP within tensor parallelism): that level's blocks
+/// are padded at the end of the outer block when it does not divide, and
+/// `global_dims` is then the real whole size. The runtime fills the block
 /// with exactly the values those elements have in the whole tensor, without
 /// building the whole tensor.
 void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
                            fsdp_init_kind init, double a, double b,
                            fsdp_ints global_dims, fsdp_ints dim_axes,
-                           fsdp_ints dim_groups);
+                           fsdp_ints dim_groups, fsdp_ints dim_inner);
 /// Output `index` is this rank's block of a split tensor: per dim, the
 /// splitting axes (packed as for fsdp_prog_param_shard) and the group
 /// count. Only dumps use it, to describe the blocks.

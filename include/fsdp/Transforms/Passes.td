@@ -278,7 +278,9 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
     Runs on the per-rank forward (after `fsdp-partition`) when the mesh has
     data-parallel ranks (`dp_shard`, `dp_replicate`). The data inputs' batch
     dim is split over `dp_replicate × dp_shard`; every parameter keeps its
-    dim-0 block over `dp_shard` (inside its tensor-parallel block, if any).
+    dim-0 block over `dp_shard` (inside its tensor-parallel block, if any,
+    padded at that block's end when it does not divide; `fsdp.inner_axes`
+    tells the runtime which axes of dim 0 are FSDP's).
     Parameters are grouped in units, one per decoder layer and a root unit
     for the rest, and each unit's blocks are gathered by one all_gather of
     their flattened concatenation right before the unit's first use. The

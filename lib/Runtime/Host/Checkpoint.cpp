@@ -152,7 +152,9 @@ int64_t globalBatch(const fsdp_program &p) {
 //===----------------------------------------------------------------------===//
 
 struct SavedTensor {
-  std::vector<int64_t> shape, groups;
+  /// Per dim: whole size, groups, and the trailing axes of `dims` that form
+  /// the inner (padded) level.
+  std::vector<int64_t> shape, groups, inner;
   /// Per dim, the saving mesh's axis indices, major first.
   std::vector<std::vector<int>> dims;
   fsdp_rt_dtype dtype;
@@ -238,15 +240,19 @@ std::string Checkpoint::open(const std::string &path) {
         !t.contains("dims") || !t["dims"].is_array() ||
         !t.contains("groups") || !t["groups"].is_array() ||
         t["dims"].size() != t["shape"].size() ||
-        t["groups"].size() != t["shape"].size())
-      return at + "needs 'shape', 'dims' and 'groups' of one entry per dim";
+        t["groups"].size() != t["shape"].size() || !t.contains("inner") ||
+        !t["inner"].is_array() || t["inner"].size() != t["shape"].size())
+      return at + "needs 'shape', 'dims', 'groups' and 'inner' of one entry "
+                  "per dim";
     for (size_t d = 0; d < t["shape"].size(); ++d) {
       if (!t["shape"][d].is_number_unsigned() ||
           !t["groups"][d].is_number_unsigned() || t["groups"][d] == 0 ||
-          !t["dims"][d].is_array())
+          !t["inner"][d].is_number_unsigned() || !t["dims"][d].is_array() ||
+          t["inner"][d].get<size_t>() > t["dims"][d].size())
         return at + "bad entry for dim " + std::to_string(d);
       saved.shape.push_back(t["shape"][d]);
       saved.groups.push_back(t["groups"][d]);
+      saved.inner.push_back(t["inner"][d]);
       std::vector<int> axes;
       for (const json &axis : t["dims"][d]) {
         auto it = std::find(meshNames.begin(), meshNames.end(),
@@ -298,17 +304,25 @@ void Checkpoint::readBlock(const std::string &name, const Layout &layout,
     if (entry == f.entries().end())
       fail("checkpoint",
            f.path() + ": tensor '" + name + "' is missing from this rank's file");
-    Layout old{entry->second.shape, saved.shape, saved.groups, {}};
+    Layout old = wholeLayout(entry->second.shape);
+    old.whole = saved.shape;
+    old.groups = saved.groups;
     if (old.local.size() != saved.shape.size())
       fail("checkpoint", f.path() + ": tensor '" + name + "' has rank " +
                              std::to_string(old.local.size()) + ", index " +
                              std::to_string(saved.shape.size()));
-    for (const std::vector<int> &axes : saved.dims) {
-      int64_t block = 0;
-      for (int axis : axes)
+    for (size_t d = 0; d < saved.dims.size(); ++d) {
+      size_t split = saved.dims[d].size() - size_t(saved.inner[d]);
+      for (size_t k = 0; k < saved.dims[d].size(); ++k) {
+        int axis = saved.dims[d][k];
+        int64_t &parts = k < split ? old.outerParts[d] : old.innerParts[d];
+        int64_t &block = k < split ? old.outer[d] : old.inner[d];
+        parts *= meshSizes[axis];
         block = block * meshSizes[axis] + coords[axis];
-      old.block.push_back(block);
+      }
     }
+    if (std::string bad = checkLayout(old); !bad.empty())
+      fail("checkpoint", f.path() + ": tensor '" + name + "': " + bad);
     for (const Run &run : runsOf(old))
       saves.push_back({run.global, run.count, run.local, r});
   }
@@ -391,19 +405,21 @@ void fsdp::host::saveCheckpoint(const fsdp_program &p, const std::string &dir,
     images.push_back({param.name, param.type, download(param.tensor)});
     const Param &owner = layoutOwner(p, param);
     Layout layout = layoutOf(p, param);
-    json dims = json::array();
+    json dims = json::array(), inner = json::array();
     for (int64_t d = 0; d < param.type.rank; ++d) {
       json axes = json::array();
       if (!owner.dimOrder.empty())
         for (int axis : owner.dimOrder[d])
           axes.push_back(p.axes[axis].name);
       dims.push_back(axes);
+      inner.push_back(owner.dimInner.empty() ? 0 : owner.dimInner[d]);
     }
     tensors[param.name] = {{"kind", param.state ? "optimizer_state" : "parameter"},
                            {"dtype", dtypeName(param.type.dtype)},
                            {"shape", layout.whole},
                            {"dims", dims},
-                           {"groups", layout.groups}};
+                           {"groups", layout.groups},
+                           {"inner", inner}};
   }
   ok = writeSafetensors(staging + "/" + rankFile(p.worldRank), images, error);
   agreeOrStop(p, ok, error, [&] { removeTree(staging); });
@@ -558,11 +574,8 @@ void fsdp::host::consolidateCheckpoint(const fsdp_program &p,
     if (!ok)
       break;
     const SavedTensor &saved = ck.tensors.at(name);
-    Layout whole{saved.shape, saved.shape,
-                 std::vector<int64_t>(saved.shape.size(), 1),
-                 std::vector<int64_t>(saved.shape.size(), 0)};
     std::vector<char> image(size_t(byteSize(type)));
-    ck.readBlock(name, whole, type.dtype, image.data());
+    ck.readBlock(name, wholeLayout(saved.shape), type.dtype, image.data());
     if (std::fwrite(image.data(), 1, image.size(), file) != image.size()) {
       ok = false;
       error = tmp + ": write failed: " + std::strerror(errno);

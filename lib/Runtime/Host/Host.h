@@ -81,6 +81,9 @@ struct Param {
   std::vector<std::vector<int>> dimOrder;
   /// Per dim, the number of groups split separately (strided sharding).
   std::vector<int64_t> dimGroups;
+  /// Per dim, how many trailing axes of dimOrder split the outer block
+  /// again, padded (FSDP within tensor parallelism).
+  std::vector<int64_t> dimInner;
 };
 
 /// The communicator of one axis set: this rank's place in it.
@@ -184,14 +187,23 @@ void initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a, double b,
 struct Run {
   int64_t local, global, count;
 };
-/// Where a block sits in the whole tensor: per dim, the block's and the
-/// whole tensor's size, the group count (strided split) and the block's
-/// index. Local elements past the whole tensor's end are FSDP's padding.
+/// Where a block sits in the whole tensor, per dim: the block's and the
+/// whole tensor's size and two levels of splitting. The outer level cuts the
+/// dim into `groups` equal groups and splits each into `outerParts` pieces
+/// (block `outer` of each); the inner level splits that outer block into
+/// `innerParts` blocks of the local size, padded at its end (block
+/// `inner`). Local elements in the padding belong to no element of the
+/// whole tensor.
 struct Layout {
-  std::vector<int64_t> local, whole, groups, block;
+  std::vector<int64_t> local, whole, groups, outerParts, outer, innerParts,
+      inner;
 };
 /// The runs of a block, in local order; padding is in no run.
 std::vector<Run> runsOf(const Layout &layout);
+/// The layout of a whole, unsplit tensor of `shape`.
+Layout wholeLayout(const std::vector<int64_t> &shape);
+/// Why `layout` is inconsistent (its blocks do not tile the tensor), or "".
+std::string checkLayout(const Layout &layout);
 /// The parameter whose layout `param` has: itself, or for an optimizer
 /// state, its parameter.
 const Param &layoutOwner(const fsdp_program &p, const Param &param);

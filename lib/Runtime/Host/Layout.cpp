@@ -14,53 +14,71 @@
 
 #include "Host.h"
 
+#include <algorithm>
+
 using namespace fsdp::host;
 
+namespace {
+
+/// The whole tensor's index of local index `i` of dim `d`, or -1 in the
+/// padding.
+int64_t globalIndex(const Layout &l, size_t d, int64_t i) {
+  int64_t outerSize = l.whole[d] / l.outerParts[d];
+  int64_t piece = outerSize / l.groups[d];
+  int64_t t = l.inner[d] * l.local[d] + i;
+  if (t >= outerSize)
+    return -1;
+  return (t / piece) * (l.whole[d] / l.groups[d]) + l.outer[d] * piece +
+         t % piece;
+}
+
+} // namespace
+
 std::vector<Run> fsdp::host::runsOf(const Layout &l) {
-  int64_t rank = int64_t(l.local.size());
+  size_t rank = l.local.size();
   if (rank == 0)
     return {{0, 0, 1}};
-  // Local index i of dim d is element g·(whole/groups) + block·piece + j of
-  // the whole dim, where piece = local/groups, g = i / piece, j = i % piece.
-  auto global = [&](int64_t d, int64_t i) {
-    int64_t piece = l.local[d] / l.groups[d];
-    return (i / piece) * (l.whole[d] / l.groups[d]) + l.block[d] * piece +
-           i % piece;
-  };
-  int64_t last = l.local[rank - 1];
-  int64_t runs = l.groups[rank - 1];
-  int64_t run = last / runs;
+  size_t lastDim = rank - 1;
+  int64_t last = l.local[lastDim];
   int64_t rows = 1;
-  for (int64_t d = 0; d + 1 < rank; ++d)
+  for (size_t d = 0; d < lastDim; ++d)
     rows *= l.local[d];
   std::vector<Run> out;
   if (last == 0)
     return out;
-  std::vector<int64_t> coord(size_t(rank), 0);
+  int64_t outerSize = l.whole[lastDim] / l.outerParts[lastDim];
+  int64_t piece = outerSize / l.groups[lastDim];
+  std::vector<int64_t> coord(rank, 0);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t d = rank - 2, rest = r; d >= 0; --d) {
+    int64_t rest = r, rowStart = 0;
+    bool padding = false;
+    for (size_t d = lastDim; d-- > 0;) {
       coord[d] = rest % l.local[d];
       rest /= l.local[d];
     }
-    bool padding = false;
-    for (int64_t d = 0; d + 1 < rank; ++d)
-      padding |= global(d, coord[d]) >= l.whole[d];
+    for (size_t d = 0; d < lastDim; ++d) {
+      int64_t g = globalIndex(l, d, coord[d]);
+      padding |= g < 0;
+      rowStart = rowStart * l.whole[d] + g;
+    }
     if (padding)
       continue;
-    for (int64_t k = 0; k < runs; ++k) {
-      int64_t first = global(rank - 1, k * run), begin = 0;
-      for (int64_t d = 0; d < rank; ++d)
-        begin = begin * l.whole[d] + (d == rank - 1 ? first : global(d, coord[d]));
-      int64_t count = std::min(run, l.whole[rank - 1] - first);
-      if (count <= 0)
-        continue;
+    // The last dim in segments: each ends at a group piece, or the padding.
+    for (int64_t i = 0; i < last;) {
+      int64_t t = l.inner[lastDim] * last + i;
+      if (t >= outerSize)
+        break;
+      int64_t count = std::min({last - i, outerSize - t, piece - t % piece});
+      Run next{r * last + i,
+               rowStart * l.whole[lastDim] + globalIndex(l, lastDim, i),
+               count};
       // Runs contiguous in both the block and the whole tensor merge.
-      Run next{r * last + k * run, begin, count};
       if (!out.empty() && out.back().local + out.back().count == next.local &&
           out.back().global + out.back().count == next.global)
         out.back().count += count;
       else
         out.push_back(next);
+      i += count;
     }
   }
   return out;
@@ -81,19 +99,55 @@ const Param &fsdp::host::layoutOwner(const fsdp_program &p,
 }
 
 Layout fsdp::host::layoutOf(const fsdp_program &p, const Param &param) {
-  const Param *owner = &layoutOwner(p, param);
+  const Param &owner = layoutOwner(p, param);
+  size_t rank = size_t(param.type.rank);
   Layout l;
-  int64_t rank = param.type.rank;
   l.local.assign(param.type.dims, param.type.dims + rank);
-  if (owner->globalDims.empty()) {
-    l.whole = l.local;
-    l.groups.assign(size_t(rank), 1);
-    l.block.assign(size_t(rank), 0);
-    return l;
+  if (owner.globalDims.empty())
+    return wholeLayout(l.local);
+  l.whole = owner.globalDims;
+  l.groups = owner.dimGroups;
+  for (size_t d = 0; d < rank; ++d) {
+    const std::vector<int> &axes = owner.dimOrder[d];
+    size_t split = axes.size() - size_t(owner.dimInner[d]);
+    std::vector<int> outer(axes.begin(), axes.begin() + split),
+        inner(axes.begin() + split, axes.end());
+    int64_t outerParts = 1, innerParts = 1;
+    for (int axis : outer)
+      outerParts *= p.axes[size_t(axis)].size;
+    for (int axis : inner)
+      innerParts *= p.axes[size_t(axis)].size;
+    // Before the communicators exist (validate()), block 0 stands in.
+    bool placed = !p.coords.empty();
+    l.outerParts.push_back(outerParts);
+    l.outer.push_back(placed ? blockIndex(p, outer) : 0);
+    l.innerParts.push_back(innerParts);
+    l.inner.push_back(placed ? blockIndex(p, inner) : 0);
   }
-  l.whole = owner->globalDims;
-  l.groups = owner->dimGroups;
-  for (int64_t d = 0; d < rank; ++d)
-    l.block.push_back(blockIndex(p, owner->dimOrder[d]));
+  if (std::string error = checkLayout(l); !error.empty())
+    fail("describe", "sharded parameter '" + owner.name + "': " + error);
   return l;
+}
+
+Layout fsdp::host::wholeLayout(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> ones(shape.size(), 1), zeros(shape.size(), 0);
+  return {shape, shape, ones, ones, zeros, ones, zeros};
+}
+
+std::string fsdp::host::checkLayout(const Layout &l) {
+  for (size_t d = 0; d < l.local.size(); ++d) {
+    int64_t split = l.groups[d] * l.outerParts[d];
+    if (split <= 0 || l.innerParts[d] <= 0 || l.whole[d] % split != 0 ||
+        l.local[d] * l.innerParts[d] < l.whole[d] / l.outerParts[d] ||
+        (l.innerParts[d] == 1 &&
+         l.local[d] != l.whole[d] / l.outerParts[d]) ||
+        l.local[d] % (l.innerParts[d] == 1 ? l.groups[d] : 1) != 0)
+      return "dim " + std::to_string(d) + ": a block of " +
+             std::to_string(l.local[d]) + " does not fit " +
+             std::to_string(l.whole[d]) + " split in " +
+             std::to_string(l.groups[d]) + " group(s) x " +
+             std::to_string(l.outerParts[d]) + " x " +
+             std::to_string(l.innerParts[d]) + " parts";
+  }
+  return "";
 }

@@ -143,27 +143,14 @@ void fsdp::host::validate(fsdp_program &p) {
     if (!names.insert(param.name).second)
       fail("describe",
            "duplicate input or parameter name '" + param.name + "'");
-  for (const Param &param : p.params)
-    for (size_t d = 0; d < param.dimAxes.size(); ++d) {
-      int64_t parts = 1;
-      for (size_t i = 0; i < p.axes.size(); ++i)
-        if (param.dimAxes[d] & (1u << i))
-          parts *= p.axes[i].size;
-      int64_t groups = param.dimGroups[d];
-      // A plain split may pad the last blocks (FSDP2's uneven dim 0).
-      int64_t padded = (param.globalDims[d] + parts - 1) / parts;
-      if (param.dimAxes[d] >> p.axes.size() || groups < 1 ||
-          param.type.dims[d] % groups != 0 ||
-          (param.type.dims[d] * parts != param.globalDims[d] &&
-           (groups != 1 || param.type.dims[d] != padded)))
-        fail("describe", "sharded parameter '" + param.name + "': dim " +
-                             std::to_string(d) + " is " +
-                             std::to_string(param.type.dims[d]) + " split " +
-                             std::to_string(parts) +
-                             " ways, but the whole "
-                             "tensor's is " +
-                             std::to_string(param.globalDims[d]));
-    }
+  // Each sharded parameter's blocks tile it (layoutOf stops otherwise).
+  for (const Param &param : p.params) {
+    for (uint32_t mask : param.dimAxes)
+      if (mask >> p.axes.size())
+        fail("describe", "sharded parameter '" + param.name +
+                             "' names an axis the mesh does not have");
+    layoutOf(p, param);
+  }
   int64_t numArgs = int64_t(p.inputs.size() + p.params.size());
   for (auto [out, arg] : p.updates)
     if (out < 0 || out >= int64_t(p.outputs.size()) ||
@@ -263,10 +250,10 @@ void fsdp_prog_output_shard(fsdp_program *p, int64_t index, fsdp_ints dim_axes,
 void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
                            fsdp_init_kind init, double a, double b,
                            fsdp_ints global_dims, fsdp_ints dim_axes,
-                           fsdp_ints dim_groups) {
+                           fsdp_ints dim_groups, fsdp_ints dim_inner) {
   Param param{name, type, init, a, b, nullptr};
   if (global_dims.size != type.rank || dim_axes.size != type.rank ||
-      dim_groups.size != type.rank)
+      dim_groups.size != type.rank || dim_inner.size != type.rank)
     fail("describe", std::string("sharded parameter '") + name + "' has " +
                          std::to_string(global_dims.size) + " global dims, " +
                          std::to_string(dim_axes.size) + " axis masks and " +
@@ -285,6 +272,12 @@ void fsdp_prog_param_shard(fsdp_program *p, const char *name, fsdp_type type,
       mask |= 1u << axis;
     param.dimAxes.push_back(mask);
     param.dimOrder.push_back(order);
+    if (dim_inner.values[d] < 0 || dim_inner.values[d] > int64_t(order.size()))
+      fail("describe", std::string("sharded parameter '") + name + "' dim " +
+                           std::to_string(d) + " has " +
+                           std::to_string(dim_inner.values[d]) +
+                           " inner axes of " + std::to_string(order.size()));
+    param.dimInner.push_back(dim_inner.values[d]);
   }
   p->params.push_back(param);
 }

@@ -60,7 +60,9 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
     dumpOne(manifest, rankDir, p.outputNames[i], p.outputs[i]);
   std::fclose(manifest);
   // How sharded parameters are split, for tools that join the blocks:
-  // `<name> <dim> <groups> <axis,...>` (major first) for each split dim.
+  // `<name> <dim> <groups> <axis,...> <inner>` (axes major first; the last
+  // `inner` of them split the block the others leave, padded) for each
+  // split dim.
   FILE *shards = std::fopen((rankDir + "/shards.txt").c_str(), "w");
   if (!shards)
     fail("dump", rankDir + "/shards.txt: cannot open for writing");
@@ -70,8 +72,9 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
         std::string axes;
         for (int axis : param.dimOrder[d])
           axes += (axes.empty() ? "" : ",") + p.axes[size_t(axis)].name;
-        std::fprintf(shards, "%s %zu %lld %s\n", param.name.c_str(), d,
-                     (long long)param.dimGroups[d], axes.c_str());
+        std::fprintf(shards, "%s %zu %lld %s %lld\n", param.name.c_str(), d,
+                     (long long)param.dimGroups[d], axes.c_str(),
+                     (long long)param.dimInner[d]);
       }
   for (const Input &in : p.inputs)
     if (in.batchAxes) {
