@@ -370,11 +370,14 @@ LogicalResult Backward::run(Operation *op) {
         auto perPosition = tensorOf(o.getSumExp());
         Value dSum = dys[0] ? dys[0] : build.fill(0.0, perPosition);
         Value dTarget = dys[1] ? dys[1] : build.fill(0.0, perPosition);
-        same(o.getLogits(),
-             build.value<CrossEntropyPartialGradOp>(
-                 {o.getLogits(), o.getLabels(), o.getShift(), o.getShardIndex(),
-                  dSum, dTarget},
-                 {build.attr("ignore_index", o.getIgnoreIndexAttr())}));
+        SmallVector<NamedAttribute> attrs = {
+            build.attr("ignore_index", o.getIgnoreIndexAttr())};
+        if (o.getNumClassesAttr())
+          attrs.push_back(build.attr("num_classes", o.getNumClassesAttr()));
+        same(o.getLogits(), build.value<CrossEntropyPartialGradOp>(
+                                {o.getLogits(), o.getLabels(), o.getShift(),
+                                 o.getShardIndex(), dSum, dTarget},
+                                attrs));
         return success();
       })
       .Case([&](CrossEntropyCombineOp o) -> LogicalResult {

@@ -151,7 +151,9 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
           for (int64_t d = 0; d < type.getRank(); ++d)
             for (StringRef axis : cast<dist::ShardingAttr>(old).getDimAxes(d))
               whole[d] *= mesh.getAxisSize(axis).value_or(1);
-        attrs.set("fsdp.global_shape", b.getDenseI64ArrayAttr(whole));
+        // A vocabulary padded for tp already states its real size.
+        if (!attrs.get("fsdp.global_shape"))
+          attrs.set("fsdp.global_shape", b.getDenseI64ArrayAttr(whole));
         SmallVector<int64_t> shape(type.getShape());
         shape[0] = (rows + parts - 1) / parts * parts;
         type = RankedTensorType::get(shape, type.getElementType());

@@ -363,8 +363,10 @@ LogicalResult Lowering::emitDescribe(Location loc) {
             high = loss.getLogits().getType().getShape().back();
           if (auto loss = dyn_cast<nn::CrossEntropyPartialOp>(user);
               loss && loss.getLabels() == v)
-            high = loss.getLogits().getType().getShape().back() *
-                   numBlocks(loss.getShardIndex());
+            high = loss.getNumClasses()
+                       ? int64_t(*loss.getNumClasses())
+                       : loss.getLogits().getType().getShape().back() *
+                             numBlocks(loss.getShardIndex());
         }
       }
       if (high)
@@ -628,7 +630,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         destinationCall(
             op, "fsdp_op_cross_entropy_partial",
             {o.getLogits(), o.getLabels(), o.getShift(), o.getShardIndex()},
-            {intLiteral(static_cast<int64_t>(o.getIgnoreIndex()))});
+            {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
+             intLiteral(o.getNumClasses() ? int64_t(*o.getNumClasses()) : 0)});
         return success();
       })
       .Case([&](nn::CrossEntropyCombineOp o) {
@@ -883,7 +886,9 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
                         {o.getLogits(), o.getLabels(), o.getShift(),
                          o.getShardIndex(), o.getGradSumExp(),
                          o.getGradTarget()},
-                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex()))});
+                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
+                         intLiteral(o.getNumClasses() ? int64_t(*o.getNumClasses())
+                                                      : 0)});
       })
       .Case([&](nn::CrossEntropyCombineGradOp o) {
         destinationCall(op, "fsdp_op_cross_entropy_combine_grad",

@@ -163,6 +163,13 @@ int64_t Partitioner::fusedGroups(Operation *op) {
 LogicalResult Partitioner::decideSplits() {
   Block &body = forward.getBody().front();
   bool malformed = false;
+  // The vocabulary: the classes of the loss. A table or head whose rows
+  // are the vocabulary may be padded to a multiple of tp, as Megatron pads
+  // it; the loss leaves the padded classes out.
+  int64_t vocab = 0;
+  for (Operation &op : body)
+    if (auto loss = dyn_cast<nn::CrossEntropyOp>(op))
+      vocab = loss.getLogits().getType().getShape().back();
   for (Operation &op : body) {
     std::optional<TPStyle> style = tp::decode(&op, malformed);
     if (malformed)
@@ -197,7 +204,12 @@ LogicalResult Partitioner::decideSplits() {
         return op.emitOpError("is split by tensor-parallel plan entry '")
                << entryOf(op) << "', so its weight must be a parameter";
       RankedTensorType type = tensorOf(arg);
-      if (type.getDimSize(dim) % (tp * groups) != 0)
+      bool vocabRows = dim == 0 && groups == 1 && vocab > 0 &&
+                       type.getDimSize(0) == vocab &&
+                       (isa<nn::EmbeddingOp>(op) ||
+                        (isa<nn::LinearOp>(op) && style->kind ==
+                                                      TPStyle::Colwise));
+      if (type.getDimSize(dim) % (tp * groups) != 0 && !vocabRows)
         return op.emitOpError("weight ")
                << type << " dim " << dim << " does not divide by tp = " << tp
                << (groups > 1
@@ -567,8 +579,13 @@ LogicalResult Partitioner::crossEntropy(nn::CrossEntropyOp op) {
   if (!max)
     return failure();
   Value shift = allReduce(max->getResult(0), dist::ReductionKind::max);
+  SmallVector<NamedAttribute> partialAttrs = {ignore};
+  int64_t classes = op.getLogits().getType().getShape().back();
+  if (tensorOf(logits).getShape().back() * tp != classes)
+    partialAttrs.push_back(
+        b.getNamedAttr("num_classes", b.getI64IntegerAttr(classes)));
   Operation *partial = create(nn::CrossEntropyPartialOp::getOperationName(),
-                              {logits, labels, shift, axisIndex}, {ignore});
+                              {logits, labels, shift, axisIndex}, partialAttrs);
   if (!partial)
     return failure();
   Value sumExp = allReduce(partial->getResult(0), dist::ReductionKind::sum);
@@ -687,7 +704,11 @@ LogicalResult Partitioner::run() {
     auto it = splits.find(arg.getArgNumber());
     if (it != splits.end()) {
       SmallVector<int64_t> shape(type.getShape());
-      shape[it->second.dim] /= tp;
+      // A padded vocabulary's last blocks end in zero rows; the runtime
+      // learns the real size from fsdp.global_shape.
+      if (shape[it->second.dim] % tp != 0)
+        attrs.set("fsdp.global_shape", b.getDenseI64ArrayAttr(shape));
+      shape[it->second.dim] = (shape[it->second.dim] + tp - 1) / tp;
       type = RankedTensorType::get(shape, type.getElementType());
       attrs.set("dist.sharding",
                 shardingOf(type.getRank(),

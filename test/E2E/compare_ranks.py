@@ -79,7 +79,8 @@ def coords_of(rank, mesh):
 def expected_block(full, split, coords, sizes, shape):
     """The block of `full` a rank at `coords` holds under `split`. Per dim,
     the outer axes cut each of the dim's groups into pieces (the rank keeps
-    its piece of every group); the inner axes cut that outer block into
+    its piece of every group; a plain split that does not divide pads the
+    last pieces); the inner axes cut that outer block into
     blocks of the local size, the last ones ending in zero padding."""
     block = full
     for dim, (groups, axes, inner) in sorted(split.items()):
@@ -97,6 +98,13 @@ def expected_block(full, split, coords, sizes, shape):
             inner, parts, index = len(axes), 1, 0
         group = whole // groups
         piece = group // parts
+        if groups == 1 and group % parts:
+            # A vocabulary tp does not divide: the last blocks end in zeros.
+            piece = -(-group // parts)
+            pad = list(block.shape)
+            pad[dim] = piece * parts - whole
+            block = torch.cat([block, block.new_zeros(pad)], dim)
+            group = piece * parts
         block = torch.cat([block.narrow(dim, g * group + index * piece, piece)
                            for g in range(groups)], dim)
         if inner:

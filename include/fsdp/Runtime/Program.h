@@ -303,11 +303,13 @@ void fsdp_op_cross_entropy_partial(fsdp_program *p, fsdp_tensor *sum_exp,
                                    fsdp_tensor *target, fsdp_tensor *logits,
                                    fsdp_tensor *labels, fsdp_tensor *shift,
                                    fsdp_tensor *shard_index,
-                                   int64_t ignore_index);
+                                   int64_t ignore_index, int64_t num_classes);
+/// `num_classes` > 0: the classes from it on are padding, left out.
 void fsdp_op_cross_entropy_partial_grad(
     fsdp_program *p, fsdp_tensor *dlogits, fsdp_tensor *logits,
     fsdp_tensor *labels, fsdp_tensor *shift, fsdp_tensor *shard_index,
-    fsdp_tensor *dsum_exp, fsdp_tensor *dtarget, int64_t ignore_index);
+    fsdp_tensor *dsum_exp, fsdp_tensor *dtarget, int64_t ignore_index,
+    int64_t num_classes);
 void fsdp_op_cross_entropy_combine_grad(fsdp_program *p, fsdp_tensor *dsum_exp,
                                         fsdp_tensor *dtarget,
                                         fsdp_tensor *sum_exp,

@@ -268,16 +268,19 @@ void fsdp_rt_cross_entropy_partial(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                    const void *labels, const void *shift,
                                    int64_t rows, int64_t vocab,
                                    int64_t first_class, int64_t ignore_index,
-                                   float *sum_exp, float *target);
+                                   int64_t num_classes, float *sum_exp,
+                                   float *target);
 
 /// The gradient of fsdp_rt_cross_entropy_partial: dlogits[r, i] =
 /// exp(logits[r, i] - shift[r]) · dsum_exp[r] + [i is the label] ·
-/// dtarget[r].
+/// dtarget[r]; 0 for the padding classes (from `num_classes` on, when it is
+/// > 0).
 void fsdp_rt_cross_entropy_partial_grad(
     fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *logits,
     fsdp_rt_dtype labels_dtype, const void *labels, const void *shift,
     int64_t rows, int64_t vocab, int64_t first_class, int64_t ignore_index,
-    const float *dsum_exp, const float *dtarget, void *dlogits);
+    int64_t num_classes, const float *dsum_exp, const float *dtarget,
+    void *dlogits);
 
 /// Reduction of fsdp_rt_cross_entropy.
 typedef enum fsdp_rt_reduction {

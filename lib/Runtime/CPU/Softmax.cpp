@@ -158,21 +158,33 @@ void fsdp_rt_reduce_max(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   fo.finish();
 }
 
+namespace {
+/// The classes of a block [first, first + vocab) below `num_classes` (all
+/// when it is <= 0): the others are a padded vocabulary's.
+int64_t validClasses(int64_t vocab, int64_t first, int64_t numClasses) {
+  if (numClasses <= 0)
+    return vocab;
+  return std::max<int64_t>(0, std::min(vocab, numClasses - first));
+}
+} // namespace
+
 void fsdp_rt_cross_entropy_partial(fsdp_rt_stream, fsdp_rt_dtype dtype,
                                    const void *logits,
                                    fsdp_rt_dtype labels_dtype,
                                    const void *labels, const void *shift,
                                    int64_t rows, int64_t vocab,
                                    int64_t first_class, int64_t ignore_index,
-                                   float *sum_exp, float *target) {
+                                   int64_t num_classes, float *sum_exp,
+                                   float *target) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
   FloatInput fx(dtype, logits, rows * vocab);
   FloatInput fshift(dtype, shift, rows);
+  int64_t valid = validClasses(vocab, first_class, num_classes);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = fx.get() + r * vocab;
     float m = fshift.get()[r];
     double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i)
+    for (int64_t i = 0; i < valid; ++i)
       sum += std::exp(double(xr[i] - m));
     sum_exp[r] = float(sum);
     int64_t label = loadIndex(labels_dtype, labels, r);
@@ -187,18 +199,20 @@ void fsdp_rt_cross_entropy_partial_grad(
     fsdp_rt_stream, fsdp_rt_dtype dtype, const void *logits,
     fsdp_rt_dtype labels_dtype, const void *labels, const void *shift,
     int64_t rows, int64_t vocab, int64_t first_class, int64_t ignore_index,
-    const float *dsum_exp, const float *dtarget, void *dlogits) {
+    int64_t num_classes, const float *dsum_exp, const float *dtarget,
+    void *dlogits) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
   FloatInput fx(dtype, logits, rows * vocab);
   FloatInput fshift(dtype, shift, rows);
   FloatOutput fo(dtype, dlogits, rows * vocab);
+  int64_t valid = validClasses(vocab, first_class, num_classes);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = fx.get() + r * vocab;
     float *dr = fo.get() + r * vocab;
     float m = fshift.get()[r];
     double g = dsum_exp[r];
     for (int64_t i = 0; i < vocab; ++i)
-      dr[i] = float(std::exp(double(xr[i] - m)) * g);
+      dr[i] = i < valid ? float(std::exp(double(xr[i] - m)) * g) : 0.0f;
     int64_t label = loadIndex(labels_dtype, labels, r);
     int64_t local = label - first_class;
     if (label != ignore_index && local >= 0 && local < vocab)

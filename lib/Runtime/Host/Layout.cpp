@@ -20,16 +20,25 @@ using namespace fsdp::host;
 
 namespace {
 
+/// The size of an outer block of dim `d`: a plain split rounds up (the
+/// last blocks end in padding, a vocabulary that tp does not divide).
+int64_t outerSize(const Layout &l, size_t d) {
+  return l.groups[d] == 1
+             ? (l.whole[d] + l.outerParts[d] - 1) / l.outerParts[d]
+             : l.whole[d] / l.outerParts[d];
+}
+
 /// The whole tensor's index of local index `i` of dim `d`, or -1 in the
-/// padding.
+/// padding of either level.
 int64_t globalIndex(const Layout &l, size_t d, int64_t i) {
-  int64_t outerSize = l.whole[d] / l.outerParts[d];
-  int64_t piece = outerSize / l.groups[d];
+  int64_t size = outerSize(l, d);
+  int64_t piece = size / l.groups[d];
   int64_t t = l.inner[d] * l.local[d] + i;
-  if (t >= outerSize)
+  if (t >= size)
     return -1;
-  return (t / piece) * (l.whole[d] / l.groups[d]) + l.outer[d] * piece +
-         t % piece;
+  int64_t g = (t / piece) * (l.whole[d] / l.groups[d]) + l.outer[d] * piece +
+              t % piece;
+  return g < l.whole[d] ? g : -1;
 }
 
 } // namespace
@@ -46,8 +55,8 @@ std::vector<Run> fsdp::host::runsOf(const Layout &l) {
   std::vector<Run> out;
   if (last == 0)
     return out;
-  int64_t outerSize = l.whole[lastDim] / l.outerParts[lastDim];
-  int64_t piece = outerSize / l.groups[lastDim];
+  int64_t size = outerSize(l, lastDim);
+  int64_t piece = size / l.groups[lastDim];
   std::vector<int64_t> coord(rank, 0);
   for (int64_t r = 0; r < rows; ++r) {
     int64_t rest = r, rowStart = 0;
@@ -66,12 +75,12 @@ std::vector<Run> fsdp::host::runsOf(const Layout &l) {
     // The last dim in segments: each ends at a group piece, or the padding.
     for (int64_t i = 0; i < last;) {
       int64_t t = l.inner[lastDim] * last + i;
-      if (t >= outerSize)
+      int64_t g = globalIndex(l, lastDim, i);
+      if (g < 0)
         break;
-      int64_t count = std::min({last - i, outerSize - t, piece - t % piece});
-      Run next{r * last + i,
-               rowStart * l.whole[lastDim] + globalIndex(l, lastDim, i),
-               count};
+      int64_t count = std::min(
+          {last - i, size - t, piece - t % piece, l.whole[lastDim] - g});
+      Run next{r * last + i, rowStart * l.whole[lastDim] + g, count};
       // Runs contiguous in both the block and the whole tensor merge.
       if (!out.empty() && out.back().local + out.back().count == next.local &&
           out.back().global + out.back().count == next.global)
@@ -137,11 +146,10 @@ Layout fsdp::host::wholeLayout(const std::vector<int64_t> &shape) {
 std::string fsdp::host::checkLayout(const Layout &l) {
   for (size_t d = 0; d < l.local.size(); ++d) {
     int64_t split = l.groups[d] * l.outerParts[d];
-    if (split <= 0 || l.innerParts[d] <= 0 || l.whole[d] % split != 0 ||
-        l.local[d] * l.innerParts[d] < l.whole[d] / l.outerParts[d] ||
-        (l.innerParts[d] == 1 &&
-         l.local[d] != l.whole[d] / l.outerParts[d]) ||
-        l.local[d] % (l.innerParts[d] == 1 ? l.groups[d] : 1) != 0)
+    if (split <= 0 || l.innerParts[d] <= 0 ||
+        (l.groups[d] > 1 && l.whole[d] % split != 0) ||
+        l.local[d] * l.innerParts[d] < outerSize(l, d) ||
+        (l.innerParts[d] == 1 && l.local[d] != outerSize(l, d)))
       return "dim " + std::to_string(d) + ": a block of " +
              std::to_string(l.local[d]) + " does not fit " +
              std::to_string(l.whole[d]) + " split in " +

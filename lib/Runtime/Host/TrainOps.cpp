@@ -161,7 +161,7 @@ void fsdp_op_cross_entropy_partial(fsdp_program *, fsdp_tensor *sum_exp,
                                    fsdp_tensor *target, fsdp_tensor *logits,
                                    fsdp_tensor *labels, fsdp_tensor *shift,
                                    fsdp_tensor *shard_index,
-                                   int64_t ignore_index) {
+                                   int64_t ignore_index, int64_t num_classes) {
   auto [rows, vocab] = rowsAndWidth(logits->type);
   require("cross_entropy_partial",
           numElements(labels->type) == rows &&
@@ -175,14 +175,15 @@ void fsdp_op_cross_entropy_partial(fsdp_program *, fsdp_tensor *sum_exp,
                std::numeric_limits<int64_t>::max(), "labels", ignore_index);
   fsdp_rt_cross_entropy_partial(
       nullptr, logits->type.dtype, logits->data, labels->type.dtype,
-      labels->data, shift->data, rows, vocab, first, ignore_index,
+      labels->data, shift->data, rows, vocab, first, ignore_index, num_classes,
       static_cast<float *>(sum_exp->data), static_cast<float *>(target->data));
 }
 
 void fsdp_op_cross_entropy_partial_grad(
     fsdp_program *, fsdp_tensor *dlogits, fsdp_tensor *logits,
     fsdp_tensor *labels, fsdp_tensor *shift, fsdp_tensor *shard_index,
-    fsdp_tensor *dsum_exp, fsdp_tensor *dtarget, int64_t ignore_index) {
+    fsdp_tensor *dsum_exp, fsdp_tensor *dtarget, int64_t ignore_index,
+    int64_t num_classes) {
   sameType("cross_entropy_partial_grad", dlogits, logits->type, "result");
   auto [rows, vocab] = rowsAndWidth(logits->type);
   require("cross_entropy_partial_grad",
@@ -194,7 +195,7 @@ void fsdp_op_cross_entropy_partial_grad(
   int64_t first = shardStart("cross_entropy_partial_grad", shard_index, vocab);
   fsdp_rt_cross_entropy_partial_grad(
       nullptr, logits->type.dtype, logits->data, labels->type.dtype,
-      labels->data, shift->data, rows, vocab, first, ignore_index,
+      labels->data, shift->data, rows, vocab, first, ignore_index, num_classes,
       static_cast<const float *>(dsum_exp->data),
       static_cast<const float *>(dtarget->data), dlogits->data);
 }

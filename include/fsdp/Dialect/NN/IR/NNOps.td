@@ -391,12 +391,15 @@ def NN_CrossEntropyPartialOp : NN_Op<"cross_entropy_partial"> {
     block's `Σ exp(logit - shift)` and its `logit[label] - shift` (0 when
     the label is in another block or ignored), both f32. Summed over the
     blocks they give `nn.cross_entropy_combine` what it needs, and the
-    whole logits are never gathered.
+    whole logits are never gathered. With `num_classes`, classes from
+    `num_classes` on are padding (a vocabulary that tp does not divide):
+    they are left out of the sum.
   }];
   let arguments = !con((ins NN_FloatTensor:$logits, NN_IndexTensor:$labels,
                             NN_FloatTensor:$shift,
                             RankedTensorOf<[I64]>:$shard_index,
-                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index),
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                            OptionalAttr<I64Attr>:$num_classes),
                        NN_Path);
   let results = (outs RankedTensorOf<[F32]>:$sum_exp,
                       RankedTensorOf<[F32]>:$target);
@@ -545,7 +548,8 @@ def NN_CrossEntropyPartialGradOp : NN_Op<"cross_entropy_partial_grad"> {
                             RankedTensorOf<[I64]>:$shard_index,
                             RankedTensorOf<[F32]>:$grad_sum_exp,
                             RankedTensorOf<[F32]>:$grad_target,
-                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index),
+                            DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                            OptionalAttr<I64Attr>:$num_classes),
                        NN_Path);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
