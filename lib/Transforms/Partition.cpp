@@ -91,6 +91,7 @@ public:
 private:
   // Parameters.
   LogicalResult decideSplits();
+  LogicalResult repeatKeyValueHeads();
   int64_t fusedGroups(Operation *op);
 
   // Ops.
@@ -158,6 +159,83 @@ int64_t Partitioner::fusedGroups(Operation *op) {
   if (sizes.size() < 2 || !llvm::all_equal(sizes))
     return 1;
   return static_cast<int64_t>(sizes.size());
+}
+
+/// Fewer key/value heads than tp (Llama-3.1-70B's 8 at tp 16): each rank
+/// needs the KV head of its query heads. In the global program the keys and
+/// values are repeated up to tp heads right before the attention (head j is
+/// KV head j / (tp / kv), so the grouping of query heads is unchanged), and
+/// their projections become column-parallel with a replicated output
+/// (colwise_rep): each rank computes its columns, one all_gather gives every
+/// rank the whole keys, and the attention's rule cuts the rank's head. The
+/// gradients follow: the repeat sums its copies, the gather's transpose
+/// keeps the rank's columns.
+LogicalResult Partitioner::repeatKeyValueHeads() {
+  SmallVector<nn::AttentionOp> attentions;
+  forward.walk([&](nn::AttentionOp op) {
+    int64_t kv = op.getKey().getType().getDimSize(2);
+    if (kv % tp != 0 && tp % kv == 0)
+      attentions.push_back(op);
+  });
+  MLIRContext *context = b.getContext();
+  auto create = [&](Location loc, StringRef name, ValueRange operands,
+                    ArrayRef<NamedAttribute> attrs) -> Value {
+    Operation *op = nn::createWithShapeRule(
+        b, loc, OperationName(name, context), operands,
+        b.getDictionaryAttr(attrs));
+    return op ? op->getResult(0) : Value();
+  };
+  for (nn::AttentionOp attention : attentions) {
+    for (unsigned i : {1u, 2u}) {
+      Value kv = attention->getOperand(i);
+      // The projection: back through the per-head ops to the linear.
+      Operation *producer = kv.getDefiningOp();
+      while (isa_and_nonnull<nn::RotaryOp, nn::RMSNormOp, nn::ReshapeOp>(
+          producer))
+        producer = producer->getOperand(0).getDefiningOp();
+      bool malformed = false;
+      std::optional<TPStyle> style =
+          producer ? tp::decode(producer, malformed) : std::nullopt;
+      if (malformed)
+        return failure();
+      if (!isa_and_nonnull<nn::LinearOp>(producer) || !style ||
+          style->kind != TPStyle::Colwise)
+        return attention.emitOpError("has ")
+               << attention.getKey().getType().getDimSize(2)
+               << " key/value heads, fewer than tp = " << tp
+               << ", and its keys and values must come from column-parallel "
+                  "linear projections to be repeated per rank";
+      style->output = TPLayout::replicate();
+      producer->setAttr(tp::kStyleAttrName,
+                        tp::encode(b, *style, tp::entryOf(producer)));
+      // [B, S, kv, D] -> [B, S, kv, 1, D] -> r copies -> [B, S, tp, D].
+      ArrayRef<int64_t> shape = tensorOf(kv).getShape();
+      int64_t r = tp / shape[2];
+      b.setInsertionPoint(attention);
+      Location loc = attention.getLoc();
+      Value one = create(loc, nn::ReshapeOp::getOperationName(), {kv},
+                         {b.getNamedAttr("shape", b.getDenseI64ArrayAttr(
+                                                      {shape[0], shape[1],
+                                                       shape[2], 1, shape[3]}))});
+      SmallVector<Value> copies(r, one);
+      Value all = one ? create(loc, nn::ConcatOp::getOperationName(), copies,
+                               {b.getNamedAttr("dim", b.getI64IntegerAttr(3))})
+                      : Value();
+      Value repeated =
+          all ? create(loc, nn::ReshapeOp::getOperationName(), {all},
+                       {b.getNamedAttr("shape",
+                                       b.getDenseI64ArrayAttr(
+                                           {shape[0], shape[1], tp, shape[3]}))})
+              : Value();
+      if (!repeated)
+        return failure();
+      if (auto path = attention.getPathAttr())
+        for (Value v : {one, all, repeated})
+          v.getDefiningOp()->setAttr("path", path);
+      attention->setOperand(i, repeated);
+    }
+  }
+  return success();
 }
 
 LogicalResult Partitioner::decideSplits() {
@@ -677,7 +755,7 @@ LogicalResult Partitioner::partition(Operation &op) {
 LogicalResult Partitioner::run() {
   if (!forward.getBody().hasOneBlock())
     return forward.emitOpError("must have a single block");
-  if (failed(decideSplits()))
+  if (failed(repeatKeyValueHeads()) || failed(decideSplits()))
     return failure();
   Block &body = forward.getBody().front();
   MLIRContext *context = b.getContext();

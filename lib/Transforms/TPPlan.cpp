@@ -196,15 +196,18 @@ void TPPlanPass::runOnOperation() {
     plan = *parallel.tpPlan;
   }
 
-  // Heads must divide by tp.
+  // Query heads must divide by tp; key/value heads must divide by tp or
+  // divide it (fewer KV heads than ranks: each is repeated on the ranks of
+  // its query heads, as Megatron and torchtitan do).
   WalkResult heads = forward.walk([&](nn::AttentionOp attention) {
     int64_t q = attention.getQuery().getType().getDimSize(2);
     int64_t kv = attention.getKey().getType().getDimSize(2);
-    if (q % tpSize == 0 && kv % tpSize == 0)
+    if (q % tpSize == 0 && (kv % tpSize == 0 || tpSize % kv == 0))
       return WalkResult::advance();
     attention.emitOpError("has ")
         << q << " query heads and " << kv
-        << " key/value heads; both must divide by tp = " << tpSize;
+        << " key/value heads; the query heads must divide by tp = " << tpSize
+        << " and the key/value heads divide it or be divided by it";
     return WalkResult::interrupt();
   });
   if (heads.wasInterrupted())

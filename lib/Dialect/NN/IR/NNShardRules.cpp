@@ -205,11 +205,21 @@ FailureOr<ShardRule> RotaryOp::getShardRule(ArrayRef<OperandShard> operands,
 
 FailureOr<ShardRule> AttentionOp::getShardRule(ArrayRef<OperandShard> operands,
                                                int64_t) {
-  // On the rank's heads: query, key and value all split by heads.
-  for (unsigned i = 0; i < 3; ++i)
+  // On the rank's heads: query, key and value all split by heads. A key or
+  // value every rank holds whole (key/value heads repeated up to tp, when
+  // there are fewer than tp) is cut to the rank's heads.
+  if (operands[0].dim != 2 || operands[0].groups != 1)
+    return unsupported(*this, operands, 0);
+  ShardRule rule = keep(*this, operands[0]);
+  for (unsigned i = 1; i < 3; ++i) {
+    if (!operands[i].isSplit()) {
+      rule.operands[i] = {ReplicatedUse::Slice, 2};
+      continue;
+    }
     if (operands[i].dim != 2 || operands[i].groups != 1)
       return unsupported(*this, operands, i);
-  return keep(*this, operands[0]);
+  }
+  return rule;
 }
 
 FailureOr<ShardRule> ReshapeOp::getShardRule(ArrayRef<OperandShard> operands,
