@@ -357,8 +357,7 @@ void readRopeScaling(ConfigReader &reader, ModelConfig &model) {
     double factor = nested.getNumber("factor", 0.0);
     double low = nested.getNumber("low_freq_factor", 0.0);
     double high = nested.getNumber("high_freq_factor", 0.0);
-    double context =
-        double(nested.getInt("original_max_position_embeddings"));
+    double context = double(nested.getInt("original_max_position_embeddings"));
     if (!nested.failed() && !(high > low))
       nested.fail("field '" + std::string(field) +
                   ".high_freq_factor' must be larger than low_freq_factor");
@@ -395,8 +394,8 @@ void readRopeScaling(ConfigReader &reader, ModelConfig &model) {
     for (int64_t i = 0; i < half; ++i) {
       double ramp = std::clamp((double(i) - lo) / (hi - lo), 0.0, 1.0);
       double extrapolation = 1.0 - ramp;
-      freq[i] = freq[i] / factor * (1 - extrapolation) +
-                freq[i] * extrapolation;
+      freq[i] =
+          freq[i] / factor * (1 - extrapolation) + freq[i] * extrapolation;
     }
     known.insert(known.end(),
                  {"factor", "attention_factor", "beta_fast", "beta_slow"});
@@ -958,8 +957,8 @@ GraphGenResult generateGraph(const json &config,
   std::string rates;
   for (auto [key, fallback] : dropouts) {
     auto it = config.find(key);
-    double rate = it == config.end() || !it->is_number() ? fallback
-                                                         : it->get<double>();
+    double rate =
+        it == config.end() || !it->is_number() ? fallback : it->get<double>();
     if (rate != 0.0)
       rates += std::string(rates.empty() ? "" : ", ") + key + " " +
                (std::ostringstream() << rate).str() +

@@ -685,18 +685,16 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
     double value, low, high;
     bool highOpen;
   };
-  for (const Bound &check : {Bound{"lr", lr, 0.0, INFINITY, false},
-                             Bound{"beta1", beta1, 0.0, 1.0, true},
-                             Bound{"beta2", beta2, 0.0, 1.0, true},
-                             Bound{"eps", eps, 0.0, INFINITY, false},
-                             Bound{"weight-decay", weightDecay, 0.0, INFINITY,
-                                   false},
-                             Bound{"momentum", momentum, 0.0, INFINITY, false},
-                             Bound{"max-grad-norm", maxGradNorm, 0.0, INFINITY,
-                                   false}})
+  for (const Bound &check :
+       {Bound{"lr", lr, 0.0, INFINITY, false},
+        Bound{"beta1", beta1, 0.0, 1.0, true},
+        Bound{"beta2", beta2, 0.0, 1.0, true},
+        Bound{"eps", eps, 0.0, INFINITY, false},
+        Bound{"weight-decay", weightDecay, 0.0, INFINITY, false},
+        Bound{"momentum", momentum, 0.0, INFINITY, false},
+        Bound{"max-grad-norm", maxGradNorm, 0.0, INFINITY, false}})
     if (!std::isfinite(check.value) || check.value < check.low ||
-        (check.highOpen ? check.value >= check.high
-                        : check.value > check.high))
+        (check.highOpen ? check.value >= check.high : check.value > check.high))
       return forward.emitOpError("option ")
              << check.name << " must be a finite number in [" << check.low
              << ", " << (check.highOpen ? "1)" : "inf)") << ", got "
@@ -1012,13 +1010,12 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
         Value global = sum;
         if (!axes.empty() && mesh) {
           ++build.count;
-          global =
-              dist::AllReduceOp::create(
-                  b, forward.getLoc(), sum.getType(), sum,
-                  FlatSymbolRefAttr::get(mesh.getSymNameAttr()), axes,
-                  dist::ReductionKindAttr::get(context,
-                                               dist::ReductionKind::sum))
-                  .getResult();
+          global = dist::AllReduceOp::create(
+                       b, forward.getLoc(), sum.getType(), sum,
+                       FlatSymbolRefAttr::get(mesh.getSymNameAttr()), axes,
+                       dist::ReductionKindAttr::get(context,
+                                                    dist::ReductionKind::sum))
+                       .getResult();
         }
         total = total ? build.value<AddOp>({total, global}) : global;
       }
@@ -1075,8 +1072,10 @@ LogicalResult BuildTrainStepPass::rewrite(func::FuncOp forward) {
       "fsdp.precision",
       b.getDictionaryAttr(
           {b.getNamedAttr("param", name(computeType)),
-           b.getNamedAttr("reduce", name(reduceType ? reduceType : computeType)),
-           b.getNamedAttr("output", name(outputType ? outputType : computeType)),
+           b.getNamedAttr("reduce",
+                          name(reduceType ? reduceType : computeType)),
+           b.getNamedAttr("output",
+                          name(outputType ? outputType : computeType)),
            b.getNamedAttr("master", b.getStringAttr("f32"))}));
   replaceFunction(b, forward, step, forward.getLoc(), results, argAttrs,
                   resultAttrs);

@@ -882,13 +882,12 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
                           {o.getIds(), o.getGrad()}, {"nullptr"});
       })
       .Case([&](nn::CrossEntropyPartialGradOp o) {
-        destinationCall(op, "fsdp_op_cross_entropy_partial_grad",
-                        {o.getLogits(), o.getLabels(), o.getShift(),
-                         o.getShardIndex(), o.getGradSumExp(),
-                         o.getGradTarget()},
-                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
-                         intLiteral(o.getNumClasses() ? int64_t(*o.getNumClasses())
-                                                      : 0)});
+        destinationCall(
+            op, "fsdp_op_cross_entropy_partial_grad",
+            {o.getLogits(), o.getLabels(), o.getShift(), o.getShardIndex(),
+             o.getGradSumExp(), o.getGradTarget()},
+            {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
+             intLiteral(o.getNumClasses() ? int64_t(*o.getNumClasses()) : 0)});
       })
       .Case([&](nn::CrossEntropyCombineGradOp o) {
         destinationCall(op, "fsdp_op_cross_entropy_combine_grad",

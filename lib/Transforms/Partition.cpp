@@ -180,9 +180,9 @@ LogicalResult Partitioner::repeatKeyValueHeads() {
   MLIRContext *context = b.getContext();
   auto create = [&](Location loc, StringRef name, ValueRange operands,
                     ArrayRef<NamedAttribute> attrs) -> Value {
-    Operation *op = nn::createWithShapeRule(
-        b, loc, OperationName(name, context), operands,
-        b.getDictionaryAttr(attrs));
+    Operation *op =
+        nn::createWithShapeRule(b, loc, OperationName(name, context), operands,
+                                b.getDictionaryAttr(attrs));
     return op ? op->getResult(0) : Value();
   };
   for (nn::AttentionOp attention : attentions) {
@@ -190,8 +190,8 @@ LogicalResult Partitioner::repeatKeyValueHeads() {
       Value kv = attention->getOperand(i);
       // The projection: back through the per-head ops to the linear.
       Operation *producer = kv.getDefiningOp();
-      while (isa_and_nonnull<nn::RotaryOp, nn::RMSNormOp, nn::ReshapeOp>(
-          producer))
+      while (
+          isa_and_nonnull<nn::RotaryOp, nn::RMSNormOp, nn::ReshapeOp>(producer))
         producer = producer->getOperand(0).getDefiningOp();
       bool malformed = false;
       std::optional<TPStyle> style =
@@ -213,19 +213,20 @@ LogicalResult Partitioner::repeatKeyValueHeads() {
       int64_t r = tp / shape[2];
       b.setInsertionPoint(attention);
       Location loc = attention.getLoc();
-      Value one = create(loc, nn::ReshapeOp::getOperationName(), {kv},
-                         {b.getNamedAttr("shape", b.getDenseI64ArrayAttr(
-                                                      {shape[0], shape[1],
-                                                       shape[2], 1, shape[3]}))});
+      Value one = create(
+          loc, nn::ReshapeOp::getOperationName(), {kv},
+          {b.getNamedAttr("shape",
+                          b.getDenseI64ArrayAttr(
+                              {shape[0], shape[1], shape[2], 1, shape[3]}))});
       SmallVector<Value> copies(r, one);
       Value all = one ? create(loc, nn::ConcatOp::getOperationName(), copies,
                                {b.getNamedAttr("dim", b.getI64IntegerAttr(3))})
                       : Value();
       Value repeated =
           all ? create(loc, nn::ReshapeOp::getOperationName(), {all},
-                       {b.getNamedAttr("shape",
-                                       b.getDenseI64ArrayAttr(
-                                           {shape[0], shape[1], tp, shape[3]}))})
+                       {b.getNamedAttr(
+                           "shape", b.getDenseI64ArrayAttr(
+                                        {shape[0], shape[1], tp, shape[3]}))})
               : Value();
       if (!repeated)
         return failure();
@@ -282,11 +283,10 @@ LogicalResult Partitioner::decideSplits() {
         return op.emitOpError("is split by tensor-parallel plan entry '")
                << entryOf(op) << "', so its weight must be a parameter";
       RankedTensorType type = tensorOf(arg);
-      bool vocabRows = dim == 0 && groups == 1 && vocab > 0 &&
-                       type.getDimSize(0) == vocab &&
-                       (isa<nn::EmbeddingOp>(op) ||
-                        (isa<nn::LinearOp>(op) && style->kind ==
-                                                      TPStyle::Colwise));
+      bool vocabRows =
+          dim == 0 && groups == 1 && vocab > 0 && type.getDimSize(0) == vocab &&
+          (isa<nn::EmbeddingOp>(op) ||
+           (isa<nn::LinearOp>(op) && style->kind == TPStyle::Colwise));
       if (type.getDimSize(dim) % (tp * groups) != 0 && !vocabRows)
         return op.emitOpError("weight ")
                << type << " dim " << dim << " does not divide by tp = " << tp

@@ -53,8 +53,7 @@ std::pair<Location, std::string> configErrorLoc(MLIRContext *context,
   if (rest.consume_front(":") && !rest.consumeInteger(10, line) &&
       rest.consume_front(":") && !rest.consumeInteger(10, column))
     return {FileLineColLoc::get(context, file, line, column),
-            rest.drop_while([](char c) { return c == ':' || c == ' '; })
-                .str()};
+            rest.drop_while([](char c) { return c == ':' || c == ' '; }).str()};
   rest = error.drop_front(file.size()).ltrim(": ");
   line = column = 0;
   size_t field = rest.find("field '");
@@ -96,8 +95,7 @@ void TPPlanPass::runOnOperation() {
     std::optional<ParallelConfig> parsed =
         parseParallelConfig(configText, config, error);
     if (!parsed) {
-      auto [loc, message] =
-          configErrorLoc(context, config, configText, error);
+      auto [loc, message] = configErrorLoc(context, config, configText, error);
       emitError(loc, message);
       return signalPassFailure();
     }

@@ -197,6 +197,16 @@ def faults(rn):
            f"exit {r.returncode}, latest {latest(ckpt)}, resumes at "
            f"{(losses(again.stdout) or ['nothing'])[0]}")
 
+    # --save-every 1 --keep 2: the two newest checkpoints stay.
+    kept = rn.path("keep-ckpt")
+    rn.launch(1, exe, "--steps", "4", "--save", kept, "--save-every", "1",
+              "--keep", "2")
+    steps = sorted(n for n in os.listdir(kept) if n.startswith("step-"))
+    report("--save-every 1 --keep 2 over 4 steps",
+           steps == ["step-00000003", "step-00000004"] and
+           latest(kept) == "step-00000004",
+           f"left {', '.join(steps)}, latest {latest(kept)}")
+
     # A full disk (a file-size limit): the save fails cleanly.
     r = rn.launch(1, exe, "--steps", "1", "--resume", ckpt, "--save", ckpt,
                   ok=False, limit=256)

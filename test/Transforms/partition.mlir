@@ -170,13 +170,28 @@ func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {
 
 // -----
 
-// Attention needs query, key and value all split by heads.
+// Attention runs on the rank's heads: a key and value every rank holds whole
+// are cut to those heads.
+// CHECK-LABEL: func.func @forward(
+// CHECK: %[[K:.+]] = dist.all_slice %{{.+}} on @mesh[tp] slice_dim = 2 : tensor<2x4x2x4xf32> -> tensor<2x4x1x4xf32>
+// CHECK: nn.attention %{{.+}}, %[[K]], %[[K]] {causal}
 dist.mesh @mesh(tp = 2)
 func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %wq: tensor<8x8xf32> {nn.param = "wq"}, %k: tensor<2x4x2x4xf32> {nn.input = "k"}) -> tensor<2x4x2x4xf32> {
   %q = nn.linear %x, %wq {path = "q_proj", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "q_proj"}} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
   %h = nn.reshape %q to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
-  // expected-error @+1 {{'nn.attention' op cannot be partitioned with operand #1 replicated}}
   %a = nn.attention %h, %k, %k {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
+  return %a : tensor<2x4x2x4xf32>
+}
+
+// -----
+
+// The query must be split by heads.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%q: tensor<2x4x2x4xf32> {nn.input = "q"}, %x: tensor<2x4x8xf32> {nn.input = "x"}, %wk: tensor<8x8xf32> {nn.param = "wk"}) -> tensor<2x4x2x4xf32> {
+  %k = nn.linear %x, %wk {path = "k_proj", dist.tp = {style = "colwise", input = "replicate", output = "shard(-1)", use_local_output = true, entry = "k_proj"}} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %h = nn.reshape %k to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  // expected-error @+1 {{'nn.attention' op cannot be partitioned with operand #0 replicated}}
+  %a = nn.attention %q, %h, %h {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
   return %a : tensor<2x4x2x4xf32>
 }
 

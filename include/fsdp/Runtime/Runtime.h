@@ -262,14 +262,11 @@ void fsdp_rt_reduce_max(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 /// dtype) is the row maximum over the whole vocabulary. sum_exp[r] =
 /// Σ exp(logits[r] - shift[r]); target[r] = logits[r, label - first_class] -
 /// shift[r] when the label is in the block, else 0 (and for ignored rows).
-void fsdp_rt_cross_entropy_partial(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
-                                   const void *logits,
-                                   fsdp_rt_dtype labels_dtype,
-                                   const void *labels, const void *shift,
-                                   int64_t rows, int64_t vocab,
-                                   int64_t first_class, int64_t ignore_index,
-                                   int64_t num_classes, float *sum_exp,
-                                   float *target);
+void fsdp_rt_cross_entropy_partial(
+    fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *logits,
+    fsdp_rt_dtype labels_dtype, const void *labels, const void *shift,
+    int64_t rows, int64_t vocab, int64_t first_class, int64_t ignore_index,
+    int64_t num_classes, float *sum_exp, float *target);
 
 /// The gradient of fsdp_rt_cross_entropy_partial: dlogits[r, i] =
 /// exp(logits[r, i] - shift[r]) · dsum_exp[r] + [i is the label] ·

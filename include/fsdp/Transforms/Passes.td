@@ -85,7 +85,10 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
        the forward and backward compute in that dtype on cast copies of the
        f32 master parameters, whose gradients come back in f32;
     5. with `max-grad-norm > 0`, gradients are scaled by PyTorch's
-       `clip_grad_norm_` coefficient of their global norm;
+       `clip_grad_norm_` coefficient of their global norm: each gradient
+       block's sum of squares is all-reduced over the mesh axes that split
+       it (a replicated copy counts once), so every rank scales by the
+       whole model's norm;
     6. the optimizer (`adamw` or `sgd`) updates each f32 parameter and its
        state (`nn.state` arguments, zero at start); each new value is a
        result `updated.<name>` marked `nn.updates = <argument>`, which the

@@ -60,6 +60,6 @@ void fsdp_rt_rotary_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *dy,
                          int64_t b, int64_t s, int64_t heads, int64_t d,
                          double theta, const double *inv_freq, double scaling,
                          void *dx) {
-  rotate(dtype, dy, positions_dtype, positions, b, s, heads, d, theta,
-         inv_freq, scaling, -1.0, dx);
+  rotate(dtype, dy, positions_dtype, positions, b, s, heads, d, theta, inv_freq,
+         scaling, -1.0, dx);
 }

@@ -168,14 +168,11 @@ int64_t validClasses(int64_t vocab, int64_t first, int64_t numClasses) {
 }
 } // namespace
 
-void fsdp_rt_cross_entropy_partial(fsdp_rt_stream, fsdp_rt_dtype dtype,
-                                   const void *logits,
-                                   fsdp_rt_dtype labels_dtype,
-                                   const void *labels, const void *shift,
-                                   int64_t rows, int64_t vocab,
-                                   int64_t first_class, int64_t ignore_index,
-                                   int64_t num_classes, float *sum_exp,
-                                   float *target) {
+void fsdp_rt_cross_entropy_partial(
+    fsdp_rt_stream, fsdp_rt_dtype dtype, const void *logits,
+    fsdp_rt_dtype labels_dtype, const void *labels, const void *shift,
+    int64_t rows, int64_t vocab, int64_t first_class, int64_t ignore_index,
+    int64_t num_classes, float *sum_exp, float *target) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
   FloatInput fx(dtype, logits, rows * vocab);
   FloatInput fshift(dtype, shift, rows);

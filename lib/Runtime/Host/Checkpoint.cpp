@@ -25,8 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <climits>
 #include <csignal>
 #include <cstring>
@@ -126,8 +126,7 @@ void agreeOrStop(const fsdp_program &p, bool ok, const std::string &error,
   if (failing == INT_MAX)
     return;
   if (p.worldRank == failing)
-    std::fprintf(stderr, "fsdp runtime error: checkpoint: %s\n",
-                 error.c_str());
+    std::fprintf(stderr, "fsdp runtime error: checkpoint: %s\n", error.c_str());
   if (p.worldRank == 0 && cleanup)
     cleanup();
   MPI_Finalize();
@@ -221,8 +220,7 @@ std::string Checkpoint::open(const std::string &path) {
     meshSizes.push_back(axis["size"]);
     world *= meshSizes.back();
   }
-  if (!fileList || !fileList->is_array() ||
-      int64_t(fileList->size()) != world)
+  if (!fileList || !fileList->is_array() || int64_t(fileList->size()) != world)
     return where + "field 'files' must list one file per rank (" +
            std::to_string(world) + ")";
   for (const json &f : *fileList) {
@@ -237,9 +235,8 @@ std::string Checkpoint::open(const std::string &path) {
     std::string at = where + "tensor '" + name + "': ";
     SavedTensor saved;
     if (!t.is_object() || !t.contains("shape") || !t["shape"].is_array() ||
-        !t.contains("dims") || !t["dims"].is_array() ||
-        !t.contains("groups") || !t["groups"].is_array() ||
-        t["dims"].size() != t["shape"].size() ||
+        !t.contains("dims") || !t["dims"].is_array() || !t.contains("groups") ||
+        !t["groups"].is_array() || t["dims"].size() != t["shape"].size() ||
         t["groups"].size() != t["shape"].size() || !t.contains("inner") ||
         !t["inner"].is_array() || t["inner"].size() != t["shape"].size())
       return at + "needs 'shape', 'dims', 'groups' and 'inner' of one entry "
@@ -302,8 +299,8 @@ void Checkpoint::readBlock(const std::string &name, const Layout &layout,
     const SafetensorsFile &f = file(r);
     auto entry = f.entries().find(name);
     if (entry == f.entries().end())
-      fail("checkpoint",
-           f.path() + ": tensor '" + name + "' is missing from this rank's file");
+      fail("checkpoint", f.path() + ": tensor '" + name +
+                             "' is missing from this rank's file");
     Layout old = wholeLayout(entry->second.shape);
     old.whole = saved.shape;
     old.groups = saved.groups;
@@ -326,10 +323,9 @@ void Checkpoint::readBlock(const std::string &name, const Layout &layout,
     for (const Run &run : runsOf(old))
       saves.push_back({run.global, run.count, run.local, r});
   }
-  std::stable_sort(saves.begin(), saves.end(),
-                   [](const SavedRun &a, const SavedRun &b) {
-                     return a.global < b.global;
-                   });
+  std::stable_sort(
+      saves.begin(), saves.end(),
+      [](const SavedRun &a, const SavedRun &b) { return a.global < b.global; });
   size_t esize = fsdp_rt_dtype_size(dtype);
   std::string error;
   for (const Run &run : runsOf(layout)) {
@@ -339,8 +335,8 @@ void Checkpoint::readBlock(const std::string &name, const Layout &layout,
       auto it = std::upper_bound(
           saves.begin(), saves.end(), at,
           [](int64_t g, const SavedRun &s) { return g < s.global; });
-      if (it == saves.begin() || std::prev(it)->global +
-                                         std::prev(it)->count <= at)
+      if (it == saves.begin() ||
+          std::prev(it)->global + std::prev(it)->count <= at)
         fail("checkpoint", dir + ": no saved block holds element " +
                                std::to_string(at) + " of '" + name + "'");
       const SavedRun &s = *std::prev(it);
@@ -380,7 +376,8 @@ void fsdp::host::checkCheckpointDir(const fsdp_program &p,
   int flag = ok;
   MPI_Bcast(&flag, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (!flag)
-    failAll(p, "checkpoint", error + " (--save, checked before the first step)");
+    failAll(p, "checkpoint",
+            error + " (--save, checked before the first step)");
 }
 
 void fsdp::host::saveCheckpoint(const fsdp_program &p, const std::string &dir,
@@ -414,12 +411,13 @@ void fsdp::host::saveCheckpoint(const fsdp_program &p, const std::string &dir,
       dims.push_back(axes);
       inner.push_back(owner.dimInner.empty() ? 0 : owner.dimInner[d]);
     }
-    tensors[param.name] = {{"kind", param.state ? "optimizer_state" : "parameter"},
-                           {"dtype", dtypeName(param.type.dtype)},
-                           {"shape", layout.whole},
-                           {"dims", dims},
-                           {"groups", layout.groups},
-                           {"inner", inner}};
+    tensors[param.name] = {
+        {"kind", param.state ? "optimizer_state" : "parameter"},
+        {"dtype", dtypeName(param.type.dtype)},
+        {"shape", layout.whole},
+        {"dims", dims},
+        {"groups", layout.groups},
+        {"inner", inner}};
   }
   ok = writeSafetensors(staging + "/" + rankFile(p.worldRank), images, error);
   agreeOrStop(p, ok, error, [&] { removeTree(staging); });
@@ -452,9 +450,9 @@ void fsdp::host::saveCheckpoint(const fsdp_program &p, const std::string &dir,
                         "and (seed, step, sample) for synthetic tokens"}}},
         {"tensors", tensors}};
     std::string final = dir + "/" + name, old = dir + "/." + name + ".old";
-    ok = writeAtomically(staging + "/index.json", index.dump(1) + "\n",
-                         error) &&
-         syncPath(staging);
+    ok =
+        writeAtomically(staging + "/index.json", index.dump(1) + "\n", error) &&
+        syncPath(staging);
     if (ok && exists(final)) {
       removeTree(old);
       ok = std::rename(final.c_str(), old.c_str()) == 0;
@@ -463,7 +461,8 @@ void fsdp::host::saveCheckpoint(const fsdp_program &p, const std::string &dir,
       ok = false;
       error = final + ": rename failed: " + std::strerror(errno);
     }
-    ok = ok && syncPath(dir) && writeAtomically(dir + "/latest", name + "\n", error);
+    ok = ok && syncPath(dir) &&
+         writeAtomically(dir + "/latest", name + "\n", error);
     if (ok)
       removeTree(old);
     else if (error.empty())

@@ -23,9 +23,8 @@ namespace {
 /// The size of an outer block of dim `d`: a plain split rounds up (the
 /// last blocks end in padding, a vocabulary that tp does not divide).
 int64_t outerSize(const Layout &l, size_t d) {
-  return l.groups[d] == 1
-             ? (l.whole[d] + l.outerParts[d] - 1) / l.outerParts[d]
-             : l.whole[d] / l.outerParts[d];
+  return l.groups[d] == 1 ? (l.whole[d] + l.outerParts[d] - 1) / l.outerParts[d]
+                          : l.whole[d] / l.outerParts[d];
 }
 
 /// The whole tensor's index of local index `i` of dim `d`, or -1 in the
@@ -36,8 +35,8 @@ int64_t globalIndex(const Layout &l, size_t d, int64_t i) {
   int64_t t = l.inner[d] * l.local[d] + i;
   if (t >= size)
     return -1;
-  int64_t g = (t / piece) * (l.whole[d] / l.groups[d]) + l.outer[d] * piece +
-              t % piece;
+  int64_t g =
+      (t / piece) * (l.whole[d] / l.groups[d]) + l.outer[d] * piece + t % piece;
   return g < l.whole[d] ? g : -1;
 }
 

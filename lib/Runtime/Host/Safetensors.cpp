@@ -68,8 +68,8 @@ bool fsdp::host::convertible(fsdp_rt_dtype stored, fsdp_rt_dtype wanted) {
   return stored == wanted || (isFloat(stored) && isFloat(wanted));
 }
 
-std::unique_ptr<SafetensorsFile>
-SafetensorsFile::open(const std::string &path, std::string &error) {
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string &path,
+                                                       std::string &error) {
   auto fail = [&](const std::string &what) {
     error = path + ": " + what;
     return nullptr;
@@ -247,7 +247,8 @@ namespace {
 struct WeightSet {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   /// Tensor name -> (file, entry).
-  std::map<std::string, std::pair<const SafetensorsFile *, TensorEntry>> tensors;
+  std::map<std::string, std::pair<const SafetensorsFile *, TensorEntry>>
+      tensors;
 };
 
 /// Opens the files at `path`; returns an error message or "".
@@ -263,7 +264,8 @@ std::string openWeights(const std::string &path, WeightSet &set) {
     else
       return path + ": holds neither model.safetensors nor "
                     "model.safetensors.index.json";
-  } else if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
+  } else if (path.size() > 5 &&
+             path.compare(path.size() - 5, 5, ".json") == 0) {
     single.clear();
   } else {
     index.clear();
@@ -365,9 +367,10 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path,
       message += " missing " + std::to_string(missing.size()) +
                  " tensor(s) the program needs:" + listNames(missing) + "\n";
     if (!mismatched.empty())
-      message += " " + std::to_string(mismatched.size()) +
-                 " tensor(s) of the wrong shape or dtype:" +
-                 listNames(mismatched) + "\n";
+      message +=
+          " " + std::to_string(mismatched.size()) +
+          " tensor(s) of the wrong shape or dtype:" + listNames(mismatched) +
+          "\n";
     if (strict && !unexpected.empty())
       message += " " + std::to_string(unexpected.size()) +
                  " tensor(s) the program does not have (--strict-load):" +
@@ -392,8 +395,8 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path,
     size_t esize = fsdp_rt_dtype_size(param.type.dtype);
     for (const Run &run : runsOf(layoutOf(p, param)))
       if (!file->read(param.name, entry, run.global, run.count,
-                      param.type.dtype, image.data() + size_t(run.local) * esize,
-                      error))
+                      param.type.dtype,
+                      image.data() + size_t(run.local) * esize, error))
         fail("load", error);
     upload(param.tensor, image.data());
   }

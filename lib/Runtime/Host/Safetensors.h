@@ -83,9 +83,10 @@ bool writeSafetensors(const std::string &path,
 /// Writes the header of a file of `types` (in order) and returns the open
 /// file positioned at the data, for writing tensor by tensor; null, with
 /// `error` set, on failure.
-FILE *startSafetensors(const std::string &path,
-                       const std::vector<std::pair<std::string, fsdp_type>> &types,
-                       std::string &error);
+FILE *
+startSafetensors(const std::string &path,
+                 const std::vector<std::pair<std::string, fsdp_type>> &types,
+                 std::string &error);
 /// Flushes, fsyncs and closes a file from startSafetensors.
 bool finishFile(FILE *file, const std::string &path, std::string &error);
 

@@ -272,9 +272,9 @@ LogicalResult RotaryOp::inferTypes(MLIRContext *, std::optional<Location> loc,
     return reject<RotaryOp>(loc, "theta must be > 0");
   if (std::optional<ArrayRef<double>> freq = adaptor.getInvFreq()) {
     if (int64_t(freq->size()) != input.getDimSize(3) / 2)
-      return reject<RotaryOp>(loc, "inv_freq has ", freq->size(),
-                              " entries, expected head dim / 2 = ",
-                              input.getDimSize(3) / 2);
+      return reject<RotaryOp>(
+          loc, "inv_freq has ", freq->size(),
+          " entries, expected head dim / 2 = ", input.getDimSize(3) / 2);
     if (!llvm::all_of(*freq,
                       [](double f) { return std::isfinite(f) && f > 0.0; }))
       return reject<RotaryOp>(loc, "inv_freq entries must be finite and > 0");
