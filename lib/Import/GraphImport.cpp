@@ -23,7 +23,9 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -140,6 +142,8 @@ private:
   FailureOr<Value> lookup(StringRef ref, const Twine &where, Location loc);
 
   StringRef text, filename;
+  /// Offsets at which the lines of `text` start (fileLoc).
+  std::vector<size_t> lineStarts;
   MLIRContext *context;
   OpBuilder builder;
   llvm::StringMap<SmallVector<Value>> values;
@@ -156,12 +160,19 @@ size_t GraphImporter::findQuoted(StringRef needle, size_t from) {
 FileLineColLoc GraphImporter::fileLoc(size_t offset) {
   if (offset == StringRef::npos || offset > text.size())
     return FileLineColLoc::get(context, filename, 0, 0);
-  StringRef before = text.take_front(offset);
-  unsigned line = before.count('\n') + 1;
-  size_t lineStart = before.rfind('\n');
-  unsigned col =
-      offset - (lineStart == StringRef::npos ? 0 : lineStart + 1) + 1;
-  return FileLineColLoc::get(context, filename, line, col);
+  // The line starts, found once: every node asks for its location, so a
+  // count from the start of the file each time made the import quadratic.
+  if (lineStarts.empty()) {
+    lineStarts.push_back(0);
+    for (size_t i = 0; i < text.size(); ++i)
+      if (text[i] == '\n')
+        lineStarts.push_back(i + 1);
+  }
+  size_t line =
+      std::upper_bound(lineStarts.begin(), lineStarts.end(), offset) -
+      lineStarts.begin();
+  return FileLineColLoc::get(context, filename, unsigned(line),
+                             unsigned(offset - lineStarts[line - 1] + 1));
 }
 
 Type GraphImporter::parseDtype(const json &value, bool allowInt) {
