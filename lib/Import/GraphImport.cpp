@@ -168,9 +168,8 @@ FileLineColLoc GraphImporter::fileLoc(size_t offset) {
       if (text[i] == '\n')
         lineStarts.push_back(i + 1);
   }
-  size_t line =
-      std::upper_bound(lineStarts.begin(), lineStarts.end(), offset) -
-      lineStarts.begin();
+  size_t line = std::upper_bound(lineStarts.begin(), lineStarts.end(), offset) -
+                lineStarts.begin();
   return FileLineColLoc::get(context, filename, unsigned(line),
                              unsigned(offset - lineStarts[line - 1] + 1));
 }
