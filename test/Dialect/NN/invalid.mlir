@@ -344,3 +344,29 @@ func.func @combine_reduction(%e: tensor<2xf32>, %t: tensor<2xf32>, %labels: tens
   %0 = nn.cross_entropy_combine %e, %t, %labels {reduction = "max"} : (tensor<2xf32>, tensor<2xf32>, tensor<2xi64>) -> tensor<f32>
   return
 }
+
+// -----
+
+// A misspelt attribute is an error, not an attribute kept and ignored;
+// dialect attributes (with a dot) stay allowed.
+func.func @misspelt_attribute(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) {
+  // expected-error @+1 {{'nn.matmul' op has no attribute 'tranpose_a' (it has path, transpose_a, transpose_b)}}
+  %0 = nn.matmul %a, %b {tranpose_a} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_inv_freq(%x: tensor<1x2x1x4xf32>, %p: tensor<1x2xi64>) {
+  // expected-error @+1 {{'nn.rotary' op inv_freq has 3 entries, expected head dim / 2 = 2}}
+  %0 = nn.rotary %x, %p {theta = 1.0e4, inv_freq = array<f64: 1.0, 0.5, 0.25>} : (tensor<1x2x1x4xf32>, tensor<1x2xi64>) -> tensor<1x2x1x4xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_scaling(%x: tensor<1x2x1x4xf32>, %p: tensor<1x2xi64>) {
+  // expected-error @+1 {{'nn.rotary' op attention_scaling must be finite and > 0}}
+  %0 = nn.rotary %x, %p {theta = 1.0e4, attention_scaling = 0.0} : (tensor<1x2x1x4xf32>, tensor<1x2xi64>) -> tensor<1x2x1x4xf32>
+  return
+}

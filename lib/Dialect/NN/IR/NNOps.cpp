@@ -73,6 +73,19 @@ Operation *fsdp::nn::createWithShapeRule(OpBuilder &builder, Location loc,
 }
 
 LogicalResult fsdp::nn::verifyShapeRule(Operation *op) {
+  // An attribute is the op's own or a dialect's (`dist.tp`, `fsdp.unit`):
+  // a misspelt one (`tranpose_a`) would otherwise be kept and ignored.
+  ArrayRef<StringAttr> known = op->getName().getAttributeNames();
+  for (NamedAttribute attr : op->getAttrs()) {
+    StringRef name = attr.getName().getValue();
+    if (name.contains('.') || llvm::is_contained(known, attr.getName()))
+      continue;
+    InFlightDiagnostic diag = op->emitOpError("has no attribute '")
+                              << name << "' (it has ";
+    llvm::interleaveComma(known, diag,
+                          [&](StringAttr a) { diag << a.getValue(); });
+    return diag << ")";
+  }
   SmallVector<Type> inferred;
   if (failed(cast<ShapeRuleOpInterface>(op).inferResultTypes(
           op->getContext(), op->getLoc(), op->getOperands(),
