@@ -631,7 +631,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
             op, "fsdp_op_cross_entropy_partial",
             {o.getLogits(), o.getLabels(), o.getShift(), o.getShardIndex()},
             {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
-             intLiteral(o.getNumClasses() ? int64_t(*o.getNumClasses()) : 0)});
+             intLiteral(int64_t(o.getNumClasses().value_or(0)))});
         return success();
       })
       .Case([&](nn::CrossEntropyCombineOp o) {
@@ -882,12 +882,12 @@ FailureOr<bool> Lowering::lowerTrainingOp(Operation *op) {
                           {o.getIds(), o.getGrad()}, {"nullptr"});
       })
       .Case([&](nn::CrossEntropyPartialGradOp o) {
-        destinationCall(
-            op, "fsdp_op_cross_entropy_partial_grad",
-            {o.getLogits(), o.getLabels(), o.getShift(), o.getShardIndex(),
-             o.getGradSumExp(), o.getGradTarget()},
-            {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
-             intLiteral(o.getNumClasses() ? int64_t(*o.getNumClasses()) : 0)});
+        destinationCall(op, "fsdp_op_cross_entropy_partial_grad",
+                        {o.getLogits(), o.getLabels(), o.getShift(),
+                         o.getShardIndex(), o.getGradSumExp(),
+                         o.getGradTarget()},
+                        {intLiteral(static_cast<int64_t>(o.getIgnoreIndex())),
+                         intLiteral(int64_t(o.getNumClasses().value_or(0)))});
       })
       .Case([&](nn::CrossEntropyCombineGradOp o) {
         destinationCall(op, "fsdp_op_cross_entropy_combine_grad",

@@ -159,21 +159,19 @@ void TPPlanPass::runOnOperation() {
   // FSDP2Config's fields, from the file or at their defaults: a parallel
   // program follows FSDP2Manager's MixedPrecisionPolicy (bf16 parameters,
   // f32 reduction) however its mesh was given.
-  {
-    module->setAttr("fsdp.reshard_after_forward",
-                    b.getStringAttr(parallel.reshardAfterForward));
-    module->setAttr("fsdp.defer_grad_sync",
-                    b.getBoolAttr(parallel.deferGradSync));
-    const MixedPrecision &mp = parallel.mpPolicy;
-    module->setAttr(
-        tp::kMixedPrecisionAttrName,
-        b.getDictionaryAttr(
-            {b.getNamedAttr("param_dtype", b.getStringAttr(mp.paramDtype)),
-             b.getNamedAttr("reduce_dtype", b.getStringAttr(mp.reduceDtype)),
-             b.getNamedAttr("output_dtype", b.getStringAttr(mp.outputDtype)),
-             b.getNamedAttr("cast_forward_inputs",
-                            b.getBoolAttr(mp.castForwardInputs))}));
-  }
+  module->setAttr("fsdp.reshard_after_forward",
+                  b.getStringAttr(parallel.reshardAfterForward));
+  module->setAttr("fsdp.defer_grad_sync",
+                  b.getBoolAttr(parallel.deferGradSync));
+  const MixedPrecision &mp = parallel.mpPolicy;
+  module->setAttr(
+      tp::kMixedPrecisionAttrName,
+      b.getDictionaryAttr(
+          {b.getNamedAttr("param_dtype", b.getStringAttr(mp.paramDtype)),
+           b.getNamedAttr("reduce_dtype", b.getStringAttr(mp.reduceDtype)),
+           b.getNamedAttr("output_dtype", b.getStringAttr(mp.outputDtype)),
+           b.getNamedAttr("cast_forward_inputs",
+                          b.getBoolAttr(mp.castForwardInputs))}));
   const int64_t tpSize = sizes->tp;
   if (tpSize == 1)
     return;

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+import harness
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 # f32 everywhere, so meshes compare bit for bit; a clip that clips.
 STEP = ("fsdp-build-train-step{lr=3e-3 max-grad-norm=0.5 param-dtype=f32 "
@@ -324,10 +326,7 @@ def faults(rn):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("mode", choices=["resume", "reshard", "faults"])
-    parser.add_argument("config")
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--mpirun", required=True)
+    harness.add_run_arguments(parser)
     parser.add_argument("--batch", default="4")
     parser.add_argument("--case", nargs=3, action="append", default=[])
     parser.add_argument("--source", nargs=3)

@@ -29,6 +29,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import reference  # noqa: E402
 
 F32 = "param-dtype=f32 reduce-dtype=f32 output-dtype=f32"
@@ -46,10 +47,7 @@ def run(cmd, ok=True):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("config")
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--mpirun", required=True)
+    harness.add_run_arguments(parser)
     parser.add_argument("--dtype", default="f32")
     parser.add_argument("--shard-size", default="")
     parser.add_argument("--batch", default="4")

@@ -27,6 +27,8 @@ import shlex
 import subprocess
 import sys
 
+import harness
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -52,10 +54,7 @@ def compare(script, *args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("config")
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--mpirun", required=True)
+    harness.add_run_arguments(parser)
     parser.add_argument("--tp", default="2,4")
     parser.add_argument("--sp", default="off,on")
     parser.add_argument("--rtol", default="1e-5")

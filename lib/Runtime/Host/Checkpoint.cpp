@@ -57,11 +57,6 @@ std::string rankFile(int64_t rank) {
   return name;
 }
 
-bool exists(const std::string &path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 /// fsyncs a file or directory, so that a rename into it is durable.
 bool syncPath(const std::string &path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -73,7 +68,7 @@ bool syncPath(const std::string &path) {
 }
 
 void removeTree(const std::string &path) {
-  if (!exists(path))
+  if (!pathExists(path))
     return;
   ::nftw(
       path.c_str(),
@@ -106,17 +101,6 @@ bool writeAtomically(const std::string &path, const std::string &text,
   return syncPath(path.substr(0, path.find_last_of('/')));
 }
 
-bool readText(const std::string &path, std::string &text) {
-  FILE *f = std::fopen(path.c_str(), "rb");
-  if (!f)
-    return false;
-  char buffer[65536];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;)
-    text.append(buffer, n);
-  std::fclose(f);
-  return true;
-}
-
 /// Whether every rank's `ok` is true; if not, the first failing rank prints
 /// its `error` and every rank exits (after `cleanup` on rank 0).
 void agreeOrStop(const fsdp_program &p, bool ok, const std::string &error,
@@ -131,19 +115,6 @@ void agreeOrStop(const fsdp_program &p, bool ok, const std::string &error,
     cleanup();
   MPI_Finalize();
   std::exit(1);
-}
-
-/// The global batch: the local one times the ranks that split it.
-int64_t globalBatch(const fsdp_program &p) {
-  for (const Input &in : p.inputs)
-    if (in.name == "input_ids" && in.type.rank >= 1) {
-      int64_t batch = in.type.dims[0];
-      for (size_t i = 0; i < p.axes.size(); ++i)
-        if (in.batchAxes >> i & 1)
-          batch *= p.axes[i].size;
-      return batch;
-    }
-  return 0;
 }
 
 //===----------------------------------------------------------------------===//
@@ -453,7 +424,7 @@ void fsdp::host::saveCheckpoint(const fsdp_program &p, const std::string &dir,
     ok =
         writeAtomically(staging + "/index.json", index.dump(1) + "\n", error) &&
         syncPath(staging);
-    if (ok && exists(final)) {
+    if (ok && pathExists(final)) {
       removeTree(old);
       ok = std::rename(final.c_str(), old.c_str()) == 0;
     }

@@ -108,6 +108,20 @@ struct HostImage {
 
 } // namespace
 
+int64_t fsdp::host::globalBatch(const fsdp_program &p) {
+  // As fillInputs places samples: the local batch over every axis that
+  // splits a token input.
+  uint32_t splitAxes = 0;
+  for (const Input &in : p.inputs)
+    if (isTokenInput(in.name))
+      splitAxes |= in.batchAxes;
+  int64_t batch = batchShape(p).batch;
+  for (size_t i = 0; i < p.axes.size(); ++i)
+    if (splitAxes >> i & 1)
+      batch *= p.axes[i].size;
+  return batch;
+}
+
 void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
   BatchShape shape = batchShape(p);
   for (Input &in : p.inputs) {
@@ -132,13 +146,8 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
       bytes = int64_t(ftello(f));
       fseeko(f, 0, SEEK_SET);
     }
-    int64_t tokens = bytes / 4, blocks = 1;
-    for (const Input &in : p.inputs)
-      if (in.name == "input_ids")
-        for (size_t i = 0; i < p.axes.size(); ++i)
-          if (in.batchAxes >> i & 1)
-            blocks *= p.axes[i].size;
-    int64_t need = shape.batch * blocks * (shape.seq + 1) + 1;
+    int64_t tokens = bytes / 4, batch = globalBatch(p);
+    int64_t need = batch * (shape.seq + 1) + 1;
     int64_t high = tokenRange(p, 0);
     if (!f) {
       error = options.path + ": cannot open for reading";
@@ -148,7 +157,7 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
     } else if (tokens < need) {
       error = options.path + ": " + std::to_string(tokens) +
               " tokens, fewer than one global batch needs (" +
-              std::to_string(shape.batch * blocks) + " sequences of " +
+              std::to_string(batch) + " sequences of " +
               std::to_string(shape.seq) + " + 1 tokens, and one more)";
     } else {
       std::vector<int32_t> chunk(1 << 16);

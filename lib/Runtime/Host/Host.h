@@ -252,6 +252,9 @@ struct DataOptions {
   /// Little-endian int32 tokens; empty for synthetic data.
   std::string path;
 };
+/// The global batch of the token inputs: the local one times the ranks that
+/// split it; 0 without token inputs.
+int64_t globalBatch(const fsdp_program &p);
 /// Allocates the inputs, warns about names it cannot fill and checks the
 /// token file: its size, its length against one global batch and every id
 /// against the vocabulary.

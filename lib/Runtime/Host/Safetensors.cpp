@@ -49,16 +49,28 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-bool isDir(const std::string &path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool exists(const std::string &path) {
+} // namespace
+
+bool fsdp::host::pathExists(const std::string &path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
 }
 
-} // namespace
+bool fsdp::host::isDirectory(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool fsdp::host::readText(const std::string &path, std::string &text) {
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return false;
+  char buffer[65536];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;)
+    text.append(buffer, n);
+  std::fclose(f);
+  return true;
+}
 
 std::string fsdp::host::entryString(const TensorEntry &entry) {
   return kDtypeNames[entry.dtype] + shapeString(entry.shape);
@@ -254,12 +266,12 @@ struct WeightSet {
 /// Opens the files at `path`; returns an error message or "".
 std::string openWeights(const std::string &path, WeightSet &set) {
   std::string index = path, single = path;
-  if (isDir(path)) {
+  if (isDirectory(path)) {
     index = path + "/model.safetensors.index.json";
     single = path + "/model.safetensors";
-    if (exists(index))
+    if (pathExists(index))
       single.clear();
-    else if (exists(single))
+    else if (pathExists(single))
       index.clear();
     else
       return path + ": holds neither model.safetensors nor "
@@ -279,14 +291,9 @@ std::string openWeights(const std::string &path, WeightSet &set) {
       set.tensors[name] = {set.files.back().get(), entry};
     return "";
   }
-  FILE *f = std::fopen(index.c_str(), "rb");
-  if (!f)
-    return index + ": cannot open for reading: " + std::strerror(errno);
   std::string text;
-  char buffer[65536];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;)
-    text.append(buffer, n);
-  std::fclose(f);
+  if (!readText(index, text))
+    return index + ": cannot open for reading: " + std::strerror(errno);
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object())
     return index + ": not a JSON object";

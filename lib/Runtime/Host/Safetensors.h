@@ -34,6 +34,13 @@ struct TensorEntry {
   int64_t begin = 0, end = 0;
 };
 
+/// Whether `path` exists.
+bool pathExists(const std::string &path);
+/// Whether `path` is a directory.
+bool isDirectory(const std::string &path);
+/// Appends the whole file `path` to `text`; false if it cannot be opened.
+bool readText(const std::string &path, std::string &text);
+
 /// `BF16[3x4]`, for messages.
 std::string entryString(const TensorEntry &entry);
 
