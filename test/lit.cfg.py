@@ -38,6 +38,13 @@ if mpirun:
     config.substitutions.append(
         ("%mpirun", mpirun + " --allow-run-as-root --oversubscribe"))
 
+# The interpreter of the test scripts: Debian's python3, which has the torch
+# and numpy that .ci/setup installs (FSDP_PYTHON overrides it), in place of
+# lit's default %python (whichever interpreter runs lit).
+config.substitutions = [s for s in config.substitutions if s[0] != "%python"]
+config.substitutions.append(
+    ("%python", os.environ.get("FSDP_PYTHON", "/usr/bin/python3")))
+
 # Hugging Face transformers (a pinned version in the virtual environment
 # that .ci/setup makes, over Debian's torch): tests against it need it.
 hf_python = os.environ.get(

@@ -7,8 +7,9 @@
 
 #include "fsdp/InitAll.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
-#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Dialect/NN/IR/Gradient.h"
 #include "fsdp/Transforms/Passes.h"
+#include "fsdp/Transforms/Pipeline.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -18,9 +19,11 @@
 void fsdp::registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<fsdp::nn::NNDialect, fsdp::dist::DistDialect,
                   mlir::func::FuncDialect, mlir::emitc::EmitCDialect>();
+  fsdp::nn::registerDistGradientModels(registry);
 }
 
 void fsdp::registerAllPasses() {
   mlir::registerTransformsPasses();
   fsdp::registerFSDPPasses();
+  fsdp::registerPipeline();
 }

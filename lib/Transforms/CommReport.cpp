@@ -38,45 +38,18 @@ struct Volume {
   int64_t calls = 0, bytes = 0;
 };
 
-/// The runtime's kinds, in its report order.
+/// The runtime's kinds, in its report order (accounting::Collective's).
 const char *const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce",
                               "all_to_all", "permute",        "broadcast"};
-
-int kindIndex(Operation *op) {
-  StringRef name = op->getName().stripDialect();
-  for (int i = 0; i < 6; ++i)
-    if (name == kKinds[i])
-      return i;
-  return -1;
-}
-
-/// Bytes one rank sends for `op` over a group of `n`.
-int64_t bytesSent(dist::CollectiveOpInterface op, int64_t n) {
-  RankedTensorType input = op.getInput().getType();
-  int64_t bytes =
-      input.getNumElements() * ((input.getElementTypeBitWidth() + 7) / 8);
-  return TypeSwitch<Operation *, int64_t>(op)
-      .Case([&](dist::AllGatherOp) { return bytes * (n - 1); })
-      .Case<dist::ReduceScatterOp, dist::AllToAllOp>(
-          [&](auto) { return bytes * (n - 1) / n; })
-      .Case([&](dist::AllReduceOp) { return 2 * bytes * (n - 1) / n; })
-      .Default([&](Operation *) { return bytes; });
-}
 
 struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
   using CommReportPassBase::CommReportPassBase;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>(entry);
-    if (!func) {
-      module.emitError("no function @") << entry << " to report on";
+    func::FuncOp func = lookupEntry(module, entry, "report on");
+    if (!func)
       return signalPassFailure();
-    }
-    if (format != "table" && format != "json") {
-      module.emitError("format must be table or json, got '") << format << "'";
-      return signalPassFailure();
-    }
     // (kind, axis mask in mesh order) -> volume, and the group names.
     std::map<std::pair<int, uint32_t>, Volume> volumes;
     std::map<uint32_t, std::string> groupNames;
@@ -104,16 +77,17 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
           name +=
               (name.empty() ? "" : ",") + cast<StringAttr>(a).getValue().str();
       groupNames[mask] = "{" + name + "}";
-      Volume &v = volumes[{kindIndex(op), mask}];
+      Volume &v = volumes[{static_cast<int>(collectiveKind(op)), mask}];
       ++v.calls;
-      v.bytes += bytesSent(op, n);
+      v.bytes += accounting::bytesSent(collectiveKind(op),
+                                       bytesOf(op.getInput().getType()), n);
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
       return signalPassFailure();
 
     auto write = [&](raw_ostream &os) {
-      if (format == "json") {
+      if (format == ReportFormat::Json) {
         llvm::json::Array rows;
         int64_t total = 0;
         for (auto &[key, v] : volumes) {

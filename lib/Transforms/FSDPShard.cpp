@@ -75,8 +75,6 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
   ArrayAttr shardAxes = b.getStrArrayAttr({"dp_shard"});
   ArrayAttr replicaAxes = b.getStrArrayAttr({"dp_replicate"});
   ArrayAttr dataAxes = b.getStrArrayAttr({"dp_replicate", "dp_shard"});
-  if (!forward.getBody().hasOneBlock())
-    return forward.emitOpError("must have a single block");
   Block &body = forward.getBody().front();
 
   // Units, in order of first use.
@@ -122,8 +120,9 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
     if (!unit.name.empty() && !unitOf(unit.name + ".").empty())
       layers.push_back(&unit);
   for (auto [i, unit] : llvm::enumerate(layers))
-    unit->reshard = reshardAfterForward == "true" ||
-                    (reshardAfterForward == "none" && i + 1 < layers.size());
+    unit->reshard =
+        reshardAfterForward == Reshard::True ||
+        (reshardAfterForward == Reshard::None && i + 1 < layers.size());
 
   // New argument types: the batch and parameter blocks.
   DenseMap<unsigned, int64_t> padded; // argument -> its unpadded dim 0
@@ -384,22 +383,17 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
 
 void FSDPShardPass::runOnOperation() {
   ModuleOp module = getOperation();
-  auto forward = module.lookupSymbol<func::FuncOp>(entry);
-  if (!forward) {
-    module.emitError("no function @") << entry << " to shard";
+  func::FuncOp forward = lookupEntry(module, entry, "shard");
+  if (!forward)
     return signalPassFailure();
-  }
-  if (reshardAfterForward.empty()) {
+  if (reshardAfterForward == Reshard::Config) {
+    // fsdp-tp-plan records the parallel config's (none, true or false).
     auto recorded =
         module->getAttrOfType<StringAttr>("fsdp.reshard_after_forward");
-    reshardAfterForward = recorded ? recorded.getValue().str() : "none";
-  }
-  if (reshardAfterForward != "none" && reshardAfterForward != "true" &&
-      reshardAfterForward != "false") {
-    emitError(module.getLoc(), "reshard-after-forward must be none, true or "
-                               "false, got '")
-        << reshardAfterForward << "'";
-    return signalPassFailure();
+    StringRef value = recorded ? recorded.getValue() : "none";
+    reshardAfterForward = value == "true"    ? Reshard::True
+                          : value == "false" ? Reshard::False
+                                             : Reshard::None;
   }
   dist::MeshOp mesh = dist::findMesh(module);
   if (!mesh || mesh.getAxisSize("dp_shard").value_or(1) *

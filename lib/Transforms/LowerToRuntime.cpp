@@ -12,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PassUtils.h"
+
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
@@ -991,8 +993,6 @@ LogicalResult Lowering::emitForward(Location loc) {
 }
 
 LogicalResult Lowering::run() {
-  if (!entry.getBody().hasOneBlock())
-    return entry.emitOpError("must have a single block to be lowered");
   if (failed(collectMesh()))
     return failure();
   Location loc = entry.getLoc();
@@ -1020,11 +1020,9 @@ struct LowerToRuntimePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>(entry);
-    if (!func) {
-      module.emitError("no function @") << entry << " to lower";
+    func::FuncOp func = lookupEntry(module, entry, "lower");
+    if (!func)
       return signalPassFailure();
-    }
     Lowering lowering(module, func);
     if (failed(lowering.run()))
       return signalPassFailure();

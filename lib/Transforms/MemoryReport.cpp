@@ -34,62 +34,20 @@ using namespace fsdp;
 
 namespace {
 
-int64_t bytesOf(Type type) {
-  if (auto future = dyn_cast<dist::FutureType>(type))
-    type = future.getValueType();
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  return tensor.getNumElements() * ((tensor.getElementTypeBitWidth() + 7) / 8);
-}
-
-bool isHalf(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  return tensor.getElementType().isBF16() || tensor.getElementType().isF16();
-}
-
-/// The runtime's temporary buffers for one collective (see Collectives.cpp):
-/// 16-bit values are reduced in f32, and blocks not contiguous along the
-/// gathered or scattered dim are rearranged through a copy.
-int64_t stagingBytes(Operation *op) {
-  auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
-  if (!collective)
-    return 0;
-  RankedTensorType in = collective.getInput().getType();
-  RankedTensorType out = collective.getResultTensorType();
-  auto outer = [](RankedTensorType t, int64_t dim) {
-    int64_t n = 1;
-    for (int64_t d = 0; d < dim; ++d)
-      n *= t.getDimSize(d);
-    return n;
-  };
-  int64_t n = in.getNumElements(), m = out.getNumElements();
-  bool half = isHalf(in);
-  if (auto gather = dyn_cast<dist::AllGatherOp>(op))
-    return outer(in, gather.getGatherDim()) > 1 ? bytesOf(out) : 0;
-  if (auto scatter = dyn_cast<dist::ReduceScatterOp>(op)) {
-    int64_t bytes = half ? n * 4 + m * 4 : 0;
-    if (outer(out, scatter.getScatterDim()) > 1)
-      bytes += n * (half ? 4 : (in.getElementTypeBitWidth() + 7) / 8);
-    return bytes;
-  }
-  if (isa<dist::AllReduceOp>(op))
-    return half ? 2 * n * 4 : 0;
-  return 0;
-}
-
 struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
   using MemoryReportPassBase::MemoryReportPassBase;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto step = module.lookupSymbol<func::FuncOp>(entry);
-    if (!step || !step.getBody().hasOneBlock()) {
-      module.emitError("no single-block function @")
-          << entry << " to report on";
+    func::FuncOp step = lookupEntry(module, entry, "report on");
+    if (!step)
+      return signalPassFailure();
+    Block &body = step.getBody().front();
+    dist::MeshOp mesh = dist::findMesh(module);
+    if (!mesh && !step.getOps<dist::CollectiveOpInterface>().empty()) {
+      module.emitError("has collectives but no dist.mesh to size them");
       return signalPassFailure();
     }
-    Block &body = step.getBody().front();
 
     // The arguments stay for the whole step.
     int64_t params = 0, state = 0, inputs = 0;
@@ -130,7 +88,10 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
       for (Value result : op.getResults())
         if (bufferOf(result) == result)
           live += bytesOf(result.getType());
-      peak = std::max(peak, live + stagingBytes(&op));
+      if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op))
+        peak = std::max(
+            peak, live + stagingBytes(collective, groupSize(collective, mesh)));
+      peak = std::max(peak, live);
       if (auto gather = dyn_cast<dist::AllGatherOp>(op);
           gather && gather->hasAttr("fsdp.unit"))
         gathered = std::max(gathered, bytesOf(gather.getType()));
@@ -159,7 +120,7 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         }
 
     auto write = [&](raw_ostream &os) {
-      if (format == "json") {
+      if (format == ReportFormat::Json) {
         os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
                                          {"parameters", params},
                                          {"optimizer_state", state},

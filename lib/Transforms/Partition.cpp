@@ -43,6 +43,13 @@ namespace {
 
 bool isFloat(Value v) { return isa<FloatType>(tensorOf(v).getElementType()); }
 
+/// Attaches to `diag` a note where `v` gets its layout (the op producing it,
+/// or the argument). Returns the failure.
+LogicalResult noteProducer(InFlightDiagnostic &&diag, Value v) {
+  diag.attachNote(v.getLoc()) << "the value gets its layout here";
+  return diag;
+}
+
 /// A value's layout over tp.
 struct Layout {
   enum Kind { Replicated, Sharded, Partial };
@@ -295,13 +302,19 @@ LogicalResult Partitioner::decideSplits() {
                        : std::string());
       Split want{dim, groups, &op};
       auto [it, inserted] = splits.try_emplace(arg.getArgNumber(), want);
-      if (!inserted && (it->second.dim != dim || it->second.groups != groups))
-        return op.emitOpError("splits parameter '")
-               << forward.getArgAttr(arg.getArgNumber(),
-                                     nn::NNDialect::kParamAttrName)
-               << "' on dim " << dim << ", but plan entry '"
-               << tp::entryOf(it->second.by) << "' splits it on dim "
-               << it->second.dim << " (tied weights need one layout)";
+      if (!inserted && (it->second.dim != dim || it->second.groups != groups)) {
+        InFlightDiagnostic diag =
+            op.emitOpError("splits parameter '")
+            << forward.getArgAttr(arg.getArgNumber(),
+                                  nn::NNDialect::kParamAttrName)
+            << "' on dim " << dim << ", but plan entry '"
+            << tp::entryOf(it->second.by) << "' splits it on dim "
+            << it->second.dim << " (tied weights need one layout)";
+        diag.attachNote(it->second.by->getLoc())
+            << "plan entry '" << tp::entryOf(it->second.by)
+            << "' splits it here";
+        return diag;
+      }
     }
   }
   // A split parameter may not be used whole by another op.
@@ -309,11 +322,16 @@ LogicalResult Partitioner::decideSplits() {
     for (Operation *user : forward.getArgument(argNumber).getUsers()) {
       bool absent = false;
       std::optional<TPStyle> style = tp::decode(user, absent);
-      if (!style || style->kind == TPStyle::SequenceParallel)
-        return user->emitOpError("uses parameter '")
-               << forward.getArgAttr(argNumber, nn::NNDialect::kParamAttrName)
-               << "' whole, but plan entry '" << tp::entryOf(split.by)
-               << "' splits it over tp; give this module a plan entry too";
+      if (!style || style->kind == TPStyle::SequenceParallel) {
+        InFlightDiagnostic diag =
+            user->emitOpError("uses parameter '")
+            << forward.getArgAttr(argNumber, nn::NNDialect::kParamAttrName)
+            << "' whole, but plan entry '" << tp::entryOf(split.by)
+            << "' splits it over tp; give this module a plan entry too";
+        diag.attachNote(split.by->getLoc())
+            << "plan entry '" << tp::entryOf(split.by) << "' splits it here";
+        return diag;
+      }
     }
   return success();
 }
@@ -362,8 +380,10 @@ FailureOr<Value> Partitioner::gather(Operation *at, Value v,
   if (layout.isReplicated())
     return v;
   if (layout.kind != Layout::Sharded || layout.groups != 1)
-    return at->emitOpError("needs the whole of a value ")
-           << layout.str() << ", which the partitioner cannot gather";
+    return noteProducer(at->emitOpError("needs the whole of a value ")
+                            << layout.str()
+                            << ", which the partitioner cannot gather",
+                        v);
   Value &slot = (replicatedGrad ? replicatedGathers : localGathers)[v];
   if (slot)
     return slot;
@@ -385,9 +405,11 @@ FailureOr<Value> Partitioner::slice(Operation *at, Value v, int64_t dim) {
   if (layout == Layout::sharded(dim))
     return v;
   if (!layout.isReplicated())
-    return at->emitOpError("needs a value ")
-           << layout.str() << " sharded on dim " << dim
-           << " instead, a resharding the partitioner does not support";
+    return noteProducer(
+        at->emitOpError("needs a value ")
+            << layout.str() << " sharded on dim " << dim
+            << " instead, a resharding the partitioner does not support",
+        v);
   Value &slot = slices[v];
   if (slot)
     return slot;
@@ -457,9 +479,11 @@ LogicalResult Partitioner::styled(Operation &op, const TPStyle &style) {
                   : have.isReplicated();
     if (ok)
       return success();
-    return op.emitOpError("input is ")
-           << have.str() << ", but tensor-parallel plan entry '" << entryOf(op)
-           << "' declares input_layouts " << want.str();
+    return noteProducer(
+        op.emitOpError("input is ")
+            << have.str() << ", but tensor-parallel plan entry '" << entryOf(op)
+            << "' declares input_layouts " << want.str(),
+        v);
   };
 
   if (style.kind == TPStyle::SequenceParallel) {
@@ -753,8 +777,6 @@ LogicalResult Partitioner::partition(Operation &op) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult Partitioner::run() {
-  if (!forward.getBody().hasOneBlock())
-    return forward.emitOpError("must have a single block");
   if (failed(repeatKeyValueHeads()) || failed(decideSplits()))
     return failure();
   Block &body = forward.getBody().front();
@@ -842,11 +864,9 @@ struct PartitionPass : fsdp::impl::PartitionPassBase<PartitionPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto forward = module.lookupSymbol<func::FuncOp>(entry);
-    if (!forward) {
-      module.emitError("no function @") << entry << " to partition";
+    func::FuncOp forward = lookupEntry(module, entry, "partition");
+    if (!forward)
       return signalPassFailure();
-    }
     bool annotated = false;
     forward.walk([&](Operation *op) {
       annotated |= bool(op->getAttr(tp::kStyleAttrName));

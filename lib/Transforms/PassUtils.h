@@ -8,8 +8,12 @@
 #ifndef FSDP_LIB_TRANSFORMS_PASSUTILS_H
 #define FSDP_LIB_TRANSFORMS_PASSUTILS_H
 
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Runtime/Accounting.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace fsdp {
@@ -22,6 +26,26 @@ void replaceFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
                      mlir::ValueRange results,
                      llvm::ArrayRef<mlir::DictionaryAttr> argAttrs,
                      llvm::ArrayRef<mlir::DictionaryAttr> resultAttrs);
+
+/// The function `entry` of `module` a pass works on, or null after the
+/// error "no single-block function @<entry> to <purpose>" at the module.
+/// Every pass finds its entry function this way.
+mlir::func::FuncOp lookupEntry(mlir::ModuleOp module, llvm::StringRef entry,
+                               llvm::StringRef purpose);
+
+/// The bytes of a ranked tensor, or of the one a future holds (0 for any
+/// other type).
+int64_t bytesOf(mlir::Type type);
+
+/// The runtime's name for collective `op` (Accounting.h).
+accounting::Collective collectiveKind(dist::CollectiveOpInterface op);
+
+/// The ranks in `op`'s group on `mesh`.
+int64_t groupSize(dist::CollectiveOpInterface op, dist::MeshOp mesh);
+
+/// The staging bytes the runtime allocates while `op` runs over `n` ranks,
+/// by the runtime's own rules (Accounting.h).
+int64_t stagingBytes(dist::CollectiveOpInterface op, int64_t n);
 
 /// Writes a report to `path` (- for stdout) with `write`; when the file
 /// cannot be opened, emits `what` and the reason at `op` and fails.

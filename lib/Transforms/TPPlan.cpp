@@ -74,11 +74,9 @@ std::pair<Location, std::string> configErrorLoc(MLIRContext *context,
 void TPPlanPass::runOnOperation() {
   ModuleOp module = getOperation();
   MLIRContext *context = &getContext();
-  auto forward = module.lookupSymbol<func::FuncOp>(entry);
-  if (!forward) {
-    module.emitError("no function @") << entry << " to annotate";
+  func::FuncOp forward = lookupEntry(module, entry, "annotate");
+  if (!forward)
     return signalPassFailure();
-  }
 
   // The configuration: the file's, then the options that override it.
   ParallelConfig parallel;
@@ -107,16 +105,8 @@ void TPPlanPass::runOnOperation() {
   }
   if (tp > 0)
     parallel.tpSize = tp;
-  if (sequenceParallel == "true" || sequenceParallel == "1")
-    parallel.sequenceParallel = true;
-  else if (sequenceParallel == "false" || sequenceParallel == "0")
-    parallel.sequenceParallel = false;
-  else if (!sequenceParallel.empty()) {
-    emitError(UnknownLoc::get(context),
-              "sequence-parallel must be true or false, got '")
-        << sequenceParallel << "'";
-    return signalPassFailure();
-  }
+  if (sequenceParallel != FromConfig::Config)
+    parallel.sequenceParallel = sequenceParallel == FromConfig::True;
   std::optional<MeshSizes> sizes = resolveMesh(parallel, worldSize, error);
   if (!sizes) {
     if (config.empty()) {

@@ -2,7 +2,7 @@
 // What fsdp-lower-to-runtime cannot lower is an error naming the op or
 // argument, never a crash or a silently wrong program.
 
-// expected-error @+1 {{no function @forward to lower}}
+// expected-error @+1 {{no single-block function @forward to lower}}
 module {
   func.func @step() {
     return

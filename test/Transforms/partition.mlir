@@ -118,8 +118,10 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<5x8xf32> {nn
 // -----
 
 // A rowwise projection whose input is replicated but whose style declares it
-// sharded: torch would read a replica as a shard; here it is an error.
+// sharded: torch would read a replica as a shard; here it is an error, with
+// a note at the argument the input comes from.
 dist.mesh @mesh(tp = 2)
+// expected-note @+1 {{the value gets its layout here}}
 func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn.param = "w"}) -> tensor<2x8xf32> {
   // expected-error @+1 {{'nn.linear' op input is replicated, but tensor-parallel plan entry 'down' declares input_layouts shard(-1)}}
   %y = nn.linear %x, %w {path = "down", dist.tp = {style = "rowwise", input = "shard(-1)", output = "replicate", use_local_output = true, entry = "down"}} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
@@ -131,9 +133,23 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn
 // A tied weight split by one module and used whole by another.
 dist.mesh @mesh(tp = 2)
 func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"}, %w: tensor<16x8xf32> {nn.param = "wte.weight"}) -> tensor<2x4x16xf32> {
+  // expected-note @+1 {{plan entry 'wte' splits it here}}
   %e = nn.embedding %w, %ids {path = "wte", dist.tp = {style = "rowwise", input = "replicate", output = "replicate", use_local_output = true, entry = "wte"}} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
   // expected-error @+1 {{'nn.linear' op uses parameter '"wte.weight"' whole, but plan entry 'wte' splits it over tp; give this module a plan entry too}}
   %l = nn.linear %e, %w {path = "lm_head"} : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+  return %l : tensor<2x4x16xf32>
+}
+
+// -----
+
+// A tied weight split on two dims by two plan entries: the error is at the
+// second module, with a note at the first.
+dist.mesh @mesh(tp = 2)
+func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"}, %w: tensor<16x8xf32> {nn.param = "wte.weight"}) -> tensor<2x4x16xf32> {
+  // expected-note @+1 {{plan entry 'wte' splits it here}}
+  %e = nn.embedding %w, %ids {path = "wte", dist.tp = {style = "rowwise", input = "replicate", output = "replicate", use_local_output = true, entry = "wte"}} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+  // expected-error @+1 {{'nn.linear' op splits parameter '"wte.weight"' on dim 1, but plan entry 'wte' splits it on dim 0 (tied weights need one layout)}}
+  %l = nn.linear %e, %w {path = "lm_head", dist.tp = {style = "rowwise", input = "shard(-1)", output = "replicate", use_local_output = true, entry = "lm_head"}} : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
   return %l : tensor<2x4x16xf32>
 }
 

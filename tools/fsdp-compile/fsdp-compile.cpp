@@ -13,7 +13,7 @@
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Import/GraphImport.h"
 #include "fsdp/InitAll.h"
-#include "fsdp/Transforms/Passes.h"
+#include "fsdp/Transforms/Pipeline.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -22,7 +22,6 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Target/Cpp/CppEmitter.h"
 #include "llvm/Support/CommandLine.h"
@@ -208,44 +207,25 @@ static LogicalResult run() {
     return usageError(tpSize < 0 ? "--tp must be >= 1, got " + Twine(tpSize)
                                  : "--world-size must be >= 1, got " +
                                        Twine(worldSize));
-  PassManager pm(&context);
-  bool parallel = !parallelConfig.empty() || tpSize > 0 ||
-                  sequenceParallel.getNumOccurrences() || worldSize > 0;
-  if (parallel && !meshSpec.empty())
+  fsdp::PipelineOptions options;
+  options.config = parallelConfig;
+  options.worldSize = worldSize;
+  options.tp = tpSize;
+  if (sequenceParallel.getNumOccurrences())
+    options.sequenceParallel =
+        sequenceParallel ? fsdp::FromConfig::True : fsdp::FromConfig::False;
+  options.strictPlan = strictPlan;
+  options.vocabUnits = vocabUnits;
+  options.step = passes;
+  options.report = report;
+  options.reportJson = reportJson;
+  if (options.isParallel() && !meshSpec.empty())
     return usageError("--mesh and the parallel options (--parallel, --tp, "
                       "--sequence-parallel, --world-size) both give a mesh; "
                       "use one");
-  if (parallel) {
-    fsdp::TPPlanPassOptions plan;
-    plan.config = parallelConfig;
-    plan.worldSize = worldSize;
-    plan.tp = tpSize;
-    if (sequenceParallel.getNumOccurrences())
-      plan.sequenceParallel = sequenceParallel ? "true" : "false";
-    plan.strictPlan = strictPlan;
-    if (report)
-      plan.report = "-";
-    pm.addPass(fsdp::createTPPlanPass(plan));
-    pm.addPass(fsdp::createPartitionPass());
-    fsdp::FSDPShardPassOptions shard;
-    shard.vocabUnits = vocabUnits;
-    pm.addPass(fsdp::createFSDPShardPass(shard));
-  }
-  if (!passes.empty() && failed(parsePassPipeline(passes, pm, llvm::errs())))
+  PassManager pm(&context);
+  if (failed(fsdp::buildPipeline(pm, options)))
     return usageError("--passes: cannot parse '" + passes + "'");
-  if (report) {
-    fsdp::CommReportPassOptions table;
-    table.format = "table";
-    pm.addPass(fsdp::createCommReportPass(table));
-    pm.addPass(fsdp::createMemoryReportPass());
-  }
-  if (!reportJson.empty()) {
-    fsdp::CommReportPassOptions json;
-    json.format = "json";
-    json.output = reportJson;
-    pm.addPass(fsdp::createCommReportPass(json));
-  }
-  pm.addPass(fsdp::createLowerToRuntimePass());
   if (failed(pm.run(*module)))
     return failure();
 

@@ -12,6 +12,23 @@
 
 namespace fsdp {
 
+/// The optimizer fsdp-build-train-step appends.
+enum class Optimizer { AdamW, SGD, None };
+
+/// A floating-point element type chosen by an option; `Same` is the
+/// default of the options that follow another dtype.
+enum class Dtype { F32, BF16, F16, Same };
+
+/// The layout of a report.
+enum class ReportFormat { Table, Json };
+
+/// An on/off option whose default is the parallel config's value.
+enum class FromConfig { Config, True, False };
+
+/// FSDP2's reshard_after_forward: None (every layer but the last), True,
+/// False, or the parallel config's choice.
+enum class Reshard { Config, None, True, False };
+
 #define GEN_PASS_DECL
 #include "fsdp/Transforms/Passes.h.inc"
 

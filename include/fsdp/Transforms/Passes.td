@@ -111,8 +111,15 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The forward function to rewrite">,
-    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
-           "adamw, sgd, or none (return gradients)">,
+    Option<"optimizer", "optimizer", "fsdp::Optimizer",
+           /*default=*/"fsdp::Optimizer::AdamW",
+           "The optimizer: adamw, sgd, or none (return the gradients)", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::Optimizer::AdamW, "adamw", "torch.optim.AdamW"),
+          clEnumValN(fsdp::Optimizer::SGD, "sgd", "torch.optim.SGD"),
+          clEnumValN(fsdp::Optimizer::None, "none",
+                     "none: return the gradients"))
+    }]>,
     Option<"lr", "lr", "double", /*default=*/"1e-3", "Learning rate">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
@@ -125,15 +132,36 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
            "Clip the global gradient norm to this (0 = no clipping)">,
     Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
            "Microbatches accumulated per step">,
-    Option<"paramDtype", "param-dtype", "std::string", /*default=*/"\"f32\"",
-           "MixedPrecisionPolicy.param_dtype: parameters are cast to it for "
-           "forward and backward; the optimizer keeps f32 masters">,
-    Option<"outputDtype", "output-dtype", "std::string", /*default=*/"\"\"",
-           "MixedPrecisionPolicy.output_dtype: the step's other outputs "
-           "(logits) are cast to it (empty: the compute dtype)">,
-    Option<"reduceDtype", "reduce-dtype", "std::string", /*default=*/"\"\"",
-           "MixedPrecisionPolicy.reduce_dtype: gradients cross ranks (the "
-           "backward of dist collectives) in this dtype (empty: their own)">,
+    Option<"paramDtype", "param-dtype", "fsdp::Dtype",
+           /*default=*/"fsdp::Dtype::F32",
+           "MixedPrecisionPolicy.param_dtype (f32, bf16, f16): parameters are "
+           "cast to it for forward and backward; the optimizer keeps f32 "
+           "masters", [{
+      ::llvm::cl::values(clEnumValN(fsdp::Dtype::F32, "f32", "float32"),
+                         clEnumValN(fsdp::Dtype::BF16, "bf16", "bfloat16"),
+                         clEnumValN(fsdp::Dtype::F16, "f16", "float16"))
+    }]>,
+    Option<"outputDtype", "output-dtype", "fsdp::Dtype",
+           /*default=*/"fsdp::Dtype::Same",
+           "MixedPrecisionPolicy.output_dtype (f32, bf16, f16, or same: the "
+           "compute dtype): the step's other outputs (logits) are cast to it", [{
+      ::llvm::cl::values(clEnumValN(fsdp::Dtype::F32, "f32", "float32"),
+                         clEnumValN(fsdp::Dtype::BF16, "bf16", "bfloat16"),
+                         clEnumValN(fsdp::Dtype::F16, "f16", "float16"),
+                         clEnumValN(fsdp::Dtype::Same, "same",
+                                    "the compute dtype"))
+    }]>,
+    Option<"reduceDtype", "reduce-dtype", "fsdp::Dtype",
+           /*default=*/"fsdp::Dtype::Same",
+           "MixedPrecisionPolicy.reduce_dtype (f32, bf16, f16, or same: their "
+           "own): gradients cross ranks (the backward of dist collectives) in "
+           "this dtype", [{
+      ::llvm::cl::values(clEnumValN(fsdp::Dtype::F32, "f32", "float32"),
+                         clEnumValN(fsdp::Dtype::BF16, "bf16", "bfloat16"),
+                         clEnumValN(fsdp::Dtype::F16, "f16", "float16"),
+                         clEnumValN(fsdp::Dtype::Same, "same",
+                                    "the gradient's own"))
+    }]>,
     Option<"castForwardInputs", "cast-forward-inputs", "bool",
            /*default=*/"true",
            "MixedPrecisionPolicy.cast_forward_inputs: float data inputs are "
@@ -162,8 +190,12 @@ def CommReportPass : Pass<"fsdp-comm-report", "mlir::ModuleOp"> {
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The step function to report on">,
-    Option<"format", "format", "std::string", /*default=*/"\"table\"",
-           "table (the runtime's --report layout) or json">,
+    Option<"format", "format", "fsdp::ReportFormat",
+           /*default=*/"fsdp::ReportFormat::Table", "The report's layout: table or json", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::ReportFormat::Table, "table", "the runtime's --report layout"),
+          clEnumValN(fsdp::ReportFormat::Json, "json", "JSON"))
+    }]>,
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
            "Where to write the report (- for stdout)">,
   ];
@@ -214,10 +246,16 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
            "Ranks the program runs on (0: the config's smallest world)">,
     Option<"tp", "tp", "int64_t", /*default=*/"0",
            "Tensor-parallel size (0: the config's tp_size)">,
-    Option<"sequenceParallel", "sequence-parallel", "std::string",
-           /*default=*/"\"\"",
-           "Sequence parallelism: true or false (empty: the config's "
-           "sequence_parallel)">,
+    Option<"sequenceParallel", "sequence-parallel", "fsdp::FromConfig",
+           /*default=*/"fsdp::FromConfig::Config",
+           "Sequence parallelism: true, false, or config (the config's "
+           "sequence_parallel)", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::FromConfig::Config, "config",
+                     "the config's sequence_parallel"),
+          clEnumValN(fsdp::FromConfig::True, "true", "on"),
+          clEnumValN(fsdp::FromConfig::False, "false", "off"))
+    }]>,
     Option<"strictPlan", "strict-plan", "bool", /*default=*/"false",
            "A plan key that matches no module is an error">,
     Option<"report", "report", "std::string", /*default=*/"\"\"",
@@ -315,10 +353,19 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
            "Give trainable untied vocabulary tables (the embedding, the "
            "head) units of their own instead of the root's (never "
            "resharded)">,
-    Option<"reshardAfterForward", "reshard-after-forward", "std::string",
-           /*default=*/"\"\"",
-           "FSDP2's reshard_after_forward: none, true or false (empty: the "
-           "parallel config's, recorded by fsdp-tp-plan, else none)">,
+    Option<"reshardAfterForward", "reshard-after-forward", "fsdp::Reshard",
+           /*default=*/"fsdp::Reshard::Config",
+           "FSDP2's reshard_after_forward: none (every layer but the last), "
+           "true, false, or config (the parallel config's, else none)", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::Reshard::Config, "config",
+                     "the parallel config's, recorded by fsdp-tp-plan, else "
+                     "none"),
+          clEnumValN(fsdp::Reshard::None, "none",
+                     "every layer but the last (FSDP2's default)"),
+          clEnumValN(fsdp::Reshard::True, "true", "every layer"),
+          clEnumValN(fsdp::Reshard::False, "false", "no layer"))
+    }]>,
   ];
   let statistics = [
     Statistic<"numUnits", "units", "FSDP units, each gathered by one all_gather">,
@@ -349,8 +396,12 @@ def MemoryReportPass : Pass<"fsdp-memory-report", "mlir::ModuleOp"> {
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The step function to report on">,
-    Option<"format", "format", "std::string", /*default=*/"\"table\"",
-           "table or json">,
+    Option<"format", "format", "fsdp::ReportFormat",
+           /*default=*/"fsdp::ReportFormat::Table", "The report's layout: table or json", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::ReportFormat::Table, "table", "a table"),
+          clEnumValN(fsdp::ReportFormat::Json, "json", "JSON"))
+    }]>,
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
            "Where to write the report (- for stdout)">,
   ];

@@ -17,6 +17,8 @@
 
 #include "../CPU/Internal.h"
 
+#include "fsdp/Runtime/Accounting.h"
+
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -24,6 +26,8 @@
 #include <thread>
 
 using namespace fsdp::host;
+using fsdp::accounting::Collective;
+namespace accounting = fsdp::accounting;
 
 //===----------------------------------------------------------------------===//
 // Communicators
@@ -216,13 +220,16 @@ fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
                  typeString(x->type));
   checkScaledDim(op, r, x->type, dim, g.size);
   int64_t bytes = byteSize(x->type);
-  fsdp_rt_count_collective(FSDP_RT_ALL_GATHER, axis_mask, bytes * (g.size - 1));
+  fsdp_rt_count_collective(
+      FSDP_RT_ALL_GATHER, axis_mask,
+      accounting::bytesSent(Collective::AllGather, bytes, g.size));
   // Blocks arrive as [n, x]; along dim d > 0 they are [n, outer, piece] and
   // the result is [outer, n, piece].
   int64_t outer = product(x->type.dims, dim);
   char *dst = static_cast<char *>(f->result->data);
-  if (outer > 1) {
-    f->recv = Staging(size_t(byteSize(r)));
+  if (accounting::Staging s = accounting::allGatherStaging(byteSize(r), outer);
+      s.recv) {
+    f->recv = Staging(size_t(s.recv));
     dst = f->recv.get();
     int64_t n = g.size, piece = outer ? bytes / outer : 0;
     f->finish = [n, outer, piece](fsdp_future &f) {
@@ -250,21 +257,24 @@ fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
   fsdp_rt_dtype dtype = x->type.dtype;
   int64_t numel = numElements(x->type);
   fsdp_rt_count_collective(FSDP_RT_REDUCE_SCATTER, axis_mask,
-                           byteSize(x->type) * (g.size - 1) / g.size);
+                           accounting::bytesSent(Collective::ReduceScatter,
+                                                 byteSize(x->type), g.size));
   // Widen 16-bit floats, then make block i (rank i's part) contiguous:
   // [outer, n, piece] -> [n, outer, piece].
   size_t esize = reduceSize(dtype);
+  int64_t outer = product(r.dims, dim);
+  const accounting::Staging staging = accounting::reduceScatterStaging(
+      numel, numElements(r), fsdp_rt_dtype_size(dtype), isHalf(dtype), outer);
   const char *src = static_cast<const char *>(x->data);
   Staging wide;
-  if (isHalf(dtype)) {
-    wide = Staging(size_t(numel) * 4);
+  if (staging.widen) {
+    wide = Staging(size_t(staging.widen));
     fsdp::rt::toFloat(dtype, x->data, numel,
                       reinterpret_cast<float *>(wide.get()));
     src = wide.get();
   }
-  int64_t outer = product(r.dims, dim);
-  if (outer > 1) {
-    f->send = Staging(size_t(numel) * esize);
+  if (staging.send) {
+    f->send = Staging(size_t(staging.send));
     swapBlocks(src, f->send.get(), outer, g.size,
                int64_t(numel * esize) / (outer * g.size));
     src = f->send.get();
@@ -273,8 +283,8 @@ fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
   }
   int64_t count = numElements(r);
   void *dst = f->result->data;
-  if (isHalf(dtype)) {
-    f->recv = Staging(size_t(count) * 4);
+  if (staging.recv) {
+    f->recv = Staging(size_t(staging.recv));
     dst = f->recv.get();
   }
   int n = g.size;
@@ -302,13 +312,16 @@ fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
   checkScaledDim(op, r, x->type, -1, 1);
   fsdp_rt_dtype dtype = x->type.dtype;
   int64_t count = numElements(x->type);
-  fsdp_rt_count_collective(FSDP_RT_ALL_REDUCE, axis_mask,
-                           2 * byteSize(x->type) * (g.size - 1) / g.size);
+  fsdp_rt_count_collective(
+      FSDP_RT_ALL_REDUCE, axis_mask,
+      accounting::bytesSent(Collective::AllReduce, byteSize(x->type), g.size));
   const void *src = x->data;
   void *dst = f->result->data;
-  if (isHalf(dtype)) {
-    f->send = Staging(size_t(count) * 4);
-    f->recv = Staging(size_t(count) * 4);
+  if (accounting::Staging s =
+          accounting::allReduceStaging(count, isHalf(dtype));
+      s.send) {
+    f->send = Staging(size_t(s.send));
+    f->recv = Staging(size_t(s.recv));
     fsdp::rt::toFloat(dtype, x->data, count,
                       reinterpret_cast<float *>(f->send.get()));
     src = f->send.ptr;
@@ -348,20 +361,24 @@ fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
   want.dims[concat_dim] *= n;
   checkScaledDim(op, r, want, -1, 1);
   int64_t bytes = byteSize(in), blockBytes = bytes / n;
-  fsdp_rt_count_collective(FSDP_RT_ALL_TO_ALL, axis_mask, bytes * (n - 1) / n);
+  fsdp_rt_count_collective(
+      FSDP_RT_ALL_TO_ALL, axis_mask,
+      accounting::bytesSent(Collective::AllToAll, bytes, n));
   // Send side: [outer, n, piece] along split_dim -> [n, outer, piece].
   const char *src = static_cast<const char *>(x->data);
   int64_t outer = product(in.dims, split_dim);
-  if (outer > 1 && blockBytes) {
-    f->send = Staging(size_t(bytes));
+  int64_t outerRecv = product(block.dims, concat_dim);
+  const accounting::Staging staging =
+      accounting::allToAllStaging(bytes, n, outer, outerRecv);
+  if (staging.send) {
+    f->send = Staging(size_t(staging.send));
     swapBlocks(src, f->send.get(), outer, n, blockBytes / outer);
     src = f->send.get();
   }
   // Receive side: [n, outer, piece] -> [outer, n, piece] along concat_dim.
   char *dst = static_cast<char *>(f->result->data);
-  int64_t outerRecv = product(block.dims, concat_dim);
-  if (outerRecv > 1 && blockBytes) {
-    f->recv = Staging(size_t(bytes));
+  if (staging.recv) {
+    f->recv = Staging(size_t(staging.recv));
     dst = f->recv.get();
     int64_t piece = blockBytes / outerRecv;
     f->finish = [n, outerRecv, piece](fsdp_future &f) {
@@ -382,7 +399,9 @@ fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
   fsdp_future *f = begin(op, r, x, axis_mask);
   checkScaledDim(op, r, x->type, -1, 1);
   int64_t bytes = byteSize(x->type), n = g.size;
-  fsdp_rt_count_collective(FSDP_RT_PERMUTE, axis_mask, bytes);
+  fsdp_rt_count_collective(
+      FSDP_RT_PERMUTE, axis_mask,
+      accounting::bytesSent(Collective::Permute, bytes, n));
   int64_t shift = ((offset % n) + n) % n;
   int to = int((g.rank + shift) % n), from = int((g.rank - shift + n) % n);
   int count = checkedCount(op, bytes);
@@ -406,7 +425,9 @@ fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
     fail(op, "root " + std::to_string(root) + " is not in a group of " +
                  std::to_string(g.size));
   int64_t bytes = byteSize(x->type);
-  fsdp_rt_count_collective(FSDP_RT_BROADCAST, axis_mask, bytes);
+  fsdp_rt_count_collective(
+      FSDP_RT_BROADCAST, axis_mask,
+      accounting::bytesSent(Collective::Broadcast, bytes, g.size));
   if (g.rank == root)
     std::memcpy(f->result->data, x->data, size_t(bytes));
   MPI_Ibcast(f->result->data, checkedCount(op, bytes), MPI_BYTE, int(root),

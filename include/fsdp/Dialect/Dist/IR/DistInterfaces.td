@@ -14,8 +14,8 @@ def Dist_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
   let cppNamespace = "::fsdp::dist";
   let description = [{
     A collective over a group of ranks: those that share their coordinates
-    on every mesh axis except `mesh_axes`. Passes (scheduling, accounting,
-    the same-sequence check) treat all collectives alike through this
+    on every mesh axis except `mesh_axes`. The communication and memory
+    reports and the lowering treat all collectives alike through this
     interface.
   }];
   let methods = [

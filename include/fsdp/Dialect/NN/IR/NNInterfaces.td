@@ -62,4 +62,26 @@ def NN_ShardRuleOpInterface : OpInterface<"ShardRuleOpInterface"> {
   ];
 }
 
+def NN_GradientOpInterface : OpInterface<"GradientOpInterface"> {
+  let cppNamespace = "::fsdp::nn";
+  let description = [{
+    An op that reverse-mode differentiation can go through: given the
+    gradients of its results (`grads.grad(result)`, null where none reached
+    it), the rule builds the gradients of the operands that need one and
+    adds them with `grads.accumulate`. The rule lives with the op, as its
+    shape and shard rules do; `differentiate` (Gradient.h) runs the rules
+    from the last op to the first. The dist dialect's collectives implement
+    it as external models (`registerDistGradientModels`).
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Builds the operands' gradients from the results' at the builder's
+        insertion point; emits an error at the op and fails when the op, as
+        configured, has no gradient.
+      }],
+      "::llvm::LogicalResult", "buildGradient",
+      (ins "::fsdp::nn::GradientBuilder &":$grads)>,
+  ];
+}
+
 #endif // FSDP_DIALECT_NN_IR_NNINTERFACES_TD

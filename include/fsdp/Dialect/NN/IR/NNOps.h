@@ -62,6 +62,9 @@ mlir::Operation *createWithShapeRule(mlir::OpBuilder &builder,
                                      mlir::OperationName name,
                                      mlir::ValueRange operands,
                                      mlir::DictionaryAttr attributes);
+
+/// The state gradient rules work on (Gradient.h).
+class GradientBuilder;
 } // namespace fsdp::nn
 
 #include "fsdp/Dialect/NN/IR/NNInterfaces.h.inc"

@@ -22,6 +22,9 @@ def NN_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
 def NN_IndexTensor : RankedTensorOf<[I32, I64]>;
 def NN_AnyTensor : RankedTensorOf<[F32, BF16, F16, I32, I64]>;
 
+/// An op with a gradient rule (GradientOpInterface, NNGradientRules.cpp).
+defvar NN_Differentiable = DeclareOpInterfaceMethods<NN_GradientOpInterface>;
+
 /// The module path an op came from; tensor-parallel plans match on it.
 defvar NN_Path = (ins OptionalAttr<StrAttr>:$path);
 
@@ -79,7 +82,7 @@ class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
 // Embedding and linear algebra
 //===----------------------------------------------------------------------===//
 
-def NN_EmbeddingOp : NN_Op<"embedding", [
+def NN_EmbeddingOp : NN_Op<"embedding", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Table lookup: rows of `table` selected by integer ids";
   let description = [{
@@ -106,7 +109,7 @@ def NN_EmbeddingOp : NN_Op<"embedding", [
   }];
 }
 
-def NN_LinearOp : NN_Op<"linear", [
+def NN_LinearOp : NN_Op<"linear", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "PyTorch `nn.Linear`: `input · weightᵀ + bias`";
   let description = [{
@@ -127,7 +130,7 @@ def NN_LinearOp : NN_Op<"linear", [
   }];
 }
 
-def NN_MatmulOp : NN_Op<"matmul", [
+def NN_MatmulOp : NN_Op<"matmul", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Matrix product of a batch of rows with one matrix";
   let description = [{
@@ -144,7 +147,7 @@ def NN_MatmulOp : NN_Op<"matmul", [
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_BatchMatmulOp : NN_Op<"batch_matmul"> {
+def NN_BatchMatmulOp : NN_Op<"batch_matmul", [NN_Differentiable]> {
   let summary = "Batched matrix product with equal batch dimensions";
   let description = [{
     `lhs` is `[b..., M, K]`, `rhs` `[b..., K, N]` with the same rank (>= 3)
@@ -163,32 +166,32 @@ def NN_BatchMatmulOp : NN_Op<"batch_matmul"> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-def NN_AddOp : NN_BinaryOp<"add", [Commutative]> {
+def NN_AddOp : NN_BinaryOp<"add", [NN_Differentiable, Commutative]> {
   let summary = "Elementwise sum with NumPy trailing-dimension broadcast";
 }
-def NN_SubOp : NN_BinaryOp<"sub"> {
+def NN_SubOp : NN_BinaryOp<"sub", [NN_Differentiable]> {
   let summary = "Elementwise difference with NumPy trailing-dimension broadcast";
 }
-def NN_MulOp : NN_BinaryOp<"mul", [Commutative]> {
+def NN_MulOp : NN_BinaryOp<"mul", [NN_Differentiable, Commutative]> {
   let summary = "Elementwise product with NumPy trailing-dimension broadcast";
 }
 
-def NN_NegOp : NN_UnaryOp<"neg"> {
+def NN_NegOp : NN_UnaryOp<"neg", [NN_Differentiable]> {
   let summary = "Elementwise negation";
 }
 
-def NN_ScaleOp : NN_SameTypeOp<"scale"> {
+def NN_ScaleOp : NN_SameTypeOp<"scale", [NN_Differentiable]> {
   let summary = "Multiplication by a constant: `input · factor`";
   let arguments = !con((ins NN_FloatTensor:$input, F64Attr:$factor), NN_Path);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
-def NN_SiluOp : NN_UnaryOp<"silu"> {
+def NN_SiluOp : NN_UnaryOp<"silu", [NN_Differentiable]> {
   let summary = "SiLU / swish: `x · sigmoid(x)`";
 }
 
-def NN_GeluOp : NN_SameTypeOp<"gelu"> {
+def NN_GeluOp : NN_SameTypeOp<"gelu", [NN_Differentiable]> {
   let summary = "GELU, exact (`erf`) or with the `tanh` approximation";
   let arguments = !con((ins NN_FloatTensor:$input,
                             DefaultValuedStrAttr<StrAttr, "none">:$approximate),
@@ -202,7 +205,7 @@ def NN_GeluOp : NN_SameTypeOp<"gelu"> {
 // Normalization, rotary embedding, attention, softmax
 //===----------------------------------------------------------------------===//
 
-def NN_RMSNormOp : NN_Op<"rms_norm", [
+def NN_RMSNormOp : NN_Op<"rms_norm", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "RMS norm over the last dim: `x / sqrt(mean(x²) + eps) · weight`";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
@@ -212,7 +215,7 @@ def NN_RMSNormOp : NN_Op<"rms_norm", [
       "$input `,` $weight attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_LayerNormOp : NN_Op<"layer_norm", [
+def NN_LayerNormOp : NN_Op<"layer_norm", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Layer norm over the last dim with weight and optional bias";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
@@ -224,7 +227,7 @@ def NN_LayerNormOp : NN_Op<"layer_norm", [
   }];
 }
 
-def NN_RotaryOp : NN_Op<"rotary", [
+def NN_RotaryOp : NN_Op<"rotary", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Rotary position embedding (rotate-half convention)";
   let description = [{
@@ -248,7 +251,7 @@ def NN_RotaryOp : NN_Op<"rotary", [
       "$input `,` $positions attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_AttentionOp : NN_Op<"attention", [
+def NN_AttentionOp : NN_Op<"attention", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
   let description = [{
@@ -274,7 +277,7 @@ def NN_AttentionOp : NN_Op<"attention", [
   }];
 }
 
-def NN_SoftmaxOp : NN_SameTypeOp<"softmax"> {
+def NN_SoftmaxOp : NN_SameTypeOp<"softmax", [NN_Differentiable]> {
   let summary = "Softmax along `dim` (negative counts from the end)";
   let arguments = !con((ins NN_FloatTensor:$input, I64Attr:$dim), NN_Path);
   let results = (outs NN_FloatTensor:$result);
@@ -286,7 +289,7 @@ def NN_SoftmaxOp : NN_SameTypeOp<"softmax"> {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def NN_ReshapeOp : NN_Op<"reshape", [
+def NN_ReshapeOp : NN_Op<"reshape", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Reinterpret a tensor with another static shape";
   let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$shape),
@@ -296,7 +299,7 @@ def NN_ReshapeOp : NN_Op<"reshape", [
       "$input `to` $shape attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_TransposeOp : NN_Op<"transpose", [
+def NN_TransposeOp : NN_Op<"transpose", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Permute dimensions: result dim `i` is input dim `perm[i]`";
   let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$perm),
@@ -306,7 +309,7 @@ def NN_TransposeOp : NN_Op<"transpose", [
       "$input `perm` $perm attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_SliceOp : NN_Op<"slice", [
+def NN_SliceOp : NN_Op<"slice", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "The range `[start, start + size)` of one dimension";
   let arguments = !con((ins NN_AnyTensor:$input, I64Attr:$dim, I64Attr:$start,
@@ -317,7 +320,7 @@ def NN_SliceOp : NN_Op<"slice", [
   }];
 }
 
-def NN_SplitOp : NN_Op<"split", [
+def NN_SplitOp : NN_Op<"split", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Cut one dimension into consecutive pieces of the given sizes";
   let arguments = !con((ins NN_AnyTensor:$input, I64Attr:$dim,
@@ -328,7 +331,7 @@ def NN_SplitOp : NN_Op<"split", [
   }];
 }
 
-def NN_ConcatOp : NN_Op<"concat", [
+def NN_ConcatOp : NN_Op<"concat", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Join tensors along one dimension";
   let arguments = !con((ins Variadic<NN_AnyTensor>:$inputs, I64Attr:$dim),
@@ -339,7 +342,7 @@ def NN_ConcatOp : NN_Op<"concat", [
   }];
 }
 
-def NN_CastOp : NN_Op<"cast", [
+def NN_CastOp : NN_Op<"cast", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Convert a float tensor to another float element type";
   let arguments = !con((ins NN_FloatTensor:$input, TypeAttr:$dtype), NN_Path);
@@ -382,7 +385,8 @@ def NN_ReduceMaxOp : NN_Op<"reduce_max"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_CrossEntropyPartialOp : NN_Op<"cross_entropy_partial"> {
+def NN_CrossEntropyPartialOp
+    : NN_Op<"cross_entropy_partial", [NN_Differentiable]> {
   let summary = "One vocabulary block's part of a cross-entropy";
   let description = [{
     `logits` `[..., V]` is block `shard_index` of vocabulary-sharded logits
@@ -408,7 +412,8 @@ def NN_CrossEntropyPartialOp : NN_Op<"cross_entropy_partial"> {
   }];
 }
 
-def NN_CrossEntropyCombineOp : NN_Op<"cross_entropy_combine"> {
+def NN_CrossEntropyCombineOp
+    : NN_Op<"cross_entropy_combine", [NN_Differentiable]> {
   let summary = "Cross-entropy from summed vocabulary-block parts";
   let description = [{
     `sum_exp` and `target` `[...]` are the sums over the vocabulary blocks

@@ -1,0 +1,96 @@
+//===- Accounting.h - What a collective sends and stages --------*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// One definition of the bytes a collective sends and the staging buffers it
+// allocates, read by the runtime (which counts and allocates by it) and by
+// the compiler's communication and memory reports (which predict by it), so
+// the two cannot drift apart. Plain C++17, no dependencies.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_RUNTIME_ACCOUNTING_H
+#define FSDP_RUNTIME_ACCOUNTING_H
+
+#include <cstdint>
+
+namespace fsdp::accounting {
+
+enum class Collective {
+  AllGather,
+  ReduceScatter,
+  AllReduce,
+  AllToAll,
+  Permute,
+  Broadcast
+};
+
+/// The bytes one rank sends in a collective over `n` ranks whose input is
+/// `inputBytes`, by the ring convention: an all_gather sends its input to
+/// n - 1 peers, a reduce_scatter and an all_to_all (n - 1)/n of it, an
+/// all_reduce 2(n - 1)/n, a permute and a broadcast all of it.
+constexpr int64_t bytesSent(Collective kind, int64_t inputBytes, int64_t n) {
+  switch (kind) {
+  case Collective::AllGather:
+    return inputBytes * (n - 1);
+  case Collective::ReduceScatter:
+  case Collective::AllToAll:
+    return inputBytes * (n - 1) / n;
+  case Collective::AllReduce:
+    return 2 * inputBytes * (n - 1) / n;
+  case Collective::Permute:
+  case Collective::Broadcast:
+    return inputBytes;
+  }
+  return 0;
+}
+
+/// The buffers a collective allocates while it runs, in bytes (0: none):
+/// 16-bit floats are widened to f32 to be reduced, and blocks that are not
+/// contiguous along the gathered or scattered dim go through a copy.
+struct Staging {
+  int64_t widen = 0, send = 0, recv = 0;
+  constexpr int64_t total() const { return widen + send + recv; }
+};
+
+/// all_gather with a result of `resultBytes` whose gather dim has `outer`
+/// elements before it: blocks arrive as [n, outer, piece] and are
+/// rearranged from a receive buffer.
+constexpr Staging allGatherStaging(int64_t resultBytes, int64_t outer) {
+  return {0, 0, outer > 1 ? resultBytes : 0};
+}
+
+/// reduce_scatter of `inputNumel` elements of `elementBytes` each (`half`:
+/// a 16-bit float) to `resultNumel`, with `outer` result elements before
+/// the scatter dim: a widened copy, a rearranged send buffer, and an f32
+/// receive buffer for 16-bit floats.
+constexpr Staging reduceScatterStaging(int64_t inputNumel, int64_t resultNumel,
+                                       int64_t elementBytes, bool half,
+                                       int64_t outer) {
+  return {half ? inputNumel * 4 : 0,
+          outer > 1 ? inputNumel * (half ? 4 : elementBytes) : 0,
+          half ? resultNumel * 4 : 0};
+}
+
+/// all_reduce of `numel` elements: f32 send and receive buffers for 16-bit
+/// floats.
+constexpr Staging allReduceStaging(int64_t numel, bool half) {
+  return {0, half ? numel * 4 : 0, half ? numel * 4 : 0};
+}
+
+/// all_to_all of `bytes` in `n` blocks, with `outerSend` elements before the
+/// split dim and `outerReceive` before the concat dim (of one block):
+/// rearranged send and receive buffers.
+constexpr Staging allToAllStaging(int64_t bytes, int64_t n, int64_t outerSend,
+                                  int64_t outerReceive) {
+  bool blocks = bytes / n > 0;
+  return {0, outerSend > 1 && blocks ? bytes : 0,
+          outerReceive > 1 && blocks ? bytes : 0};
+}
+
+} // namespace fsdp::accounting
+
+#endif // FSDP_RUNTIME_ACCOUNTING_H

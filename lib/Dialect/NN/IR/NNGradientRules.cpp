@@ -1,0 +1,338 @@
+//===- NNGradientRules.cpp - Reverse-mode rules of the nn ops -------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// GradientOpInterface: for each op, the gradients of its operands from the
+// gradients of its results. `differentiate` (Gradient.cpp) calls a rule only
+// when some result has a gradient.
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/NN/IR/Gradient.h"
+
+using namespace mlir;
+using namespace fsdp::nn;
+
+namespace {
+/// `dim` in [0, rank).
+int64_t positiveDim(int64_t dim, int64_t rank) {
+  return dim < 0 ? dim + rank : dim;
+}
+
+/// The gradient of the part [start, start + size) of `dim` of a tensor of
+/// type `whole`: `g` padded with zeros around it.
+Value padInto(GradientBuilder &grads, Value g, RankedTensorType whole,
+              int64_t dim, int64_t start, int64_t size) {
+  return grads.value<PadOp>(
+      {g}, {grads.i64("dim", dim), grads.i64("before", start),
+            grads.i64("after", whole.getDimSize(dim) - start - size)});
+}
+
+/// Accumulates the operand gradients of a backward op `g` (null after an
+/// error): result i is the gradient of `operands[i]`.
+LogicalResult accumulateResults(GradientBuilder &grads, Operation *g,
+                                ValueRange operands) {
+  if (!g)
+    return failure();
+  for (auto [operand, result] : llvm::zip(operands, g->getResults()))
+    grads.accumulate(operand, result);
+  return success();
+}
+
+/// An elementwise op with a pointwise derivative: `dx = BackwardOp(x, dy)`.
+template <typename BackwardOp>
+LogicalResult pointwise(GradientBuilder &grads, Value x, Value dy,
+                        ArrayRef<NamedAttribute> attrs = {}) {
+  if (grads.needsGrad(x))
+    grads.accumulate(x, grads.value<BackwardOp>({x, dy}, attrs));
+  return success();
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::buildGradient(GradientBuilder &grads) {
+  if (!grads.needsGrad(getTable()))
+    return success();
+  SmallVector<Value> operands = {getIds(), grads.grad(getResult())};
+  if (Value index = getShardIndex())
+    operands.push_back(index);
+  grads.accumulate(
+      getTable(),
+      grads.value<EmbeddingGradOp>(
+          operands,
+          {grads.i64("num_embeddings", getTable().getType().getDimSize(0))}));
+  return success();
+}
+
+LogicalResult LinearOp::buildGradient(GradientBuilder &grads) {
+  Value x = getInput(), w = getWeight(), bias = getBias();
+  Value dy = grads.grad(getResult());
+  if (grads.needsGrad(x))
+    grads.accumulate(x, grads.value<MatmulOp>({dy, w}));
+  if (grads.needsGrad(w))
+    grads.accumulate(w, grads.value<MatmulOp>({grads.rows(dy), grads.rows(x)},
+                                              {grads.unit("transpose_a")}));
+  if (grads.needsGrad(bias))
+    grads.accumulate(bias, grads.sumTo(dy, bias.getType()));
+  return success();
+}
+
+/// C = A · op(B): dA = dC · op(B)ᵀ, d op(B) = Aᵀ · dC, for `nn.matmul`
+/// (over all rows) and `nn.batch_matmul` (per batch).
+template <typename OpTy>
+static LogicalResult matmulGradient(OpTy op, GradientBuilder &grads,
+                                    bool flatten) {
+  if (op.getTransposeA())
+    return op.emitOpError("with transpose_a has no gradient rule yet");
+  Value a = op.getLhs(), b = op.getRhs(), dy = grads.grad(op.getResult());
+  bool tb = op.getTransposeB();
+  NamedAttribute ta = grads.unit("transpose_a");
+  if (grads.needsGrad(a))
+    grads.accumulate(
+        a, tb ? grads.value<OpTy>({dy, b})
+              : grads.value<OpTy>({dy, b}, {grads.unit("transpose_b")}));
+  if (grads.needsGrad(b)) {
+    Value a2 = flatten ? grads.rows(a) : a;
+    Value dy2 = flatten ? grads.rows(dy) : dy;
+    grads.accumulate(b, tb ? grads.value<OpTy>({dy2, a2}, {ta})
+                           : grads.value<OpTy>({a2, dy2}, {ta}));
+  }
+  return success();
+}
+
+LogicalResult MatmulOp::buildGradient(GradientBuilder &grads) {
+  return matmulGradient(*this, grads, /*flatten=*/true);
+}
+
+LogicalResult BatchMatmulOp::buildGradient(GradientBuilder &grads) {
+  return matmulGradient(*this, grads, /*flatten=*/false);
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+LogicalResult AddOp::buildGradient(GradientBuilder &grads) {
+  Value dy = grads.grad(getResult());
+  grads.accumulate(getLhs(), grads.sumTo(dy, getLhs().getType()));
+  grads.accumulate(getRhs(), grads.sumTo(dy, getRhs().getType()));
+  return success();
+}
+
+LogicalResult SubOp::buildGradient(GradientBuilder &grads) {
+  Value dy = grads.grad(getResult());
+  grads.accumulate(getLhs(), grads.sumTo(dy, getLhs().getType()));
+  if (grads.needsGrad(getRhs()))
+    grads.accumulate(getRhs(),
+                     grads.value<NegOp>({grads.sumTo(dy, getRhs().getType())}));
+  return success();
+}
+
+LogicalResult MulOp::buildGradient(GradientBuilder &grads) {
+  Value dy = grads.grad(getResult());
+  if (grads.needsGrad(getLhs()))
+    grads.accumulate(getLhs(), grads.sumTo(grads.value<MulOp>({dy, getRhs()}),
+                                           getLhs().getType()));
+  if (grads.needsGrad(getRhs()))
+    grads.accumulate(getRhs(), grads.sumTo(grads.value<MulOp>({dy, getLhs()}),
+                                           getRhs().getType()));
+  return success();
+}
+
+LogicalResult NegOp::buildGradient(GradientBuilder &grads) {
+  if (grads.needsGrad(getInput()))
+    grads.accumulate(getInput(), grads.value<NegOp>({grads.grad(getResult())}));
+  return success();
+}
+
+LogicalResult ScaleOp::buildGradient(GradientBuilder &grads) {
+  if (grads.needsGrad(getInput()))
+    grads.accumulate(getInput(), grads.value<ScaleOp>(
+                                     {grads.grad(getResult())},
+                                     {grads.attr("factor", getFactorAttr())}));
+  return success();
+}
+
+LogicalResult SiluOp::buildGradient(GradientBuilder &grads) {
+  return pointwise<SiluGradOp>(grads, getInput(), grads.grad(getResult()));
+}
+
+LogicalResult GeluOp::buildGradient(GradientBuilder &grads) {
+  return pointwise<GeluGradOp>(
+      grads, getInput(), grads.grad(getResult()),
+      {grads.attr("approximate", getApproximateAttr())});
+}
+
+LogicalResult CastOp::buildGradient(GradientBuilder &grads) {
+  if (grads.needsGrad(getInput()))
+    grads.accumulate(getInput(),
+                     grads.castTo(grads.grad(getResult()),
+                                  getInput().getType().getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization, rotary embedding, attention, softmax
+//===----------------------------------------------------------------------===//
+
+LogicalResult RMSNormOp::buildGradient(GradientBuilder &grads) {
+  Operation *g = grads.create<RMSNormGradOp>(
+      {getInput(), getWeight(), grads.grad(getResult())},
+      {grads.attr("eps", getEpsAttr())});
+  return accumulateResults(grads, g, {getInput(), getWeight()});
+}
+
+LogicalResult LayerNormOp::buildGradient(GradientBuilder &grads) {
+  Operation *g = grads.create<LayerNormGradOp>(
+      {getInput(), getWeight(), grads.grad(getResult())},
+      {grads.attr("eps", getEpsAttr())});
+  return accumulateResults(grads, g, {getInput(), getWeight(), getBias()});
+}
+
+LogicalResult RotaryOp::buildGradient(GradientBuilder &grads) {
+  // A rotation's transpose is the inverse rotation.
+  if (!grads.needsGrad(getInput()))
+    return success();
+  SmallVector<NamedAttribute> attrs = {
+      grads.attr("theta", getThetaAttr()),
+      grads.attr("attention_scaling", getAttentionScalingAttr())};
+  if (getInvFreqAttr())
+    attrs.push_back(grads.attr("inv_freq", getInvFreqAttr()));
+  if (!getInverse())
+    attrs.push_back(grads.unit("inverse"));
+  grads.accumulate(
+      getInput(),
+      grads.value<RotaryOp>({grads.grad(getResult()), getPositions()}, attrs));
+  return success();
+}
+
+LogicalResult AttentionOp::buildGradient(GradientBuilder &grads) {
+  SmallVector<NamedAttribute> attrs;
+  for (StringRef name : {"causal", "sliding_window", "scale"})
+    if (Attribute a = (*this)->getAttr(name))
+      attrs.push_back(grads.attr(name, a));
+  Operation *g = grads.create<AttentionGradOp>(
+      {getQuery(), getKey(), getValue(), grads.grad(getResult())}, attrs);
+  return accumulateResults(grads, g, {getQuery(), getKey(), getValue()});
+}
+
+LogicalResult SoftmaxOp::buildGradient(GradientBuilder &grads) {
+  if (grads.needsGrad(getInput()))
+    grads.accumulate(getInput(), grads.value<SoftmaxGradOp>(
+                                     {getResult(), grads.grad(getResult())},
+                                     {grads.attr("dim", getDimAttr())}));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+LogicalResult CrossEntropyPartialOp::buildGradient(GradientBuilder &grads) {
+  // The shift gets no gradient: it cancels out of the loss.
+  if (!grads.needsGrad(getLogits()))
+    return success();
+  auto perPosition = tensorOf(getSumExp());
+  Value dSum = grads.grad(getSumExp());
+  Value dTarget = grads.grad(getTarget());
+  if (!dSum)
+    dSum = grads.fill(0.0, perPosition);
+  if (!dTarget)
+    dTarget = grads.fill(0.0, perPosition);
+  SmallVector<NamedAttribute> attrs = {
+      grads.attr("ignore_index", getIgnoreIndexAttr())};
+  if (getNumClassesAttr())
+    attrs.push_back(grads.attr("num_classes", getNumClassesAttr()));
+  grads.accumulate(getLogits(), grads.value<CrossEntropyPartialGradOp>(
+                                    {getLogits(), getLabels(), getShift(),
+                                     getShardIndex(), dSum, dTarget},
+                                    attrs));
+  return success();
+}
+
+LogicalResult CrossEntropyCombineOp::buildGradient(GradientBuilder &grads) {
+  Operation *g = grads.create<CrossEntropyCombineGradOp>(
+      {getSumExp(), getLabels(), grads.grad(getResult())},
+      {grads.attr("ignore_index", getIgnoreIndexAttr()),
+       grads.attr("reduction", getReductionAttr())});
+  return accumulateResults(grads, g, {getSumExp(), getTarget()});
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::buildGradient(GradientBuilder &grads) {
+  grads.accumulate(getInput(), grads.reshape(grads.grad(getResult()),
+                                             getInput().getType().getShape()));
+  return success();
+}
+
+LogicalResult TransposeOp::buildGradient(GradientBuilder &grads) {
+  if (!grads.needsGrad(getInput()))
+    return success();
+  SmallVector<int64_t> inverse(getPerm().size());
+  for (auto [i, p] : llvm::enumerate(getPerm()))
+    inverse[p] = i;
+  grads.accumulate(getInput(),
+                   grads.value<TransposeOp>({grads.grad(getResult())},
+                                            {grads.ints("perm", inverse)}));
+  return success();
+}
+
+LogicalResult SliceOp::buildGradient(GradientBuilder &grads) {
+  if (!grads.needsGrad(getInput()))
+    return success();
+  RankedTensorType in = getInput().getType();
+  grads.accumulate(getInput(), padInto(grads, grads.grad(getResult()), in,
+                                       positiveDim(getDim(), in.getRank()),
+                                       static_cast<int64_t>(getStart()),
+                                       static_cast<int64_t>(getSize())));
+  return success();
+}
+
+LogicalResult SplitOp::buildGradient(GradientBuilder &grads) {
+  if (!grads.needsGrad(getInput()))
+    return success();
+  RankedTensorType in = getInput().getType();
+  int64_t dim = positiveDim(getDim(), in.getRank());
+  // Every part has a gradient (an FSDP unit's parameters): one concat.
+  SmallVector<Value> parts;
+  for (Value result : getResults())
+    if (Value g = grads.grad(result))
+      parts.push_back(g);
+  if (parts.size() == getNumResults() && parts.size() > 1) {
+    grads.accumulate(getInput(),
+                     grads.value<ConcatOp>(parts, {grads.i64("dim", dim)}));
+    return success();
+  }
+  int64_t start = 0;
+  for (auto [result, size] : llvm::zip(getResults(), getSizes())) {
+    if (Value g = grads.grad(result))
+      grads.accumulate(getInput(), padInto(grads, g, in, dim, start, size));
+    start += size;
+  }
+  return success();
+}
+
+LogicalResult ConcatOp::buildGradient(GradientBuilder &grads) {
+  int64_t dim = positiveDim(getDim(), tensorOf(getResult()).getRank());
+  Value dy = grads.grad(getResult());
+  int64_t start = 0;
+  for (Value input : getInputs()) {
+    int64_t size = tensorOf(input).getDimSize(dim);
+    if (grads.needsGrad(input))
+      grads.accumulate(input,
+                       grads.value<SliceOp>({dy}, {grads.i64("dim", dim),
+                                                   grads.i64("start", start),
+                                                   grads.i64("size", size)}));
+    start += size;
+  }
+  return success();
+}

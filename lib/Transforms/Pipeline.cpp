@@ -1,0 +1,69 @@
+//===- Pipeline.cpp - The compile pipeline, as one registered pass --------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Transforms/Pipeline.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+LogicalResult fsdp::buildPipeline(OpPassManager &pm,
+                                  const PipelineOptions &options) {
+  if (options.isParallel()) {
+    TPPlanPassOptions plan;
+    plan.config = options.config;
+    plan.worldSize = options.worldSize;
+    plan.tp = options.tp;
+    plan.sequenceParallel = options.sequenceParallel;
+    plan.strictPlan = options.strictPlan;
+    if (options.report)
+      plan.report = "-";
+    pm.addPass(createTPPlanPass(plan));
+    pm.addPass(createPartitionPass());
+    FSDPShardPassOptions shard;
+    shard.vocabUnits = options.vocabUnits;
+    pm.addPass(createFSDPShardPass(shard));
+  }
+  if (!options.step.empty() &&
+      failed(parsePassPipeline(options.step, pm, llvm::errs())))
+    return failure();
+  if (options.report) {
+    pm.addPass(createCommReportPass());
+    pm.addPass(createMemoryReportPass());
+  }
+  if (!options.reportJson.empty()) {
+    CommReportPassOptions json;
+    json.format = ReportFormat::Json;
+    json.output = options.reportJson;
+    pm.addPass(createCommReportPass(json));
+  }
+  if (options.lower)
+    pm.addPass(createLowerToRuntimePass());
+  return success();
+}
+
+void fsdp::registerPipeline() {
+  // Registered by hand rather than through PassPipelineRegistration, whose
+  // builder cannot fail: a `step` that does not parse must.
+  registerPassPipeline(
+      "fsdp-pipeline",
+      "Graph to per-rank program to runtime calls: fsdp-tp-plan, "
+      "fsdp-partition and fsdp-shard when a parallel option is given, the "
+      "`step` passes, the reports, fsdp-lower-to-runtime",
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        PipelineOptions options;
+        if (failed(options.parseFromString(text)))
+          return failure();
+        return buildPipeline(pm, options);
+      },
+      [](function_ref<void(const detail::PassOptions &)> describe) {
+        describe(PipelineOptions());
+      });
+}
