@@ -33,16 +33,16 @@ dist::ReductionKindAttr sumAttr(MLIRContext *context) {
   return dist::ReductionKindAttr::get(context, dist::ReductionKind::sum);
 }
 
-/// The result gradient of collective `op` when its input needs one; fails
-/// on an asynchronous collective (differentiation comes before scheduling).
-FailureOr<Value> collectiveGrad(dist::CollectiveOpInterface op,
-                                GradientBuilder &grads) {
-  if (op.isAsync())
-    return op->emitOpError("in its asynchronous form has no gradient rule; "
-                           "differentiate before scheduling");
-  if (!grads.needsGrad(op.getInput()))
-    return Value();
-  return grads.grad(op->getResult(0));
+/// Builds `OpTy` on `dy` with the shape of `input` and adds it to the
+/// gradient of `input`.
+template <typename OpTy, typename... Args>
+LogicalResult transposeInto(GradientBuilder &grads, Value input, Value dy,
+                            Args &&...args) {
+  grads.noteCreated();
+  grads.accumulate(input, OpTy::create(grads.getBuilder(), grads.getLoc(),
+                                       withElementsOf(dy, tensorOf(input)), dy,
+                                       std::forward<Args>(args)...));
+  return success();
 }
 
 /// Requires a sum reduction, the one whose transpose is a copy.
@@ -52,16 +52,21 @@ LogicalResult requireSum(Operation *op, dist::ReductionKind kind) {
   return op->emitOpError("with a non-sum reduction has no gradient rule");
 }
 
-/// A rule written as `Rule(op, resultGrad, grads)`, run when the input
-/// needs a gradient.
+/// A rule written as `Rule(op, resultGrad, grads)`, run when the op's
+/// input needs a gradient. An asynchronous collective has none:
+/// differentiation comes before scheduling.
 template <typename OpTy, LogicalResult (*Rule)(OpTy, Value, GradientBuilder &)>
-struct CollectiveGradient
-    : GradientOpInterface::ExternalModel<CollectiveGradient<OpTy, Rule>, OpTy> {
+struct InputGradient
+    : GradientOpInterface::ExternalModel<InputGradient<OpTy, Rule>, OpTy> {
   LogicalResult buildGradient(Operation *op, GradientBuilder &grads) const {
-    FailureOr<Value> dy = collectiveGrad(cast<OpTy>(op), grads);
-    if (failed(dy))
-      return failure();
-    return *dy ? Rule(cast<OpTy>(op), *dy, grads) : success();
+    if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
+        collective && collective.isAsync())
+      return op->emitOpError("in its asynchronous form has no gradient rule; "
+                             "differentiate before scheduling");
+    auto typed = cast<OpTy>(op);
+    if (!grads.needsGrad(typed.getInput()))
+      return success();
+    return Rule(typed, grads.grad(op->getResult(0)), grads);
   }
 };
 
@@ -72,17 +77,14 @@ LogicalResult allGatherRule(dist::AllGatherOp op, Value dy,
   if (const GradientBuilder::GatherHook &hook = grads.getGatherHook())
     if (!(dy = hook(op, dy)))
       return success();
+  if (op.getReplicatedGrad())
+    return transposeInto<dist::AllSliceOp>(grads, op.getInput(), dy,
+                                           op.getMeshAttr(), op.getMeshAxes(),
+                                           op.getGatherDimAttr());
   OpBuilder &b = grads.getBuilder();
   Value x = op.getInput();
   Type own = tensorOf(dy).getElementType();
   grads.noteCreated();
-  if (op.getReplicatedGrad()) {
-    grads.accumulate(x, dist::AllSliceOp::create(
-                            b, grads.getLoc(), withElementsOf(dy, tensorOf(x)),
-                            dy, op.getMeshAttr(), op.getMeshAxes(),
-                            op.getGatherDimAttr()));
-    return success();
-  }
   Value g = grads.toReduce(dy);
   auto rs = dist::ReduceScatterOp::create(
       b, grads.getLoc(), withElementsOf(g, tensorOf(x)), g, op.getMeshAttr(),
@@ -95,14 +97,9 @@ LogicalResult reduceScatterRule(dist::ReduceScatterOp op, Value dy,
                                 GradientBuilder &grads) {
   if (failed(requireSum(op, op.getReduction())))
     return failure();
-  grads.noteCreated();
-  grads.accumulate(
-      op.getInput(),
-      dist::AllGatherOp::create(grads.getBuilder(), grads.getLoc(),
-                                withElementsOf(dy, op.getInput().getType()), dy,
-                                op.getMeshAttr(), op.getMeshAxes(),
-                                op.getScatterDimAttr()));
-  return success();
+  return transposeInto<dist::AllGatherOp>(grads, op.getInput(), dy,
+                                          op.getMeshAttr(), op.getMeshAxes(),
+                                          op.getScatterDimAttr());
 }
 
 /// Megatron's g: the reduced value is replicated and so is its gradient;
@@ -117,84 +114,57 @@ LogicalResult allReduceRule(dist::AllReduceOp op, Value dy,
 
 LogicalResult allToAllRule(dist::AllToAllOp op, Value dy,
                            GradientBuilder &grads) {
-  grads.noteCreated();
-  grads.accumulate(
-      op.getInput(),
-      dist::AllToAllOp::create(grads.getBuilder(), grads.getLoc(),
-                               withElementsOf(dy, op.getInput().getType()), dy,
-                               op.getMeshAttr(), op.getMeshAxes(),
-                               op.getConcatDimAttr(), op.getSplitDimAttr()));
-  return success();
+  return transposeInto<dist::AllToAllOp>(
+      grads, op.getInput(), dy, op.getMeshAttr(), op.getMeshAxes(),
+      op.getConcatDimAttr(), op.getSplitDimAttr());
 }
 
 LogicalResult permuteRule(dist::PermuteOp op, Value dy,
                           GradientBuilder &grads) {
-  OpBuilder &b = grads.getBuilder();
-  grads.noteCreated();
-  grads.accumulate(
-      op.getInput(),
-      dist::PermuteOp::create(
-          b, grads.getLoc(), dy.getType(), dy, op.getMeshAttr(),
-          op.getMeshAxes(),
-          b.getI64IntegerAttr(-static_cast<int64_t>(op.getOffset()))));
-  return success();
+  return transposeInto<dist::PermuteOp>(
+      grads, op.getInput(), dy, op.getMeshAttr(), op.getMeshAxes(),
+      grads.getBuilder().getI64IntegerAttr(
+          -static_cast<int64_t>(op.getOffset())));
 }
 
 /// Each rank kept its block of a replicated value: the value's gradient is
 /// the blocks' gradients side by side.
-struct AllSliceGradient
-    : GradientOpInterface::ExternalModel<AllSliceGradient, dist::AllSliceOp> {
-  LogicalResult buildGradient(Operation *op, GradientBuilder &grads) const {
-    auto slice = cast<dist::AllSliceOp>(op);
-    if (!grads.needsGrad(slice.getInput()))
-      return success();
-    Value dy = grads.grad(slice.getResult());
-    grads.noteCreated();
-    grads.accumulate(slice.getInput(),
-                     dist::AllGatherOp::create(
-                         grads.getBuilder(), grads.getLoc(),
-                         withElementsOf(dy, slice.getInput().getType()), dy,
-                         slice.getMeshAttr(), slice.getMeshAxes(),
-                         slice.getSliceDimAttr()));
-    return success();
-  }
-};
+LogicalResult allSliceRule(dist::AllSliceOp op, Value dy,
+                           GradientBuilder &grads) {
+  return transposeInto<dist::AllGatherOp>(grads, op.getInput(), dy,
+                                          op.getMeshAttr(), op.getMeshAxes(),
+                                          op.getSliceDimAttr());
+}
 
 /// Megatron's f: the replicated input's gradient sums the ranks' parts.
-struct CopyGradient
-    : GradientOpInterface::ExternalModel<CopyGradient, dist::CopyOp> {
-  LogicalResult buildGradient(Operation *op, GradientBuilder &grads) const {
-    auto copy = cast<dist::CopyOp>(op);
-    if (!grads.needsGrad(copy.getInput()))
-      return success();
-    Value dy = grads.grad(copy.getResult());
-    Value g = grads.toReduce(dy);
-    OpBuilder &b = grads.getBuilder();
-    grads.noteCreated();
-    auto ar = dist::AllReduceOp::create(b, grads.getLoc(), g.getType(), g,
-                                        copy.getMeshAttr(), copy.getMeshAxes(),
-                                        sumAttr(b.getContext()));
-    grads.accumulate(
-        copy.getInput(),
-        grads.castTo(ar.getResult(), tensorOf(dy).getElementType()));
-    return success();
-  }
-};
+LogicalResult copyRule(dist::CopyOp op, Value dy, GradientBuilder &grads) {
+  Value g = grads.toReduce(dy);
+  OpBuilder &b = grads.getBuilder();
+  grads.noteCreated();
+  auto ar = dist::AllReduceOp::create(b, grads.getLoc(), g.getType(), g,
+                                      op.getMeshAttr(), op.getMeshAxes(),
+                                      sumAttr(b.getContext()));
+  grads.accumulate(op.getInput(),
+                   grads.castTo(ar.getResult(), tensorOf(dy).getElementType()));
+  return success();
+}
 } // namespace
 
 void fsdp::nn::registerDistGradientModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, dist::DistDialect *) {
     dist::AllGatherOp::attachInterface<
-        CollectiveGradient<dist::AllGatherOp, allGatherRule>>(*context);
+        InputGradient<dist::AllGatherOp, allGatherRule>>(*context);
     dist::ReduceScatterOp::attachInterface<
-        CollectiveGradient<dist::ReduceScatterOp, reduceScatterRule>>(*context);
+        InputGradient<dist::ReduceScatterOp, reduceScatterRule>>(*context);
     dist::AllReduceOp::attachInterface<
-        CollectiveGradient<dist::AllReduceOp, allReduceRule>>(*context);
+        InputGradient<dist::AllReduceOp, allReduceRule>>(*context);
     dist::AllToAllOp::attachInterface<
-        CollectiveGradient<dist::AllToAllOp, allToAllRule>>(*context);
+        InputGradient<dist::AllToAllOp, allToAllRule>>(*context);
     dist::PermuteOp::attachInterface<
-        CollectiveGradient<dist::PermuteOp, permuteRule>>(*context);
-    dist::AllSliceOp::attachInterface<AllSliceGradient>(*context);
-    dist::CopyOp::attachInterface<CopyGradient>(*context);
+        InputGradient<dist::PermuteOp, permuteRule>>(*context);
+    dist::AllSliceOp::attachInterface<
+        InputGradient<dist::AllSliceOp, allSliceRule>>(*context);
+    dist::CopyOp::attachInterface<InputGradient<dist::CopyOp, copyRule>>(
+        *context);
   });
 }
