@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "LayerSegments.h"
 #include "PassUtils.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
@@ -151,20 +152,23 @@ private:
 
 class Lowering {
 public:
-  Lowering(ModuleOp module, func::FuncOp entry)
-      : module(module), entry(entry), context(module.getContext()),
-        builder(context) {
+  Lowering(ModuleOp module, func::FuncOp entry, bool outlineLayers)
+      : module(module), entry(entry), outlineLayers(outlineLayers),
+        context(module.getContext()), builder(context) {
     programType = emitc::PointerType::get(
         emitc::OpaqueType::get(context, "fsdp_program"));
     tensorType =
         emitc::PointerType::get(emitc::OpaqueType::get(context, "fsdp_tensor"));
     futureType =
         emitc::PointerType::get(emitc::OpaqueType::get(context, "fsdp_future"));
+    frameType =
+        emitc::PointerType::get(emitc::OpaqueType::get(context, "fsdp_frame"));
   }
 
   LogicalResult run();
 
-  unsigned numOpCalls = 0, numReleases = 0;
+  unsigned numOpCalls = 0, numReleases = 0, numLayerFunctions = 0,
+           numLayerCalls = 0;
 
 private:
   LogicalResult collectMesh();
@@ -197,6 +201,10 @@ private:
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerCollective(dist::CollectiveOpInterface op);
   void emitReleases(Block &body);
+  /// Emits the call of `segment`'s function (first emitting the function,
+  /// from this instance, if it is the first).
+  LogicalResult emitSegmentCall(const Segment &segment);
+  LogicalResult emitSegmentFunction(const Segment &segment);
 
   /// Starts a call to `callee` with the program handle as first argument.
   Call call(StringRef callee) { return Call(context, callee).value(program); }
@@ -225,10 +233,18 @@ private:
 
   ModuleOp module;
   func::FuncOp entry;
+  bool outlineLayers;
   MLIRContext *context;
   OpBuilder builder;
-  Type programType, tensorType, futureType;
+  Type programType, tensorType, futureType, frameType;
   Value program;
+  /// The step function, and the layer functions emitted before it.
+  Operation *forwardFunc = nullptr;
+  DenseMap<unsigned, std::string> layerFunctions;
+  /// Handles whose reference a layer function takes over (the caller's
+  /// inputs that die there) or hands back (its outputs): not released where
+  /// they were made.
+  DenseSet<Value> transferred;
   dist::MeshOp mesh;
   llvm::StringMap<unsigned> axisIndex;
   llvm::SetVector<uint32_t> groups;
@@ -957,6 +973,8 @@ void Lowering::emitReleases(Block &body) {
       if (auto it = lastUse.find(operand); it != lastUse.end())
         it->second = &op;
   for (Value v : owned) {
+    if (transferred.contains(v))
+      continue;
     builder.setInsertionPointAfter(lastUse[v]);
     Call(context, "fsdp_release").value(v).emit(builder, v.getLoc());
     ++numReleases;
@@ -971,13 +989,28 @@ LogicalResult Lowering::emitForward(Location loc) {
   builder.setInsertionPointToEnd(body);
   program = body->getArgument(0);
 
+  forwardFunc = func;
   for (BlockArgument arg : entry.getArguments())
     mapping[arg] = call("fsdp_prog_arg")
                        .literal(intLiteral(arg.getArgNumber()))
                        .emit(builder, arg.getLoc(), tensorType);
-  for (Operation &op : entry.getBody().front())
+  SmallVector<Segment> segments;
+  if (outlineLayers)
+    segments = findLayerSegments(entry.getBody().front());
+  const Segment *next = segments.begin();
+  unsigned index = 0;
+  for (Operation &op : entry.getBody().front()) {
+    unsigned i = index++;
+    if (next != segments.end() && i >= next->begin) {
+      if (i == next->begin && failed(emitSegmentCall(*next)))
+        return failure();
+      if (i + 1 == next->end)
+        ++next;
+      continue;
+    }
     if (failed(lowerOp(&op)))
       return failure();
+  }
   auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
   for (auto [i, result] : llvm::enumerate(ret.getOperands()))
     call("fsdp_prog_result")
@@ -989,6 +1022,102 @@ LogicalResult Lowering::emitForward(Location loc) {
   // Releases go after their last use, which may be the final result call;
   // keep the return last.
   end->moveBefore(body, body->end());
+  return success();
+}
+
+LogicalResult Lowering::emitSegmentFunction(const Segment &segment) {
+  std::string name =
+      "fsdp_layer_function_" + std::to_string(layerFunctions.size());
+  Location loc = segment.inputs.empty() ? entry.getLoc()
+                                        : segment.outputs.front().getLoc();
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPoint(forwardFunc);
+  auto func = emitc::FuncOp::create(
+      builder, loc, name,
+      FunctionType::get(context, {programType, frameType}, {}));
+  func.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
+  Block *body = func.addEntryBlock();
+  builder.setInsertionPointToEnd(body);
+
+  // The function has its own handles: swap the caller's state out.
+  Value callerProgram = program;
+  DenseMap<Value, Value> callerMapping;
+  SmallVector<Value> callerOwned;
+  std::swap(mapping, callerMapping);
+  std::swap(owned, callerOwned);
+  program = body->getArgument(0);
+  Value frame = body->getArgument(1);
+  for (auto [i, input] : llvm::enumerate(segment.inputs)) {
+    Value v = Call(context, "fsdp_frame_get")
+                  .value(frame)
+                  .literal(intLiteral(i))
+                  .emit(builder, input.getLoc(), tensorType);
+    mapping[input] = v;
+    // An input whose last use is here is released here, as inline code
+    // would release it.
+    if (segment.inputDies[i])
+      owned.push_back(v);
+  }
+  Block &step = entry.getBody().front();
+  auto first = std::next(step.begin(), segment.begin);
+  auto last = std::next(step.begin(), segment.end);
+  LogicalResult result = success();
+  for (Operation &op : llvm::make_range(first, last))
+    if (failed(result = lowerOp(&op)))
+      break;
+  if (succeeded(result)) {
+    for (auto [i, output] : llvm::enumerate(segment.outputs)) {
+      Value v = lookup(output);
+      Call(context, "fsdp_frame_set")
+          .value(frame)
+          .literal(intLiteral(segment.inputs.size() + i))
+          .value(v)
+          .emit(builder, output.getLoc());
+      transferred.insert(v);
+    }
+    auto end = emitc::ReturnOp::create(builder, loc, Value());
+    emitReleases(*body);
+    end->moveBefore(body, body->end());
+  }
+  std::swap(mapping, callerMapping);
+  std::swap(owned, callerOwned);
+  program = callerProgram;
+  layerFunctions[segment.function] = name;
+  ++numLayerFunctions;
+  return result;
+}
+
+LogicalResult Lowering::emitSegmentCall(const Segment &segment) {
+  if (!layerFunctions.count(segment.function) &&
+      failed(emitSegmentFunction(segment)))
+    return failure();
+  Location loc = segment.outputs.empty() ? entry.getLoc()
+                                         : segment.outputs.front().getLoc();
+  int64_t slots = segment.inputs.size() + segment.outputs.size();
+  Value frame = call("fsdp_frame_new")
+                    .literal(intLiteral(slots))
+                    .emit(builder, loc, frameType);
+  for (auto [i, input] : llvm::enumerate(segment.inputs)) {
+    Value v = lookup(input);
+    Call(context, "fsdp_frame_set")
+        .value(frame)
+        .literal(intLiteral(i))
+        .value(v)
+        .emit(builder, loc);
+    if (segment.inputDies[i])
+      transferred.insert(v);
+  }
+  call(layerFunctions[segment.function]).value(frame).emit(builder, loc);
+  for (auto [i, output] : llvm::enumerate(segment.outputs)) {
+    Value v = Call(context, "fsdp_frame_get")
+                  .value(frame)
+                  .literal(intLiteral(segment.inputs.size() + i))
+                  .emit(builder, output.getLoc(), tensorType);
+    mapping[output] = v;
+    owned.push_back(v);
+  }
+  Call(context, "fsdp_frame_free").value(frame).emit(builder, loc);
+  ++numLayerCalls;
   return success();
 }
 
@@ -1023,11 +1152,13 @@ struct LowerToRuntimePass
     func::FuncOp func = lookupEntry(module, entry, "lower");
     if (!func)
       return signalPassFailure();
-    Lowering lowering(module, func);
+    Lowering lowering(module, func, outlineLayers);
     if (failed(lowering.run()))
       return signalPassFailure();
     numOpCalls += lowering.numOpCalls;
     numReleases += lowering.numReleases;
+    numLayerFunctions += lowering.numLayerFunctions;
+    numLayerCalls += lowering.numLayerCalls;
   }
 };
 

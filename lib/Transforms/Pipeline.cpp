@@ -43,8 +43,11 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     json.output = options.reportJson;
     pm.addPass(createCommReportPass(json));
   }
-  if (options.lower)
-    pm.addPass(createLowerToRuntimePass());
+  if (options.lower) {
+    LowerToRuntimePassOptions lowering;
+    lowering.outlineLayers = options.outlineLayers;
+    pm.addPass(createLowerToRuntimePass(lowering));
+  }
   return success();
 }
 

@@ -40,6 +40,8 @@ struct fsdp_program;
 struct fsdp_tensor;
 /// A collective in flight.
 struct fsdp_future;
+/// The handles passed to and from a function emitted once for many layers.
+struct fsdp_frame;
 
 /// A tensor type: element type and static dims (row-major, contiguous).
 struct fsdp_type {
@@ -145,6 +147,14 @@ int64_t fsdp_prog_mesh_coord(fsdp_program *p, int64_t axis);
 fsdp_tensor *fsdp_tensor_new(fsdp_program *p, fsdp_type type);
 /// The contiguous row-major buffer of `t` (64-byte aligned).
 void *fsdp_tensor_data(fsdp_tensor *t);
+
+/// A frame: the tensor handles passed to and from a function the compiler
+/// emitted once for many layers (inputs first, then outputs). It holds no
+/// references of its own; whoever owns a handle still releases it.
+fsdp_frame *fsdp_frame_new(fsdp_program *p, int64_t size);
+void fsdp_frame_set(fsdp_frame *f, int64_t index, fsdp_tensor *t);
+fsdp_tensor *fsdp_frame_get(fsdp_frame *f, int64_t index);
+void fsdp_frame_free(fsdp_frame *f);
 
 //===----------------------------------------------------------------------===//
 // nn ops: each returns a new tensor of type `r`

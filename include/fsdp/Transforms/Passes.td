@@ -23,6 +23,15 @@ def LowerToRuntimePass : Pass<"fsdp-lower-to-runtime", "mlir::ModuleOp"> {
     program's peak memory is that of its live values. The result is plain
     EmitC, ready for `fsdp-translate --mlir-to-cpp`.
 
+    With `outline-layers` (the default), runs of ops that repeat per layer
+    (LayerSegments.h: the forward of one decoder layer, its backward, its
+    optimizer steps) are emitted once, as a `static` function taking an
+    `fsdp_frame` of handles, and called per layer, so the generated C++
+    and its compile time do not grow with the model's depth. A call keeps
+    the inline code's order of allocations and releases: a function
+    releases the inputs whose last use it holds and hands its outputs back,
+    so peak memory is unchanged.
+
     Before:
 
     ```mlir
@@ -57,10 +66,15 @@ def LowerToRuntimePass : Pass<"fsdp-lower-to-runtime", "mlir::ModuleOp"> {
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The function to lower">,
+    Option<"outlineLayers", "outline-layers", "bool", /*default=*/"true",
+           "Emit runs of ops that repeat per layer once, as a function">,
   ];
   let statistics = [
     Statistic<"numOpCalls", "op-calls", "Runtime op calls emitted">,
     Statistic<"numReleases", "releases", "Tensor releases emitted">,
+    Statistic<"numLayerFunctions", "layer-functions",
+              "Functions emitted for runs that repeat per layer">,
+    Statistic<"numLayerCalls", "layer-calls", "Calls of those functions">,
   ];
 }
 

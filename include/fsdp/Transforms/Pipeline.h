@@ -71,6 +71,11 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<std::string> reportJson{
       *this, "report-json",
       llvm::cl::desc("Write the communication report as JSON here")};
+  Option<bool> outlineLayers{
+      *this, "outline-layers",
+      llvm::cl::desc("Lower the runs of ops that repeat per layer once, as "
+                     "functions"),
+      llvm::cl::init(true)};
   Option<bool> lower{
       *this, "lower",
       llvm::cl::desc("Lower to runtime calls (EmitC), ready for the C++ "

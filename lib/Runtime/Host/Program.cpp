@@ -360,3 +360,31 @@ fsdp_tensor *fsdp_tensor_new(fsdp_program *, fsdp_type type) {
 }
 
 void *fsdp_tensor_data(fsdp_tensor *t) { return t->data; }
+
+struct fsdp_frame {
+  std::vector<fsdp_tensor *> slots;
+};
+
+fsdp_frame *fsdp_frame_new(fsdp_program *, int64_t size) {
+  if (size < 0)
+    fail("frame", "negative size " + std::to_string(size));
+  auto *f = new fsdp_frame;
+  f->slots.assign(size_t(size), nullptr);
+  return f;
+}
+
+void fsdp_frame_set(fsdp_frame *f, int64_t index, fsdp_tensor *t) {
+  if (index < 0 || size_t(index) >= f->slots.size() || !t)
+    fail("frame", "cannot set slot " + std::to_string(index) + " of " +
+                      std::to_string(f->slots.size()));
+  f->slots[size_t(index)] = t;
+}
+
+fsdp_tensor *fsdp_frame_get(fsdp_frame *f, int64_t index) {
+  if (index < 0 || size_t(index) >= f->slots.size() || !f->slots[index])
+    fail("frame", "slot " + std::to_string(index) + " of " +
+                      std::to_string(f->slots.size()) + " is empty");
+  return f->slots[size_t(index)];
+}
+
+void fsdp_frame_free(fsdp_frame *f) { delete f; }
