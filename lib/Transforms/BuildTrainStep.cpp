@@ -55,24 +55,27 @@ DenseSet<Value> valuesNeedingGrad(Block &body, ArrayRef<Value> params) {
 /// Re-creates `op` on mapped operands with result types from its shape rule,
 /// so that a dtype change upstream (mixed precision) flows through.
 Operation *rebuild(OpBuilder &b, Operation &op, IRMapping &map) {
-  if (!op.getName().hasInterface<ShapeRuleOpInterface>()) {
-    Operation *copy = b.clone(op, map);
+  Operation *copy = b.clone(op, map);
+  if (isa<ShapeRuleOpInterface>(copy)) {
+    if (succeeded(inferResultTypesInPlace(copy)))
+      return copy;
+    copy->erase();
+    return nullptr;
+  }
+  SmallVector<Type> types;
+  if (isa<dist::DistDialect>(op.getDialect()) && op.getNumOperands() > 0) {
     // A dist op moves its input's elements: it takes their (possibly mixed
     // precision) type.
-    if (isa<dist::DistDialect>(op.getDialect()) && op.getNumOperands() > 0)
-      if (auto in = dyn_cast<RankedTensorType>(copy->getOperand(0).getType()))
-        for (Value result : copy->getResults())
-          if (auto type = dyn_cast<RankedTensorType>(result.getType()))
-            result.setType(
-                RankedTensorType::get(type.getShape(), in.getElementType()));
-    return copy;
+    if (auto in = dyn_cast<RankedTensorType>(copy->getOperand(0).getType()))
+      for (Type type : copy->getResultTypes())
+        types.push_back(
+            isa<RankedTensorType>(type)
+                ? RankedTensorType::get(cast<RankedTensorType>(type).getShape(),
+                                        in.getElementType())
+                : type);
   }
-  SmallVector<Value> operands = llvm::map_to_vector(
-      op.getOperands(), [&](Value v) { return map.lookupOrDefault(v); });
-  Operation *copy = createWithShapeRule(b, op.getLoc(), op.getName(), operands,
-                                        op.getAttrDictionary());
-  if (copy)
-    map.map(op.getResults(), copy->getResults());
+  for (auto [result, type] : llvm::zip(copy->getResults(), types))
+    result.setType(type);
   return copy;
 }
 
@@ -201,7 +204,7 @@ private:
   // The forward's loss.
   Operation *loss = nullptr;
   Value lossLabels;
-  Attribute ignoreIndex;
+  IntegerAttr ignoreIndex;
 
   // The step's signature: data inputs, the optimizer step, parameters,
   // optimizer state.
@@ -246,7 +249,7 @@ LogicalResult TrainStep::findLoss() {
   lossLabels = isa<CrossEntropyOp>(loss)
                    ? cast<CrossEntropyOp>(loss).getLabels()
                    : cast<CrossEntropyCombineOp>(loss).getLabels();
-  ignoreIndex = loss->getAttr("ignore_index");
+  ignoreIndex = loss->getAttrOfType<IntegerAttr>("ignore_index");
   return success();
 }
 
@@ -331,9 +334,7 @@ void TrainStep::mapMicrobatch(int64_t m, IRMapping &map, bool withParams) {
       part = entryBlock->getArgument(k);
       if (pass.microbatches > 1) {
         int64_t rows = tensorOf(forward.getArgument(i)).getDimSize(0);
-        part = build.value<SliceOp>({part}, {build.i64("dim", 0),
-                                             build.i64("start", m * rows),
-                                             build.i64("size", rows)});
+        part = build.make<SliceOp>(part, 0, m * rows, rows).getResult();
       }
       if (pass.castForwardInputs)
         part = compute(part);
@@ -372,9 +373,9 @@ Value TrainStep::tokenCount() {
   for (int64_t m = 0; m < pass.microbatches; ++m) {
     IRMapping map;
     mapMicrobatch(m, map, /*withParams=*/false);
-    Value c = build.value<TokenCountOp>(
-        {map.lookup(lossLabels)}, {build.attr("ignore_index", ignoreIndex)});
-    count = count ? build.value<AddOp>({count, c}) : c;
+    Value c = build.make<TokenCountOp>(map.lookup(lossLabels), ignoreIndex)
+                  .getResult();
+    count = count ? build.make<AddOp>(count, c).getResult() : c;
   }
   return acrossData(count);
 }
@@ -398,11 +399,12 @@ LogicalResult TrainStep::microbatchStep(int64_t m, Value seed,
       continue;
     }
     labels = map.lookup(lossLabels);
-    NamedAttrList attrs(loss->getAttrDictionary());
-    attrs.set("reduction", b.getStringAttr("sum"));
     if (auto ce = dyn_cast<CrossEntropyOp>(loss)) {
       logits = map.lookup(ce.getLogits());
-      sum = build.value<CrossEntropyOp>({logits, labels}, attrs);
+      auto summed = build.make<CrossEntropyOp>(logits, labels, ignoreIndex,
+                                               b.getStringAttr("sum"));
+      summed.setPathAttr(ce.getPathAttr());
+      sum = summed.getResult();
     } else {
       // Vocabulary-parallel: differentiated through its rule.
       Operation *copy = rebuild(b, op, map);
@@ -413,7 +415,7 @@ LogicalResult TrainStep::microbatchStep(int64_t m, Value seed,
       sum = copy->getResult(0);
     }
     map.map(loss->getResult(0), sum);
-    lossSum = lossSum ? build.value<AddOp>({lossSum, sum}) : sum;
+    lossSum = lossSum ? build.make<AddOp>(lossSum, sum).getResult() : sum;
   }
   if (pass.microbatches == 1)
     for (unsigned i = 0; i < forward.getNumResults(); ++i)
@@ -441,10 +443,9 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
   if (pass.deferGradSync())
     grads.setGatherHook(sync.forMicrobatch(grads, m + 1 == pass.microbatches));
   if (logits && needs.contains(logits))
-    grads.seed(logits, grads.value<CrossEntropyGradOp>(
-                           {logits, labels, seed},
-                           {grads.attr("ignore_index", ignoreIndex),
-                            grads.attr("reduction", b.getStringAttr("sum"))}));
+    grads.seed(logits,
+               grads.make<CrossEntropyGradOp>(logits, labels, seed, ignoreIndex,
+                                              b.getStringAttr("sum")));
   if (!logits)
     grads.seed(sum, seed);
   Operation *backwardStart = &*std::prev(b.getInsertionPoint());
@@ -461,7 +462,7 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
         build.castTo(grads.grad(read), tensorOf(params[k]).getElementType());
     if (g)
       paramGrads[k] =
-          paramGrads[k] ? build.value<AddOp>({paramGrads[k], g}) : g;
+          paramGrads[k] ? build.make<AddOp>(paramGrads[k], g).getResult() : g;
   }
   return success();
 }
@@ -484,17 +485,16 @@ Value TrainStep::clipScale() {
     llvm::sort(axes, [](Attribute x, Attribute y) {
       return cast<StringAttr>(x).getValue() < cast<StringAttr>(y).getValue();
     });
-    Value s = build.value<SumSquaresOp>({g});
+    Value s = build.make<SumSquaresOp>(g);
     Value &sum = partials[b.getArrayAttr(axes)];
-    sum = sum ? build.value<AddOp>({sum, s}) : s;
+    sum = sum ? build.make<AddOp>(sum, s).getResult() : s;
   }
   Value total;
   for (auto [axes, sum] : partials) {
     Value global = allReduceSum(sum, axes);
-    total = total ? build.value<AddOp>({total, global}) : global;
+    total = total ? build.make<AddOp>(total, global).getResult() : global;
   }
-  return build.value<ClipCoefficientOp>(
-      {total}, {build.f64("max_norm", pass.maxGradNorm)});
+  return build.make<ClipCoefficientOp>(total, APFloat(pass.maxGradNorm));
 }
 
 void TrainStep::addUpdate(Value v, StringRef name, unsigned arg) {
@@ -514,28 +514,22 @@ LogicalResult TrainStep::optimizerUpdates() {
     Value param = paramValue(k);
     std::string name = paramName(k).str();
     if (pass.optimizer == Optimizer::AdamW) {
-      Operation *o = build.create<AdamWOp>(
-          {param, paramGrads[k], entryBlock->getArgument(stateArg),
-           entryBlock->getArgument(stateArg + 1), stepCount, scale},
-          {build.f64("lr", pass.lr), build.f64("beta1", pass.beta1),
-           build.f64("beta2", pass.beta2), build.f64("eps", pass.eps),
-           build.f64("weight_decay", pass.weightDecay)});
-      if (!o)
-        return failure();
-      addUpdate(o->getResult(0), name, firstParam + k);
-      addUpdate(o->getResult(1), name + ".exp_avg", stateArg);
-      addUpdate(o->getResult(2), name + ".exp_avg_sq", stateArg + 1);
+      auto o = build.make<AdamWOp>(
+          param, paramGrads[k], entryBlock->getArgument(stateArg),
+          entryBlock->getArgument(stateArg + 1), stepCount, scale,
+          APFloat(pass.lr), APFloat(pass.beta1), APFloat(pass.beta2),
+          APFloat(pass.eps), APFloat(pass.weightDecay));
+      addUpdate(o.getNewParam(), name, firstParam + k);
+      addUpdate(o.getNewExpAvg(), name + ".exp_avg", stateArg);
+      addUpdate(o.getNewExpAvgSq(), name + ".exp_avg_sq", stateArg + 1);
       continue;
     }
     // SGD without momentum still has a buffer operand; it stays zero.
     Value buffer = stateNames.empty() ? build.fill(0.0, tensorOf(param))
                                       : entryBlock->getArgument(stateArg);
-    Operation *o = build.create<SGDOp>(
-        {param, paramGrads[k], buffer, stepCount, scale},
-        {build.f64("lr", pass.lr), build.f64("momentum", pass.momentum),
-         build.f64("weight_decay", pass.weightDecay)});
-    if (!o)
-      return failure();
+    auto o = build.make<SGDOp>(param, paramGrads[k], buffer, stepCount, scale,
+                               APFloat(pass.lr), APFloat(pass.momentum),
+                               APFloat(pass.weightDecay));
     addUpdate(o->getResult(0), name, firstParam + k);
     if (!stateNames.empty())
       addUpdate(o->getResult(1), name + ".momentum_buffer", stateArg);
@@ -566,7 +560,7 @@ LogicalResult TrainStep::run() {
       failed(buildSignature()))
     return failure();
   Value count = tokenCount();
-  Value seed = build.value<DivOp>({build.fill(1.0, f32), count});
+  Value seed = build.make<DivOp>(build.fill(1.0, f32), count);
   paramGrads.assign(paramArgs.size(), Value());
   DeferredGradSync sync;
   for (int64_t m = 0; m < pass.microbatches; ++m)
@@ -577,7 +571,7 @@ LogicalResult TrainStep::run() {
       paramGrads[k] = build.fill(0.0, tensorOf(paramValue(k)));
 
   // Results: the loss, then updates (or gradients), then other outputs.
-  addOutput(build.value<DivOp>({acrossData(lossSum), count}),
+  addOutput(build.make<DivOp>(acrossData(lossSum), count),
             dict(NNDialect::kOutputAttrName, b.getStringAttr("loss")));
   if (!train) {
     for (unsigned k = 0; k < paramGrads.size(); ++k)

@@ -22,7 +22,7 @@ DeferredGradSync::forMicrobatch(GradientBuilder &grads, bool last) {
     if (!unit)
       return dy;
     Value &sum = pending[unit.getValue()];
-    sum = sum ? grads.value<AddOp>({sum, dy}) : dy;
+    sum = sum ? grads.make<AddOp>(sum, dy).getResult() : dy;
     if (!last)
       return Value();
     return std::exchange(sum, Value());

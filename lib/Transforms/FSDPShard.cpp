@@ -213,34 +213,19 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
   // flattened side by side ([1, L]), gathered over dp_shard ([S, L]), split
   // per parameter and reshaped: row r of a parameter's [S, n] part is shard
   // r, so [S, n] is the parameter row-major.
-  auto create = [&](Location loc, StringRef name, ValueRange operands,
-                    ArrayRef<NamedAttribute> attrs) {
-    return nn::createWithShapeRule(b, loc, OperationName(name, context),
-                                   operands, b.getDictionaryAttr(attrs));
-  };
   auto unpack = [&](Unit &unit, Location loc) -> LogicalResult {
     SmallVector<Value> flat;
     SmallVector<int64_t> sizes;
     for (unsigned arg : unit.params) {
       Value block = entry->getArgument(arg);
       int64_t n = tensorOf(block).getNumElements();
-      Operation *reshape =
-          create(loc, nn::ReshapeOp::getOperationName(), {block},
-                 {b.getNamedAttr("shape", b.getDenseI64ArrayAttr({1, n}))});
-      if (!reshape)
-        return failure();
-      flat.push_back(reshape->getResult(0));
+      flat.push_back(nn::ReshapeOp::create(
+          b, loc, block, ArrayRef<int64_t>{1, n}, StringAttr()));
       sizes.push_back(n);
     }
     Value bucket = flat.front();
-    if (flat.size() > 1) {
-      Operation *concat =
-          create(loc, nn::ConcatOp::getOperationName(), flat,
-                 {b.getNamedAttr("dim", b.getI64IntegerAttr(1))});
-      if (!concat)
-        return failure();
-      bucket = concat->getResult(0);
-    }
+    if (flat.size() > 1)
+      bucket = nn::ConcatOp::create(b, loc, flat, 1, StringAttr());
     if (replicas > 1)
       bucket = dist::CopyOp::create(b, loc, bucket.getType(), bucket, meshRef,
                                     replicaAxes)
@@ -255,37 +240,20 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
     if (unit.reshard)
       gather->setAttr("fsdp.reshard", b.getUnitAttr());
     SmallVector<Value> parts = {gather.getResult()};
-    if (sizes.size() > 1) {
-      Operation *split =
-          create(loc, nn::SplitOp::getOperationName(), {gather.getResult()},
-                 {b.getNamedAttr("dim", b.getI64IntegerAttr(1)),
-                  b.getNamedAttr("sizes", b.getDenseI64ArrayAttr(sizes))});
-      if (!split)
-        return failure();
-      parts = SmallVector<Value>(split->getResults());
-    }
+    if (sizes.size() > 1)
+      parts = SmallVector<Value>(nn::SplitOp::create(b, loc, gather.getResult(),
+                                                     1, sizes, StringAttr())
+                                     ->getResults());
     for (auto [arg, part] : llvm::zip(unit.params, parts)) {
       Value old = forward.getArgument(arg);
       SmallVector<int64_t> shape(tensorOf(old).getShape());
       auto pad = padded.find(arg);
       if (pad != padded.end())
         shape[0] = tensorOf(entry->getArgument(arg)).getDimSize(0) * shards;
-      Operation *reshape =
-          create(loc, nn::ReshapeOp::getOperationName(), {part},
-                 {b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))});
-      if (!reshape)
-        return failure();
-      Value full = reshape->getResult(0);
-      if (pad != padded.end()) {
-        Operation *slice =
-            create(loc, nn::SliceOp::getOperationName(), {full},
-                   {b.getNamedAttr("dim", b.getI64IntegerAttr(0)),
-                    b.getNamedAttr("start", b.getI64IntegerAttr(0)),
-                    b.getNamedAttr("size", b.getI64IntegerAttr(pad->second))});
-        if (!slice)
-          return failure();
-        full = slice->getResult(0);
-      }
+      Value full = nn::ReshapeOp::create(b, loc, part, shape, StringAttr());
+      if (pad != padded.end())
+        full =
+            nn::SliceOp::create(b, loc, full, 0, 0, pad->second, StringAttr());
       map.map(old, full);
     }
     return success();
@@ -344,9 +312,9 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
       sharded.erase();
       return op.emitOpError("cannot be data-parallel (not an nn op)");
     }
-    Operation *copy = nn::createWithShapeRule(
-        b, op.getLoc(), op.getName(), operands, attrs.getDictionary(context));
-    if (!copy) {
+    Operation *copy = b.clone(op, map);
+    copy->setAttrs(attrs.getDictionary(context));
+    if (failed(nn::inferResultTypesInPlace(copy))) {
       sharded.erase();
       return failure();
     }

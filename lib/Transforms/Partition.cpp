@@ -184,14 +184,6 @@ LogicalResult Partitioner::repeatKeyValueHeads() {
     if (kv % tp != 0 && tp % kv == 0)
       attentions.push_back(op);
   });
-  MLIRContext *context = b.getContext();
-  auto create = [&](Location loc, StringRef name, ValueRange operands,
-                    ArrayRef<NamedAttribute> attrs) -> Value {
-    Operation *op =
-        nn::createWithShapeRule(b, loc, OperationName(name, context), operands,
-                                b.getDictionaryAttr(attrs));
-    return op ? op->getResult(0) : Value();
-  };
   for (nn::AttentionOp attention : attentions) {
     for (unsigned i : {1u, 2u}) {
       Value kv = attention->getOperand(i);
@@ -220,23 +212,15 @@ LogicalResult Partitioner::repeatKeyValueHeads() {
       int64_t r = tp / shape[2];
       b.setInsertionPoint(attention);
       Location loc = attention.getLoc();
-      Value one = create(
-          loc, nn::ReshapeOp::getOperationName(), {kv},
-          {b.getNamedAttr("shape",
-                          b.getDenseI64ArrayAttr(
-                              {shape[0], shape[1], shape[2], 1, shape[3]}))});
+      Value one = nn::ReshapeOp::create(
+          b, loc, kv,
+          ArrayRef<int64_t>{shape[0], shape[1], shape[2], 1, shape[3]},
+          StringAttr());
       SmallVector<Value> copies(r, one);
-      Value all = one ? create(loc, nn::ConcatOp::getOperationName(), copies,
-                               {b.getNamedAttr("dim", b.getI64IntegerAttr(3))})
-                      : Value();
-      Value repeated =
-          all ? create(loc, nn::ReshapeOp::getOperationName(), {all},
-                       {b.getNamedAttr(
-                           "shape", b.getDenseI64ArrayAttr(
-                                        {shape[0], shape[1], tp, shape[3]}))})
-              : Value();
-      if (!repeated)
-        return failure();
+      Value all = nn::ConcatOp::create(b, loc, copies, 3, StringAttr());
+      Value repeated = nn::ReshapeOp::create(
+          b, loc, all, ArrayRef<int64_t>{shape[0], shape[1], tp, shape[3]},
+          StringAttr());
       if (auto path = attention.getPathAttr())
         for (Value v : {one, all, repeated})
           v.getDefiningOp()->setAttr("path", path);
@@ -444,8 +428,13 @@ Operation *Partitioner::rebuild(Operation &op, ValueRange operands,
                                 DictionaryAttr attrs) {
   NamedAttrList list(attrs ? attrs : op.getAttrDictionary());
   list.erase(tp::kStyleAttrName);
-  return nn::createWithShapeRule(b, op.getLoc(), op.getName(), operands,
-                                 list.getDictionary(b.getContext()));
+  Operation *copy = b.clone(op);
+  copy->setOperands(operands);
+  copy->setAttrs(list.getDictionary(b.getContext()));
+  if (succeeded(nn::inferResultTypesInPlace(copy)))
+    return copy;
+  copy->erase();
+  return nullptr;
 }
 
 //===----------------------------------------------------------------------===//
@@ -574,13 +563,7 @@ LogicalResult Partitioner::styled(Operation &op, const TPStyle &style) {
       // Added on every rank to a whole value it needs no copy; to a
       // sequence block it does (its gradient sums the blocks').
       Value b2 = layoutOf(*sum).isReplicated() ? bias : copyIn(bias);
-      Operation *add = nn::createWithShapeRule(
-          b, op.getLoc(),
-          OperationName(nn::AddOp::getOperationName(), b.getContext()),
-          {*sum, b2}, b.getDictionaryAttr({}));
-      if (!add)
-        return failure();
-      result = add->getResult(0);
+      result = nn::AddOp::create(b, op.getLoc(), *sum, b2, StringAttr());
       layouts[result] = layoutOf(*sum);
     }
     map[op.getResult(0)] = result;
@@ -659,11 +642,6 @@ LogicalResult Partitioner::crossEntropy(nn::CrossEntropyOp op) {
   // Σexp and target logit, summed over the ranks.
   Location loc = op.getLoc();
   MLIRContext *context = b.getContext();
-  auto create = [&](StringRef name, ValueRange operands,
-                    ArrayRef<NamedAttribute> attrs = {}) {
-    return nn::createWithShapeRule(b, loc, OperationName(name, context),
-                                   operands, b.getDictionaryAttr(attrs));
-  };
   auto allReduce = [&](Value v, dist::ReductionKind kind) {
     return dist::AllReduceOp::create(
                b, loc, v.getType(), v, meshRef, tpAxes,
@@ -675,32 +653,23 @@ LogicalResult Partitioner::crossEntropy(nn::CrossEntropyOp op) {
         dist::AxisIndexOp::create(
             b, loc, RankedTensorType::get({}, b.getI64Type()), meshRef, tpAxes)
             .getResult();
-  NamedAttribute ignore =
-      b.getNamedAttr("ignore_index", op.getIgnoreIndexAttr());
-  Operation *max = create(nn::ReduceMaxOp::getOperationName(), {logits});
-  if (!max)
-    return failure();
-  Value shift = allReduce(max->getResult(0), dist::ReductionKind::max);
-  SmallVector<NamedAttribute> partialAttrs = {ignore};
+  StringAttr path = op.getPathAttr();
+  auto max = nn::ReduceMaxOp::create(b, loc, logits, path);
+  Value shift = allReduce(max, dist::ReductionKind::max);
+  // Padded classes (vocabulary not divisible by tp) are left out.
   int64_t classes = op.getLogits().getType().getShape().back();
-  if (tensorOf(logits).getShape().back() * tp != classes)
-    partialAttrs.push_back(
-        b.getNamedAttr("num_classes", b.getI64IntegerAttr(classes)));
-  Operation *partial = create(nn::CrossEntropyPartialOp::getOperationName(),
-                              {logits, labels, shift, axisIndex}, partialAttrs);
-  if (!partial)
-    return failure();
-  Value sumExp = allReduce(partial->getResult(0), dist::ReductionKind::sum);
-  Value target = allReduce(partial->getResult(1), dist::ReductionKind::sum);
-  Operation *loss = create(
-      nn::CrossEntropyCombineOp::getOperationName(), {sumExp, target, labels},
-      {ignore, b.getNamedAttr("reduction", op.getReductionAttr())});
-  if (!loss)
-    return failure();
-  if (auto path = op.getPathAttr())
-    for (Operation *o : {max, partial, loss})
-      o->setAttr("path", path);
-  set(op.getResult(), loss->getResult(0), Layout::replicated());
+  IntegerAttr numClasses = tensorOf(logits).getShape().back() * tp != classes
+                               ? b.getI64IntegerAttr(classes)
+                               : IntegerAttr();
+  auto partial = nn::CrossEntropyPartialOp::create(
+      b, loc, logits, labels, shift, axisIndex, op.getIgnoreIndexAttr(),
+      numClasses, path);
+  Value sumExp = allReduce(partial.getSumExp(), dist::ReductionKind::sum);
+  Value target = allReduce(partial.getTarget(), dist::ReductionKind::sum);
+  auto loss = nn::CrossEntropyCombineOp::create(b, loc, sumExp, target, labels,
+                                                op.getIgnoreIndexAttr(),
+                                                op.getReductionAttr(), path);
+  set(op.getResult(), loss, Layout::replicated());
   return success();
 }
 

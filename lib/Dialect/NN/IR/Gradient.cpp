@@ -14,16 +14,7 @@ void GradientBuilder::accumulate(Value v, Value g) {
   if (!g || !needsGrad(v))
     return;
   Value &slot = grads[v];
-  slot = slot ? value<AddOp>({slot, g}) : g;
-}
-
-Operation *ShapeRuleBuilder::create(StringRef name, ValueRange operands,
-                                    ArrayRef<NamedAttribute> attrs) {
-  Operation *op = createWithShapeRule(
-      builder, loc, OperationName(name, builder.getContext()), operands,
-      builder.getDictionaryAttr(attrs));
-  created += op != nullptr;
-  return op;
+  slot = slot ? make<AddOp>(slot, g).getResult() : g;
 }
 
 Value ShapeRuleBuilder::fill(double v, RankedTensorType type) {
@@ -34,14 +25,14 @@ Value ShapeRuleBuilder::fill(double v, RankedTensorType type) {
 Value ShapeRuleBuilder::reshape(Value x, ArrayRef<int64_t> shape) {
   if (tensorOf(x).getShape() == shape)
     return x;
-  return value<ReshapeOp>({x}, {ints("shape", shape)});
+  return make<ReshapeOp>(x, shape).getResult();
 }
 
 Value ShapeRuleBuilder::sumTo(Value g, Type type) {
   if (!g || g.getType() == type)
     return g;
-  return value<ReduceSumToOp>(
-      {g}, {ints("shape", cast<RankedTensorType>(type).getShape())});
+  return make<ReduceSumToOp>(g, cast<RankedTensorType>(type).getShape())
+      .getResult();
 }
 
 Value ShapeRuleBuilder::rows(Value x) {
@@ -53,7 +44,7 @@ Value ShapeRuleBuilder::rows(Value x) {
 Value ShapeRuleBuilder::castTo(Value x, Type element) {
   if (!x || tensorOf(x).getElementType() == element)
     return x;
-  return value<CastOp>({x}, {attr("dtype", TypeAttr::get(element))});
+  return make<CastOp>(x, element).getResult();
 }
 
 LogicalResult fsdp::nn::differentiate(ArrayRef<Operation *> forward,

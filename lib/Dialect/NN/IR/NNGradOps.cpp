@@ -31,15 +31,39 @@ LogicalResult checkGrad(std::optional<Location> loc, Value grad,
                       " does not match the forward result ", expected);
 }
 
+/// Forward op `FwdOp`'s adaptor on `operands` with the backward op's
+/// attributes (its properties and its discardable attributes), which carry
+/// the forward op's by name; `properties` holds them as `FwdOp`'s.
+template <typename FwdOp, typename OpTy>
+typename FwdOp::Adaptor forwardAdaptor(MLIRContext *context,
+                                       ValueRange operands,
+                                       typename OpTy::Adaptor adaptor,
+                                       typename FwdOp::Properties &properties) {
+  NamedAttrList attrs(cast_or_null<DictionaryAttr>(
+      OpTy::getPropertiesAsAttr(context, adaptor.getProperties())));
+  if (DictionaryAttr discardable = adaptor.getAttributes())
+    attrs.append(discardable.getValue());
+  DictionaryAttr all = attrs.getDictionary(context);
+  FwdOp::populateDefaultProperties(
+      OperationName(FwdOp::getOperationName(), context), properties);
+  // A malformed attribute is the backward op's own verifier's to report.
+  (void)FwdOp::setPropertiesFromAttr(properties, all,
+                                     [] { return InFlightDiagnostic(); });
+  return typename FwdOp::Adaptor(operands, all, properties);
+}
+
 /// Runs forward op `FwdOp`'s rule on `operands` with the backward op's
 /// attributes and returns its single result type.
 template <typename FwdOp, typename OpTy>
 FailureOr<Type> forwardResult(MLIRContext *context, std::optional<Location> loc,
-                              ValueRange operands, DictionaryAttr attributes) {
+                              ValueRange operands,
+                              typename OpTy::Adaptor adaptor) {
   SmallVector<Type> results;
-  if (failed(FwdOp::inferTypes(context, loc,
-                               typename FwdOp::Adaptor(operands, attributes),
-                               results)))
+  typename FwdOp::Properties properties;
+  if (failed(FwdOp::inferTypes(
+          context, loc,
+          forwardAdaptor<FwdOp, OpTy>(context, operands, adaptor, properties),
+          results)))
     return failure();
   return results.front();
 }
@@ -75,8 +99,7 @@ LogicalResult RMSNormGradOp::inferTypes(MLIRContext *context,
                                         Adaptor adaptor,
                                         SmallVectorImpl<Type> &results) {
   FailureOr<Type> forward = forwardResult<RMSNormOp, RMSNormGradOp>(
-      context, loc, {adaptor.getInput(), adaptor.getWeight()},
-      adaptor.getAttributes());
+      context, loc, {adaptor.getInput(), adaptor.getWeight()}, adaptor);
   if (failed(forward) ||
       failed(checkGrad<RMSNormGradOp>(loc, adaptor.getGrad(), *forward)))
     return failure();
@@ -89,8 +112,7 @@ LogicalResult LayerNormGradOp::inferTypes(MLIRContext *context,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &results) {
   FailureOr<Type> forward = forwardResult<LayerNormOp, LayerNormGradOp>(
-      context, loc, {adaptor.getInput(), adaptor.getWeight()},
-      adaptor.getAttributes());
+      context, loc, {adaptor.getInput(), adaptor.getWeight()}, adaptor);
   if (failed(forward) ||
       failed(checkGrad<LayerNormGradOp>(loc, adaptor.getGrad(), *forward)))
     return failure();
@@ -105,7 +127,7 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
                                           SmallVectorImpl<Type> &results) {
   FailureOr<Type> forward = forwardResult<AttentionOp, AttentionGradOp>(
       context, loc, {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()},
-      adaptor.getAttributes());
+      adaptor);
   if (failed(forward) ||
       failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), *forward)))
     return failure();
@@ -156,8 +178,7 @@ LogicalResult CrossEntropyGradOp::inferTypes(MLIRContext *context,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &results) {
   FailureOr<Type> forward = forwardResult<CrossEntropyOp, CrossEntropyGradOp>(
-      context, loc, {adaptor.getLogits(), adaptor.getLabels()},
-      adaptor.getAttributes());
+      context, loc, {adaptor.getLogits(), adaptor.getLabels()}, adaptor);
   if (failed(forward) ||
       failed(checkGrad<CrossEntropyGradOp>(loc, adaptor.getGrad(), *forward)))
     return failure();
@@ -169,12 +190,14 @@ LogicalResult CrossEntropyPartialGradOp::inferTypes(
     MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &results) {
   SmallVector<Type> forward;
+  CrossEntropyPartialOp::Properties properties;
   if (failed(CrossEntropyPartialOp::inferTypes(
           context, loc,
-          CrossEntropyPartialOp::Adaptor(
+          forwardAdaptor<CrossEntropyPartialOp, CrossEntropyPartialGradOp>(
+              context,
               {adaptor.getLogits(), adaptor.getLabels(), adaptor.getShift(),
                adaptor.getShardIndex()},
-              adaptor.getAttributes()),
+              adaptor, properties),
           forward)) ||
       failed(checkGrad<CrossEntropyPartialGradOp>(loc, adaptor.getGradSumExp(),
                                                   forward[0])) ||
@@ -190,10 +213,12 @@ LogicalResult CrossEntropyCombineGradOp::inferTypes(
     SmallVectorImpl<Type> &results) {
   Value sumExp = adaptor.getSumExp();
   SmallVector<Type> forward;
+  CrossEntropyCombineOp::Properties properties;
   if (failed(CrossEntropyCombineOp::inferTypes(
           context, loc,
-          CrossEntropyCombineOp::Adaptor({sumExp, sumExp, adaptor.getLabels()},
-                                         adaptor.getAttributes()),
+          forwardAdaptor<CrossEntropyCombineOp, CrossEntropyCombineGradOp>(
+              context, {sumExp, sumExp, adaptor.getLabels()}, adaptor,
+              properties),
           forward)) ||
       failed(checkGrad<CrossEntropyCombineGradOp>(loc, adaptor.getGrad(),
                                                   forward[0])))

@@ -6,8 +6,9 @@
 //===----------------------------------------------------------------------===//
 //
 // GradientOpInterface: for each op, the gradients of its operands from the
-// gradients of its results. `differentiate` (Gradient.cpp) calls a rule only
-// when some result has a gradient.
+// gradients of its results, built with the ops' generated builders.
+// `differentiate` (Gradient.cpp) calls a rule only when some result has a
+// gradient.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,28 +27,16 @@ int64_t positiveDim(int64_t dim, int64_t rank) {
 /// type `whole`: `g` padded with zeros around it.
 Value padInto(GradientBuilder &grads, Value g, RankedTensorType whole,
               int64_t dim, int64_t start, int64_t size) {
-  return grads.value<PadOp>(
-      {g}, {grads.i64("dim", dim), grads.i64("before", start),
-            grads.i64("after", whole.getDimSize(dim) - start - size)});
+  return grads.make<PadOp>(g, dim, start, whole.getDimSize(dim) - start - size)
+      .getResult();
 }
 
-/// Accumulates the operand gradients of a backward op `g` (null after an
-/// error): result i is the gradient of `operands[i]`.
+/// Adds the results of backward op `g` to the gradients of `operands`:
+/// result i is the gradient of operand i.
 LogicalResult accumulateResults(GradientBuilder &grads, Operation *g,
                                 ValueRange operands) {
-  if (!g)
-    return failure();
   for (auto [operand, result] : llvm::zip(operands, g->getResults()))
     grads.accumulate(operand, result);
-  return success();
-}
-
-/// An elementwise op with a pointwise derivative: `dx = BackwardOp(x, dy)`.
-template <typename BackwardOp>
-LogicalResult pointwise(GradientBuilder &grads, Value x, Value dy,
-                        ArrayRef<NamedAttribute> attrs = {}) {
-  if (grads.needsGrad(x))
-    grads.accumulate(x, grads.value<BackwardOp>({x, dy}, attrs));
   return success();
 }
 } // namespace
@@ -57,16 +46,11 @@ LogicalResult pointwise(GradientBuilder &grads, Value x, Value dy,
 //===----------------------------------------------------------------------===//
 
 LogicalResult EmbeddingOp::buildGradient(GradientBuilder &grads) {
-  if (!grads.needsGrad(getTable()))
-    return success();
-  SmallVector<Value> operands = {getIds(), grads.grad(getResult())};
-  if (Value index = getShardIndex())
-    operands.push_back(index);
-  grads.accumulate(
-      getTable(),
-      grads.value<EmbeddingGradOp>(
-          operands,
-          {grads.i64("num_embeddings", getTable().getType().getDimSize(0))}));
+  if (grads.needsGrad(getTable()))
+    grads.accumulate(getTable(),
+                     grads.make<EmbeddingGradOp>(
+                         getIds(), grads.grad(getResult()), getShardIndex(),
+                         getTable().getType().getDimSize(0)));
   return success();
 }
 
@@ -74,10 +58,12 @@ LogicalResult LinearOp::buildGradient(GradientBuilder &grads) {
   Value x = getInput(), w = getWeight(), bias = getBias();
   Value dy = grads.grad(getResult());
   if (grads.needsGrad(x))
-    grads.accumulate(x, grads.value<MatmulOp>({dy, w}));
+    grads.accumulate(x, grads.make<MatmulOp>(dy, w, /*transpose_a=*/false,
+                                             /*transpose_b=*/false));
   if (grads.needsGrad(w))
-    grads.accumulate(w, grads.value<MatmulOp>({grads.rows(dy), grads.rows(x)},
-                                              {grads.unit("transpose_a")}));
+    grads.accumulate(w, grads.make<MatmulOp>(grads.rows(dy), grads.rows(x),
+                                             /*transpose_a=*/true,
+                                             /*transpose_b=*/false));
   if (grads.needsGrad(bias))
     grads.accumulate(bias, grads.sumTo(dy, bias.getType()));
   return success();
@@ -92,16 +78,16 @@ static LogicalResult matmulGradient(OpTy op, GradientBuilder &grads,
     return op.emitOpError("with transpose_a has no gradient rule yet");
   Value a = op.getLhs(), b = op.getRhs(), dy = grads.grad(op.getResult());
   bool tb = op.getTransposeB();
-  NamedAttribute ta = grads.unit("transpose_a");
   if (grads.needsGrad(a))
-    grads.accumulate(
-        a, tb ? grads.value<OpTy>({dy, b})
-              : grads.value<OpTy>({dy, b}, {grads.unit("transpose_b")}));
+    grads.accumulate(a, grads.make<OpTy>(dy, b, /*transpose_a=*/false,
+                                         /*transpose_b=*/!tb));
   if (grads.needsGrad(b)) {
     Value a2 = flatten ? grads.rows(a) : a;
     Value dy2 = flatten ? grads.rows(dy) : dy;
-    grads.accumulate(b, tb ? grads.value<OpTy>({dy2, a2}, {ta})
-                           : grads.value<OpTy>({a2, dy2}, {ta}));
+    grads.accumulate(b, tb ? grads.make<OpTy>(dy2, a2, /*transpose_a=*/true,
+                                              /*transpose_b=*/false)
+                           : grads.make<OpTy>(a2, dy2, /*transpose_a=*/true,
+                                              /*transpose_b=*/false));
   }
   return success();
 }
@@ -130,43 +116,47 @@ LogicalResult SubOp::buildGradient(GradientBuilder &grads) {
   grads.accumulate(getLhs(), grads.sumTo(dy, getLhs().getType()));
   if (grads.needsGrad(getRhs()))
     grads.accumulate(getRhs(),
-                     grads.value<NegOp>({grads.sumTo(dy, getRhs().getType())}));
+                     grads.make<NegOp>(grads.sumTo(dy, getRhs().getType())));
   return success();
 }
 
 LogicalResult MulOp::buildGradient(GradientBuilder &grads) {
   Value dy = grads.grad(getResult());
   if (grads.needsGrad(getLhs()))
-    grads.accumulate(getLhs(), grads.sumTo(grads.value<MulOp>({dy, getRhs()}),
+    grads.accumulate(getLhs(), grads.sumTo(grads.make<MulOp>(dy, getRhs()),
                                            getLhs().getType()));
   if (grads.needsGrad(getRhs()))
-    grads.accumulate(getRhs(), grads.sumTo(grads.value<MulOp>({dy, getLhs()}),
+    grads.accumulate(getRhs(), grads.sumTo(grads.make<MulOp>(dy, getLhs()),
                                            getRhs().getType()));
   return success();
 }
 
 LogicalResult NegOp::buildGradient(GradientBuilder &grads) {
   if (grads.needsGrad(getInput()))
-    grads.accumulate(getInput(), grads.value<NegOp>({grads.grad(getResult())}));
+    grads.accumulate(getInput(), grads.make<NegOp>(grads.grad(getResult())));
   return success();
 }
 
 LogicalResult ScaleOp::buildGradient(GradientBuilder &grads) {
   if (grads.needsGrad(getInput()))
-    grads.accumulate(getInput(), grads.value<ScaleOp>(
-                                     {grads.grad(getResult())},
-                                     {grads.attr("factor", getFactorAttr())}));
+    grads.accumulate(getInput(),
+                     grads.make<ScaleOp>(grads.grad(getResult()), getFactor()));
   return success();
 }
 
 LogicalResult SiluOp::buildGradient(GradientBuilder &grads) {
-  return pointwise<SiluGradOp>(grads, getInput(), grads.grad(getResult()));
+  if (grads.needsGrad(getInput()))
+    grads.accumulate(getInput(), grads.make<SiluGradOp>(
+                                     getInput(), grads.grad(getResult())));
+  return success();
 }
 
 LogicalResult GeluOp::buildGradient(GradientBuilder &grads) {
-  return pointwise<GeluGradOp>(
-      grads, getInput(), grads.grad(getResult()),
-      {grads.attr("approximate", getApproximateAttr())});
+  if (grads.needsGrad(getInput()))
+    grads.accumulate(getInput(),
+                     grads.make<GeluGradOp>(getInput(), grads.grad(getResult()),
+                                            getApproximate()));
+  return success();
 }
 
 LogicalResult CastOp::buildGradient(GradientBuilder &grads) {
@@ -182,51 +172,40 @@ LogicalResult CastOp::buildGradient(GradientBuilder &grads) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult RMSNormOp::buildGradient(GradientBuilder &grads) {
-  Operation *g = grads.create<RMSNormGradOp>(
-      {getInput(), getWeight(), grads.grad(getResult())},
-      {grads.attr("eps", getEpsAttr())});
+  auto g = grads.make<RMSNormGradOp>(getInput(), getWeight(),
+                                     grads.grad(getResult()), getEps());
   return accumulateResults(grads, g, {getInput(), getWeight()});
 }
 
 LogicalResult LayerNormOp::buildGradient(GradientBuilder &grads) {
-  Operation *g = grads.create<LayerNormGradOp>(
-      {getInput(), getWeight(), grads.grad(getResult())},
-      {grads.attr("eps", getEpsAttr())});
+  auto g = grads.make<LayerNormGradOp>(getInput(), getWeight(),
+                                       grads.grad(getResult()), getEps());
   return accumulateResults(grads, g, {getInput(), getWeight(), getBias()});
 }
 
 LogicalResult RotaryOp::buildGradient(GradientBuilder &grads) {
   // A rotation's transpose is the inverse rotation.
-  if (!grads.needsGrad(getInput()))
-    return success();
-  SmallVector<NamedAttribute> attrs = {
-      grads.attr("theta", getThetaAttr()),
-      grads.attr("attention_scaling", getAttentionScalingAttr())};
-  if (getInvFreqAttr())
-    attrs.push_back(grads.attr("inv_freq", getInvFreqAttr()));
-  if (!getInverse())
-    attrs.push_back(grads.unit("inverse"));
-  grads.accumulate(
-      getInput(),
-      grads.value<RotaryOp>({grads.grad(getResult()), getPositions()}, attrs));
+  if (grads.needsGrad(getInput()))
+    grads.accumulate(getInput(),
+                     grads.make<RotaryOp>(
+                         grads.grad(getResult()), getPositions(), getTheta(),
+                         /*inverse=*/!getInverse(), getInvFreqAttr(),
+                         getAttentionScaling()));
   return success();
 }
 
 LogicalResult AttentionOp::buildGradient(GradientBuilder &grads) {
-  SmallVector<NamedAttribute> attrs;
-  for (StringRef name : {"causal", "sliding_window", "scale"})
-    if (Attribute a = (*this)->getAttr(name))
-      attrs.push_back(grads.attr(name, a));
-  Operation *g = grads.create<AttentionGradOp>(
-      {getQuery(), getKey(), getValue(), grads.grad(getResult())}, attrs);
+  auto g = grads.make<AttentionGradOp>(getQuery(), getKey(), getValue(),
+                                       grads.grad(getResult()), getCausal(),
+                                       getSlidingWindowAttr(), getScaleAttr());
   return accumulateResults(grads, g, {getQuery(), getKey(), getValue()});
 }
 
 LogicalResult SoftmaxOp::buildGradient(GradientBuilder &grads) {
   if (grads.needsGrad(getInput()))
-    grads.accumulate(getInput(), grads.value<SoftmaxGradOp>(
-                                     {getResult(), grads.grad(getResult())},
-                                     {grads.attr("dim", getDimAttr())}));
+    grads.accumulate(getInput(),
+                     grads.make<SoftmaxGradOp>(
+                         getResult(), grads.grad(getResult()), getDim()));
   return success();
 }
 
@@ -245,22 +224,17 @@ LogicalResult CrossEntropyPartialOp::buildGradient(GradientBuilder &grads) {
     dSum = grads.fill(0.0, perPosition);
   if (!dTarget)
     dTarget = grads.fill(0.0, perPosition);
-  SmallVector<NamedAttribute> attrs = {
-      grads.attr("ignore_index", getIgnoreIndexAttr())};
-  if (getNumClassesAttr())
-    attrs.push_back(grads.attr("num_classes", getNumClassesAttr()));
-  grads.accumulate(getLogits(), grads.value<CrossEntropyPartialGradOp>(
-                                    {getLogits(), getLabels(), getShift(),
-                                     getShardIndex(), dSum, dTarget},
-                                    attrs));
+  grads.accumulate(getLogits(),
+                   grads.make<CrossEntropyPartialGradOp>(
+                       getLogits(), getLabels(), getShift(), getShardIndex(),
+                       dSum, dTarget, getIgnoreIndex(), getNumClassesAttr()));
   return success();
 }
 
 LogicalResult CrossEntropyCombineOp::buildGradient(GradientBuilder &grads) {
-  Operation *g = grads.create<CrossEntropyCombineGradOp>(
-      {getSumExp(), getLabels(), grads.grad(getResult())},
-      {grads.attr("ignore_index", getIgnoreIndexAttr()),
-       grads.attr("reduction", getReductionAttr())});
+  auto g = grads.make<CrossEntropyCombineGradOp>(
+      getSumExp(), getLabels(), grads.grad(getResult()), getIgnoreIndex(),
+      getReduction());
   return accumulateResults(grads, g, {getSumExp(), getTarget()});
 }
 
@@ -281,8 +255,7 @@ LogicalResult TransposeOp::buildGradient(GradientBuilder &grads) {
   for (auto [i, p] : llvm::enumerate(getPerm()))
     inverse[p] = i;
   grads.accumulate(getInput(),
-                   grads.value<TransposeOp>({grads.grad(getResult())},
-                                            {grads.ints("perm", inverse)}));
+                   grads.make<TransposeOp>(grads.grad(getResult()), inverse));
   return success();
 }
 
@@ -308,8 +281,7 @@ LogicalResult SplitOp::buildGradient(GradientBuilder &grads) {
     if (Value g = grads.grad(result))
       parts.push_back(g);
   if (parts.size() == getNumResults() && parts.size() > 1) {
-    grads.accumulate(getInput(),
-                     grads.value<ConcatOp>(parts, {grads.i64("dim", dim)}));
+    grads.accumulate(getInput(), grads.make<ConcatOp>(parts, dim));
     return success();
   }
   int64_t start = 0;
@@ -328,10 +300,7 @@ LogicalResult ConcatOp::buildGradient(GradientBuilder &grads) {
   for (Value input : getInputs()) {
     int64_t size = tensorOf(input).getDimSize(dim);
     if (grads.needsGrad(input))
-      grads.accumulate(input,
-                       grads.value<SliceOp>({dy}, {grads.i64("dim", dim),
-                                                   grads.i64("start", start),
-                                                   grads.i64("size", size)}));
+      grads.accumulate(input, grads.make<SliceOp>(dy, dim, start, size));
     start += size;
   }
   return success();

@@ -72,6 +72,18 @@ Operation *fsdp::nn::createWithShapeRule(OpBuilder &builder, Location loc,
   return builder.create(state);
 }
 
+LogicalResult fsdp::nn::inferResultTypesInPlace(Operation *op) {
+  auto rule = dyn_cast<ShapeRuleOpInterface>(op);
+  SmallVector<Type> types;
+  if (!rule || failed(rule.inferResultTypes(op->getContext(), op->getLoc(),
+                                            op->getOperands(),
+                                            op->getAttrDictionary(), types)))
+    return failure();
+  for (auto [result, type] : llvm::zip(op->getResults(), types))
+    result.setType(type);
+  return success();
+}
+
 LogicalResult fsdp::nn::verifyShapeRule(Operation *op) {
   // An attribute is the op's own or a dialect's (`dist.tp`, `fsdp.unit`):
   // a misspelt one (`tranpose_a`) would otherwise be kept and ignored.

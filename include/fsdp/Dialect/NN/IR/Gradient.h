@@ -8,8 +8,8 @@
 //
 // The state a gradient rule (GradientOpInterface) works on: the gradients of
 // values found so far, which values need one, and a builder that creates ops
-// through their shape rules so an ill-typed backward op is caught where it is
-// built. `differentiate` is the reverse-mode driver.
+// with their generated builders (result types from the shape rules).
+// `differentiate` is the reverse-mode driver.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,7 +29,8 @@ class DialectRegistry;
 
 namespace fsdp::nn {
 
-/// Builds nn ops with the result types of their shape rules.
+/// Builds nn ops with their generated builders, at one location, counting
+/// them; result types come from the ops' shape rules.
 class ShapeRuleBuilder {
 public:
   ShapeRuleBuilder(mlir::OpBuilder &builder, mlir::Location loc)
@@ -43,34 +44,14 @@ public:
   /// The ops built so far.
   unsigned getNumCreated() const { return created; }
 
-  /// Creates `OpTy` with the result types of its shape rule; returns null
-  /// (after an error at the location) if the rule rejects the operands.
-  template <typename OpTy>
-  mlir::Operation *create(mlir::ValueRange operands,
-                          llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
-    return create(OpTy::getOperationName(), operands, attrs);
-  }
-  template <typename OpTy>
-  mlir::Value value(mlir::ValueRange operands,
-                    llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
-    mlir::Operation *op = create<OpTy>(operands, attrs);
-    return op ? op->getResult(0) : mlir::Value();
-  }
-
-  mlir::NamedAttribute attr(llvm::StringRef name, mlir::Attribute value) {
-    return builder.getNamedAttr(name, value);
-  }
-  mlir::NamedAttribute i64(llvm::StringRef name, int64_t v) {
-    return attr(name, builder.getI64IntegerAttr(v));
-  }
-  mlir::NamedAttribute f64(llvm::StringRef name, double v) {
-    return attr(name, builder.getF64FloatAttr(v));
-  }
-  mlir::NamedAttribute ints(llvm::StringRef name, llvm::ArrayRef<int64_t> v) {
-    return attr(name, builder.getDenseI64ArrayAttr(v));
-  }
-  mlir::NamedAttribute unit(llvm::StringRef name) {
-    return attr(name, builder.getUnitAttr());
+  /// Creates `OpTy` with its generated builder, `args` being the builder's
+  /// typed operands and attributes but the trailing `path` (none), at the
+  /// builder's location; the result types come from the op's shape rule
+  /// (InferTypeOpInterface).
+  template <typename OpTy, typename... Args> OpTy make(Args &&...args) {
+    ++created;
+    return OpTy::create(builder, loc, std::forward<Args>(args)...,
+                        mlir::StringAttr());
   }
 
   /// A tensor of `type` filled with `v`.
@@ -85,9 +66,6 @@ public:
   mlir::Value castTo(mlir::Value x, mlir::Type element);
 
 private:
-  mlir::Operation *create(llvm::StringRef name, mlir::ValueRange operands,
-                          llvm::ArrayRef<mlir::NamedAttribute> attrs);
-
   mlir::OpBuilder &builder;
   mlir::Location loc;
   unsigned created = 0;

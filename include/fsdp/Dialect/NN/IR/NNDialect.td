@@ -32,9 +32,6 @@ def NN_Dialect : Dialect {
     results carry `nn.output`.
   }];
   let useDefaultAttributePrinterParser = 1;
-  // Inherent attributes live in the attribute dictionary so that the graph
-  // importer can build any op generically from (name, operands, attributes).
-  let usePropertiesForAttributes = 0;
   let extraClassDeclaration = [{
     /// Argument attribute naming a data input.
     static constexpr llvm::StringLiteral kInputAttrName = "nn.input";

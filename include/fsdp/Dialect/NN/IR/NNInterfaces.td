@@ -32,9 +32,23 @@ def NN_ShapeRuleOpInterface : OpInterface<"ShapeRuleOpInterface"> {
            "::mlir::DictionaryAttr":$attributes,
            "::llvm::SmallVectorImpl<::mlir::Type> &":$results),
       [{}], [{
+        // Inherent attributes are properties: read them from `attributes`,
+        // over the defaults of those with one.
+        typename ConcreteOp::Properties properties;
+        ConcreteOp::populateDefaultProperties(
+            ::mlir::OperationName(ConcreteOp::getOperationName(), context),
+            properties);
+        if (::mlir::failed(ConcreteOp::setPropertiesFromAttr(
+                properties, attributes, [&]() -> ::mlir::InFlightDiagnostic {
+                  if (location)
+                    return ::mlir::emitError(*location);
+                  return ::mlir::InFlightDiagnostic();
+                })))
+          return ::mlir::failure();
         return ConcreteOp::inferTypes(
             context, location,
-            typename ConcreteOp::Adaptor(operands, attributes), results);
+            typename ConcreteOp::Adaptor(operands, attributes, properties),
+            results);
       }]>,
   ];
   let verify = [{ return ::fsdp::nn::verifyShapeRule($_op); }];

@@ -9,9 +9,11 @@
 #define FSDP_DIALECT_NN_IR_NNOPS_H
 
 #include "fsdp/Dialect/NN/IR/NNDialect.h"
+#include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace fsdp::nn {
@@ -62,6 +64,11 @@ mlir::Operation *createWithShapeRule(mlir::OpBuilder &builder,
                                      mlir::OperationName name,
                                      mlir::ValueRange operands,
                                      mlir::DictionaryAttr attributes);
+
+/// Sets the result types of `op` (an op with a shape rule, rebuilt on other
+/// operands or attributes) to those its rule infers; on a broken rule,
+/// emits the rule's error at the op and fails.
+llvm::LogicalResult inferResultTypesInPlace(mlir::Operation *op);
 
 /// The state gradient rules work on (Gradient.h).
 class GradientBuilder;

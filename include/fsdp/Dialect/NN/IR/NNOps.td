@@ -12,6 +12,7 @@ include "fsdp/Dialect/NN/IR/NNDialect.td"
 include "fsdp/Dialect/NN/IR/NNAttrs.td"
 include "fsdp/Dialect/NN/IR/NNInterfaces.td"
 include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 //===----------------------------------------------------------------------===//
@@ -32,12 +33,24 @@ defvar NN_Path = (ins OptionalAttr<StrAttr>:$path);
 // Base classes
 //===----------------------------------------------------------------------===//
 
+/// InferTypeOpInterface through the shape rule, silently: ShapeRuleOpInterface
+/// (verified first) reports a broken rule once. It gives every op generated
+/// builders without result types (`MatmulOp::create(b, loc, lhs, rhs, ...)`).
+defvar NN_InferReturnTypes = [{
+  ::llvm::LogicalResult $cppClass::inferReturnTypes(
+      ::mlir::MLIRContext *context, std::optional<::mlir::Location>,
+      Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type> &results) {
+    return inferTypes(context, std::nullopt, adaptor, results);
+  }
+}];
+
 /// Every nn op is pure and infers its result types with its shape rule,
 /// written in C++ as `inferTypes`; the verifier checks the written result
-/// types against it.
-class NN_Op<string mnemonic, list<Trait> traits = []>
+/// types against it. The shape rule comes first among the traits, so that
+/// its error is the only one a broken op gets.
+class NN_OpBase<string mnemonic, list<Trait> traits>
     : Op<NN_Dialect, mnemonic,
-         !listconcat(traits, [Pure, NN_ShapeRuleOpInterface])> {
+         !listconcat([NN_ShapeRuleOpInterface, Pure], traits)> {
   let extraClassDeclaration = [{
     /// The op's shape and dtype rule.
     static ::llvm::LogicalResult
@@ -47,10 +60,18 @@ class NN_Op<string mnemonic, list<Trait> traits = []>
   }];
 }
 
-/// An op whose result has its operand's type.
+class NN_Op<string mnemonic, list<Trait> traits = []>
+    : NN_OpBase<mnemonic, !listconcat(traits, [InferTypeOpAdaptor])> {
+  let extraClassDefinition = NN_InferReturnTypes;
+}
+
+/// An op whose result has its operand's type (ODS writes its
+/// InferTypeOpInterface from AllTypesMatch).
 class NN_SameTypeOp<string mnemonic, list<Trait> traits = []>
-    : NN_Op<mnemonic, !listconcat(traits, [AllTypesMatch<["input", "result"]>,
-        DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>])> {
+    : NN_OpBase<mnemonic, !listconcat(traits, [
+        AllTypesMatch<["input", "result"]>,
+        DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
+        DeclareOpInterfaceMethods<InferTypeOpInterface>])> {
   let extraClassDefinition = [{
     ::llvm::LogicalResult
     $cppClass::inferTypes(::mlir::MLIRContext *, std::optional<::mlir::Location>,
