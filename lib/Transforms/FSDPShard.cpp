@@ -61,24 +61,70 @@ struct Unit {
 
 struct FSDPShardPass : fsdp::impl::FSDPShardPassBase<FSDPShardPass> {
   using FSDPShardPassBase::FSDPShardPassBase;
+  friend class Sharder;
   void runOnOperation() override;
-  LogicalResult shard(func::FuncOp forward, dist::MeshOp mesh);
 };
 
-LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
-  MLIRContext *context = &getContext();
-  OpBuilder b(context);
-  const int64_t shards = mesh.getAxisSize("dp_shard").value_or(1);
-  const int64_t replicas = mesh.getAxisSize("dp_replicate").value_or(1);
-  const int64_t ranks = shards * replicas;
-  auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
-  ArrayAttr shardAxes = b.getStrArrayAttr({"dp_shard"});
-  ArrayAttr replicaAxes = b.getStrArrayAttr({"dp_replicate"});
-  ArrayAttr dataAxes = b.getStrArrayAttr({"dp_replicate", "dp_shard"});
-  Block &body = forward.getBody().front();
+/// Shards one forward function over the data-parallel mesh axes, a step
+/// per method.
+class Sharder {
+public:
+  Sharder(FSDPShardPass &pass, func::FuncOp forward, dist::MeshOp mesh)
+      : pass(pass), forward(forward), mesh(mesh), context(forward.getContext()),
+        b(context), shards(mesh.getAxisSize("dp_shard").value_or(1)),
+        replicas(mesh.getAxisSize("dp_replicate").value_or(1)),
+        ranks(shards * replicas),
+        meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
+        shardAxes(b.getStrArrayAttr({"dp_shard"})),
+        replicaAxes(b.getStrArrayAttr({"dp_replicate"})),
+        dataAxes(b.getStrArrayAttr({"dp_replicate", "dp_shard"})),
+        body(forward.getBody().front()) {}
 
-  // Units, in order of first use.
+  LogicalResult run() {
+    collectUnits();
+    if (failed(shardArguments()))
+      return failure();
+    if (failed(rewriteBody())) {
+      sharded.erase();
+      return failure();
+    }
+    finish();
+    return success();
+  }
+
+private:
+  /// The units, in order of first use, and which reshard after forward.
+  void collectUnits();
+  /// The batch and parameter blocks' types and attributes.
+  LogicalResult shardArguments();
+  /// Gathers `unit` before its first use and unpacks its parameters.
+  void unpack(Unit &unit, Location loc);
+  /// The sharded function's body.
+  LogicalResult rewriteBody();
+  /// The outputs' shardings; replaces the forward.
+  void finish();
+
+  FSDPShardPass &pass;
+  func::FuncOp forward;
+  dist::MeshOp mesh;
+  MLIRContext *context;
+  OpBuilder b;
+  const int64_t shards, replicas, ranks;
+  FlatSymbolRefAttr meshRef;
+  ArrayAttr shardAxes, replicaAxes, dataAxes;
+  Block &body;
+
   llvm::MapVector<StringRef, Unit> units;
+  DenseMap<unsigned, int64_t> padded; // argument -> its unpadded dim 0
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  func::FuncOp sharded;
+  Block *entry = nullptr;
+  IRMapping map;
+};
+
+void Sharder::collectUnits() {
+  // Units, in order of first use.
   std::vector<std::string> unitNames(forward.getNumArguments());
   for (Operation &op : body)
     for (Value operand : op.getOperands()) {
@@ -95,7 +141,7 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
         // A trainable vocabulary table that is not tied (one user: the
         // embedding or the head) may get its own unit, so the root's
         // buffers do not hold both tables at once.
-        if (vocabUnits && unitName.empty() && arg.hasOneUse() &&
+        if (pass.vocabUnits && unitName.empty() && arg.hasOneUse() &&
             tensorOf(arg).getRank() == 2 &&
             (isa<nn::EmbeddingOp>(op) ||
              (isa<nn::LinearOp>(op) &&
@@ -121,13 +167,12 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
       layers.push_back(&unit);
   for (auto [i, unit] : llvm::enumerate(layers))
     unit->reshard =
-        reshardAfterForward == Reshard::True ||
-        (reshardAfterForward == Reshard::None && i + 1 < layers.size());
+        pass.reshardAfterForward == Reshard::True ||
+        (pass.reshardAfterForward == Reshard::None && i + 1 < layers.size());
+}
 
+LogicalResult Sharder::shardArguments() {
   // New argument types: the batch and parameter blocks.
-  DenseMap<unsigned, int64_t> padded; // argument -> its unpadded dim 0
-  SmallVector<Type> argTypes;
-  SmallVector<DictionaryAttr> argAttrs;
   for (BlockArgument arg : forward.getArguments()) {
     unsigned i = arg.getArgNumber();
     RankedTensorType type = tensorOf(arg);
@@ -198,74 +243,73 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
     argAttrs.push_back(attrs.getDictionary(context));
   }
 
+  return success();
+}
+
+// One bucketed gather per unit, before its first use: the blocks
+// flattened side by side ([1, L]), gathered over dp_shard ([S, L]), split
+// per parameter and reshaped: row r of a parameter's [S, n] part is shard
+// r, so [S, n] is the parameter row-major.
+void Sharder::unpack(Unit &unit, Location loc) {
+  SmallVector<Value> flat;
+  SmallVector<int64_t> sizes;
+  for (unsigned arg : unit.params) {
+    Value block = entry->getArgument(arg);
+    int64_t n = tensorOf(block).getNumElements();
+    flat.push_back(nn::ReshapeOp::create(b, loc, block, ArrayRef<int64_t>{1, n},
+                                         StringAttr()));
+    sizes.push_back(n);
+  }
+  Value bucket = flat.front();
+  if (flat.size() > 1)
+    bucket = nn::ConcatOp::create(b, loc, flat, 1, StringAttr());
+  if (replicas > 1)
+    bucket = dist::CopyOp::create(b, loc, bucket.getType(), bucket, meshRef,
+                                  replicaAxes)
+                 .getResult();
+  RankedTensorType type = tensorOf(bucket);
+  auto gathered = RankedTensorType::get({shards, type.getDimSize(1)},
+                                        type.getElementType());
+  auto gather = dist::AllGatherOp::create(b, loc, gathered, bucket, meshRef,
+                                          shardAxes, b.getI64IntegerAttr(0));
+  gather->setAttr("fsdp.unit",
+                  b.getStringAttr(unit.name.empty() ? "<root>" : unit.name));
+  if (unit.reshard)
+    gather->setAttr("fsdp.reshard", b.getUnitAttr());
+  SmallVector<Value> parts = {gather.getResult()};
+  if (sizes.size() > 1)
+    parts = SmallVector<Value>(
+        nn::SplitOp::create(b, loc, gather.getResult(), 1, sizes, StringAttr())
+            ->getResults());
+  for (auto [arg, part] : llvm::zip(unit.params, parts)) {
+    Value old = forward.getArgument(arg);
+    SmallVector<int64_t> shape(tensorOf(old).getShape());
+    auto pad = padded.find(arg);
+    if (pad != padded.end())
+      shape[0] = tensorOf(entry->getArgument(arg)).getDimSize(0) * shards;
+    Value full = nn::ReshapeOp::create(b, loc, part, shape, StringAttr());
+    if (pad != padded.end())
+      full = nn::SliceOp::create(b, loc, full, 0, 0, pad->second, StringAttr());
+    map.map(old, full);
+  }
+}
+
+LogicalResult Sharder::rewriteBody() {
   b.setInsertionPoint(forward);
-  auto sharded = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
-                                      b.getFunctionType(argTypes, {}));
-  Block *entry = sharded.addEntryBlock();
+  sharded = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
+                                 b.getFunctionType(argTypes, {}));
+  entry = sharded.addEntryBlock();
   b.setInsertionPointToEnd(entry);
-  IRMapping map;
   for (auto [old, now] :
        llvm::zip(forward.getArguments(), entry->getArguments()))
     if (!forward.getArgAttr(old.getArgNumber(), nn::NNDialect::kParamAttrName))
       map.map(old, now);
 
-  // One bucketed gather per unit, before its first use: the blocks
-  // flattened side by side ([1, L]), gathered over dp_shard ([S, L]), split
-  // per parameter and reshaped: row r of a parameter's [S, n] part is shard
-  // r, so [S, n] is the parameter row-major.
-  auto unpack = [&](Unit &unit, Location loc) -> LogicalResult {
-    SmallVector<Value> flat;
-    SmallVector<int64_t> sizes;
-    for (unsigned arg : unit.params) {
-      Value block = entry->getArgument(arg);
-      int64_t n = tensorOf(block).getNumElements();
-      flat.push_back(nn::ReshapeOp::create(
-          b, loc, block, ArrayRef<int64_t>{1, n}, StringAttr()));
-      sizes.push_back(n);
-    }
-    Value bucket = flat.front();
-    if (flat.size() > 1)
-      bucket = nn::ConcatOp::create(b, loc, flat, 1, StringAttr());
-    if (replicas > 1)
-      bucket = dist::CopyOp::create(b, loc, bucket.getType(), bucket, meshRef,
-                                    replicaAxes)
-                   .getResult();
-    RankedTensorType type = tensorOf(bucket);
-    auto gathered = RankedTensorType::get({shards, type.getDimSize(1)},
-                                          type.getElementType());
-    auto gather = dist::AllGatherOp::create(b, loc, gathered, bucket, meshRef,
-                                            shardAxes, b.getI64IntegerAttr(0));
-    gather->setAttr("fsdp.unit",
-                    b.getStringAttr(unit.name.empty() ? "<root>" : unit.name));
-    if (unit.reshard)
-      gather->setAttr("fsdp.reshard", b.getUnitAttr());
-    SmallVector<Value> parts = {gather.getResult()};
-    if (sizes.size() > 1)
-      parts = SmallVector<Value>(nn::SplitOp::create(b, loc, gather.getResult(),
-                                                     1, sizes, StringAttr())
-                                     ->getResults());
-    for (auto [arg, part] : llvm::zip(unit.params, parts)) {
-      Value old = forward.getArgument(arg);
-      SmallVector<int64_t> shape(tensorOf(old).getShape());
-      auto pad = padded.find(arg);
-      if (pad != padded.end())
-        shape[0] = tensorOf(entry->getArgument(arg)).getDimSize(0) * shards;
-      Value full = nn::ReshapeOp::create(b, loc, part, shape, StringAttr());
-      if (pad != padded.end())
-        full =
-            nn::SliceOp::create(b, loc, full, 0, 0, pad->second, StringAttr());
-      map.map(old, full);
-    }
-    return success();
-  };
-
-  numUnits += units.size();
+  pass.numUnits += units.size();
   for (Operation &op : body.without_terminator()) {
     for (auto &[name, unit] : units)
-      if (unit.firstUse == &op && failed(unpack(unit, op.getLoc()))) {
-        sharded.erase();
-        return failure();
-      }
+      if (unit.firstUse == &op)
+        unpack(unit, op.getLoc());
     SmallVector<Value> operands = llvm::map_to_vector(
         op.getOperands(), [&](Value v) { return map.lookup(v); });
     NamedAttrList attrs(op.getAttrDictionary());
@@ -275,7 +319,6 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
       // The batch is split: the leading dim of the target shrinks with it.
       SmallVector<int64_t> shape(reshape.getShape());
       if (shape.empty() || shape[0] % ranks != 0) {
-        sharded.erase();
         return reshape.emitOpError("reshapes the batch dim in a way the "
                                    "data-parallel split cannot follow");
       }
@@ -288,7 +331,6 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
       for (StringRef dim : {"gather_dim", "scatter_dim", "slice_dim"})
         if (auto attr = op.getAttrOfType<IntegerAttr>(dim);
             attr && attr.getInt() == 0) {
-          sharded.erase();
           return op.emitOpError("works on dim 0, which the data-parallel "
                                 "split also splits");
         }
@@ -309,17 +351,19 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
       continue;
     }
     if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>()) {
-      sharded.erase();
       return op.emitOpError("cannot be data-parallel (not an nn op)");
     }
     Operation *copy = b.clone(op, map);
     copy->setAttrs(attrs.getDictionary(context));
     if (failed(nn::inferResultTypesInPlace(copy))) {
-      sharded.erase();
       return failure();
     }
     map.map(op.getResults(), copy->getResults());
   }
+  return success();
+}
+
+void Sharder::finish() {
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   SmallVector<Value> results = llvm::map_to_vector(
       ret.getOperands(), [&](Value v) { return map.lookup(v); });
@@ -342,11 +386,10 @@ LogicalResult FSDPShardPass::shard(func::FuncOp forward, dist::MeshOp mesh) {
   }
   replaceFunction(b, forward, sharded, ret.getLoc(), results, argAttrs,
                   resultAttrs);
-  getOperation()->setAttr("fsdp.data_parallel", dataAxes);
+  pass.getOperation()->setAttr("fsdp.data_parallel", dataAxes);
   // FSDP2Config.defer_fsdp_grad_sync defaults to true.
-  if (!getOperation()->hasAttr("fsdp.defer_grad_sync"))
-    getOperation()->setAttr("fsdp.defer_grad_sync", b.getBoolAttr(true));
-  return success();
+  if (!pass.getOperation()->hasAttr("fsdp.defer_grad_sync"))
+    pass.getOperation()->setAttr("fsdp.defer_grad_sync", b.getBoolAttr(true));
 }
 
 void FSDPShardPass::runOnOperation() {
@@ -368,7 +411,7 @@ void FSDPShardPass::runOnOperation() {
                        mesh.getAxisSize("dp_replicate").value_or(1) ==
                    1)
     return; // One data-parallel rank: nothing to shard.
-  if (failed(shard(forward, mesh)))
+  if (failed(Sharder(*this, forward, mesh).run()))
     signalPassFailure();
 }
 

@@ -614,9 +614,6 @@ LogicalResult Lowering::lowerOp(Operation *op) {
   }
   if (isa<func::ReturnOp>(op))
     return success();
-  if (isa<dist::AnnotateOp>(op))
-    return op->emitOpError("must be partitioned away before lowering to the "
-                           "runtime (run the partitioner first)");
   if (!isa<nn::NNDialect>(op->getDialect()))
     return op->emitOpError("cannot be lowered to the runtime");
 

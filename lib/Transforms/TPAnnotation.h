@@ -6,14 +6,15 @@
 //===----------------------------------------------------------------------===//
 //
 // What fsdp-tp-plan writes on the ops of a matched module and
-// fsdp-partition reads: the style as a dictionary
-// `{style, input, output, use_local_output, entry}`.
+// fsdp-partition reads: the style as a `#dist.tp` attribute, which the dist
+// dialect verifies.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef FSDP_LIB_TRANSFORMS_TPANNOTATION_H
 #define FSDP_LIB_TRANSFORMS_TPANNOTATION_H
 
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Parallel/ParallelConfig.h"
 
@@ -25,53 +26,53 @@
 
 namespace fsdp::tp {
 
-constexpr llvm::StringLiteral kStyleAttrName = "dist.tp";
+constexpr llvm::StringLiteral kStyleAttrName =
+    dist::DistDialect::kTPStyleAttrName;
 constexpr llvm::StringLiteral kMixedPrecisionAttrName = "fsdp.mp_policy";
 
 /// The annotation of `style`, from plan key `entry`.
-inline mlir::DictionaryAttr encode(mlir::Builder &b, const TPStyle &style,
-                                   llvm::StringRef entry) {
-  return b.getDictionaryAttr(
-      {b.getNamedAttr("style", b.getStringAttr(style.kindName())),
-       b.getNamedAttr("input", b.getStringAttr(style.input.str())),
-       b.getNamedAttr("output", b.getStringAttr(style.output.str())),
-       b.getNamedAttr("use_local_output", b.getBoolAttr(style.useLocalOutput)),
-       b.getNamedAttr("entry", b.getStringAttr(entry))});
+inline dist::TPStyleAttr encode(mlir::Builder &b, const TPStyle &style,
+                                llvm::StringRef entry) {
+  dist::TPStyleKind kind =
+      style.kind == TPStyle::Colwise   ? dist::TPStyleKind::colwise
+      : style.kind == TPStyle::Rowwise ? dist::TPStyleKind::rowwise
+                                       : dist::TPStyleKind::sequence_parallel;
+  return dist::TPStyleAttr::get(
+      b.getContext(), kind, b.getStringAttr(style.input.str()),
+      b.getStringAttr(style.output.str()), b.getBoolAttr(style.useLocalOutput),
+      b.getStringAttr(entry));
 }
 
-/// The style an op was annotated with, if any; emits an error on `op` and
-/// sets `failed` for a malformed annotation.
+/// The style an op was annotated with, if any. The dist dialect verified
+/// the annotation; `failed` is kept for callers that check it.
 inline std::optional<TPStyle> decode(mlir::Operation *op, bool &failed) {
-  auto dict = op->getAttrOfType<mlir::DictionaryAttr>(kStyleAttrName);
-  if (!dict)
+  auto attr = op->getAttrOfType<dist::TPStyleAttr>(kStyleAttrName);
+  if (!attr)
     return std::nullopt;
-  auto text = [&](llvm::StringRef key) {
-    auto s = dict.getAs<mlir::StringAttr>(key);
-    return s ? s.getValue().str() : std::string();
-  };
   TPStyle style;
-  std::string kind = text("style");
-  if (kind == "colwise")
+  switch (attr.getKind()) {
+  case dist::TPStyleKind::colwise:
     style = TPStyle::colwise();
-  else if (kind == "rowwise")
+    break;
+  case dist::TPStyleKind::rowwise:
     style = TPStyle::rowwise();
-  else if (kind == "sequence_parallel")
+    break;
+  case dist::TPStyleKind::sequence_parallel:
     style = TPStyle::sequenceParallel();
-  std::optional<TPLayout> in = TPLayout::parse(text("input"));
-  std::optional<TPLayout> out = TPLayout::parse(text("output"));
-  auto local = dict.getAs<mlir::BoolAttr>("use_local_output");
-  if ((kind != "colwise" && kind != "rowwise" && kind != "sequence_parallel") ||
-      !in || !out || !local) {
-    op->emitOpError("has a malformed ")
-        << kStyleAttrName << " annotation " << dict
-        << " (expected style = colwise|rowwise|sequence_parallel, input and "
-           "output = replicate|shard(d), use_local_output = true|false)";
+    break;
+  }
+  std::optional<TPLayout> in = TPLayout::parse(attr.getInput().str());
+  std::optional<TPLayout> out = TPLayout::parse(attr.getOutput().str());
+  if (!in || !out) {
+    op->emitOpError("has a ") << kStyleAttrName << " layout "
+                              << (in ? attr.getOutput() : attr.getInput())
+                              << " the partitioner cannot read";
     failed = true;
     return std::nullopt;
   }
   style.input = *in;
   style.output = *out;
-  style.useLocalOutput = local.getValue();
+  style.useLocalOutput = attr.getUseLocalOutput().getValue();
   return style;
 }
 
@@ -103,9 +104,8 @@ splitOperands(mlir::Operation *op, const TPStyle &style) {
 
 /// The plan key an annotation came from, for messages.
 inline std::string entryOf(mlir::Operation *op) {
-  auto dict = op->getAttrOfType<mlir::DictionaryAttr>(kStyleAttrName);
-  auto entry = dict ? dict.getAs<mlir::StringAttr>("entry") : nullptr;
-  return entry ? entry.getValue().str() : std::string("?");
+  auto attr = op->getAttrOfType<dist::TPStyleAttr>(kStyleAttrName);
+  return attr ? attr.getEntry().str() : std::string("?");
 }
 
 } // namespace fsdp::tp

@@ -37,6 +37,7 @@ namespace {
 struct TPPlanPass : fsdp::impl::TPPlanPassBase<TPPlanPass> {
   using TPPlanPassBase::TPPlanPassBase;
   void runOnOperation() override;
+  std::optional<MeshSizes> resolveConfig(ParallelConfig &parallel);
 };
 
 /// Where in parallel.json `error` (`<file>: ...` or `<file>:L:C: ...`, as
@@ -71,15 +72,89 @@ std::pair<Location, std::string> configErrorLoc(MLIRContext *context,
   return {FileLineColLoc::get(context, file, line, column), rest.str()};
 }
 
-void TPPlanPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  MLIRContext *context = &getContext();
-  func::FuncOp forward = lookupEntry(module, entry, "annotate");
-  if (!forward)
-    return signalPassFailure();
+/// What fsdp-tp-plan resolved, for its report.
+struct PlanSummary {
+  std::string arch;
+  int64_t tp;
+  const ParallelConfig &config;
+  bool builtin;
+  MeshSizes sizes;
+  const std::vector<TPPlanEntry> &entries;
+  ArrayRef<int64_t> modules;
+  std::string unmatched;
+};
 
-  // The configuration: the file's, then the options that override it.
-  ParallelConfig parallel;
+/// Writes the plan report to `path`: each entry's style and module count,
+/// and every parameter left replicated over tp.
+LogicalResult writePlanReport(ModuleOp module, func::FuncOp forward,
+                              StringRef path, const PlanSummary &plan) {
+  // Parameters each styled op splits; all others stay whole on every rank.
+  llvm::DenseSet<unsigned> split;
+  bool malformed = false;
+  forward.walk([&](Operation *op) {
+    if (std::optional<TPStyle> style = tp::decode(op, malformed))
+      for (auto [v, dim] : tp::splitOperands(op, *style))
+        if (auto arg = dyn_cast<BlockArgument>(v))
+          split.insert(arg.getArgNumber());
+  });
+  if (malformed)
+    return failure();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "tensor-parallel plan: " << (plan.arch.empty() ? "?" : plan.arch)
+     << ", tp = " << plan.tp << ", sequence parallel "
+     << (plan.config.sequenceParallel ? "on" : "off") << ", "
+     << (plan.builtin ? "built-in plan" : "plan from " + plan.config.file)
+     << "\n";
+  os << "mesh: dp_replicate = " << plan.sizes.dpReplicate
+     << ", dp_shard = " << plan.sizes.dpShard << ", cp = " << plan.sizes.cp
+     << ", tp = " << plan.sizes.tp << " (" << plan.sizes.world() << " ranks)\n";
+  os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n", "entry",
+                      "style", "input", "output", "local", "modules");
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const TPStyle &s = plan.entries[i].style;
+    os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n",
+                        plan.entries[i].pattern, s.kindName(), s.input.str(),
+                        s.output.str(), s.useLocalOutput ? "yes" : "no",
+                        plan.modules[i]);
+  }
+  os << "unmatched entries: "
+     << (plan.unmatched.empty() ? "none" : plan.unmatched) << "\n";
+  int64_t splitCount = 0, splitElements = 0, wholeElements = 0, wholeBytes = 0;
+  std::string whole;
+  llvm::raw_string_ostream wholeOs(whole);
+  for (BlockArgument arg : forward.getArguments()) {
+    auto name = forward.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), nn::NNDialect::kParamAttrName);
+    if (!name)
+      continue;
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (split.contains(arg.getArgNumber())) {
+      ++splitCount;
+      splitElements += type.getNumElements();
+      continue;
+    }
+    wholeElements += type.getNumElements();
+    wholeBytes +=
+        type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+    wholeOs << llvm::formatv("  {0,-52} {1,12}\n", name.getValue(),
+                             type.getNumElements());
+  }
+  os << "parameters split over tp: " << splitCount << " (" << splitElements
+     << " elements, 1/" << plan.tp << " on each rank)\n";
+  os << "parameters replicated over tp: " << wholeElements << " elements, "
+     << wholeBytes << " bytes on every rank\n"
+     << whole;
+
+  return writeReport(module, path, "cannot write the plan report: ",
+                     [&](raw_ostream &out) { out << text; });
+}
+
+/// The configuration (the file's, then the options that override it) and
+/// the mesh sizes it resolves to; emits the error and returns none when
+/// either is wrong.
+std::optional<MeshSizes> TPPlanPass::resolveConfig(ParallelConfig &parallel) {
+  MLIRContext *context = &getContext();
   std::string error, configText;
   if (!config.empty()) {
     auto buffer = llvm::MemoryBuffer::getFile(config);
@@ -87,7 +162,7 @@ void TPPlanPass::runOnOperation() {
       emitError(FileLineColLoc::get(context, config, 0, 0),
                 "cannot read parallel config: ")
           << buffer.getError().message();
-      return signalPassFailure();
+      return std::nullopt;
     }
     configText = (*buffer)->getBuffer().str();
     std::optional<ParallelConfig> parsed =
@@ -95,13 +170,13 @@ void TPPlanPass::runOnOperation() {
     if (!parsed) {
       auto [loc, message] = configErrorLoc(context, config, configText, error);
       emitError(loc, message);
-      return signalPassFailure();
+      return std::nullopt;
     }
     parallel = *parsed;
   }
   if (tp < 0 || worldSize < 0) {
     emitError(UnknownLoc::get(context), "tp and world-size must be >= 0");
-    return signalPassFailure();
+    return std::nullopt;
   }
   if (tp > 0)
     parallel.tpSize = tp;
@@ -115,8 +190,23 @@ void TPPlanPass::runOnOperation() {
       auto [loc, message] = configErrorLoc(context, config, configText, error);
       emitError(loc, message);
     }
-    return signalPassFailure();
+    return std::nullopt;
   }
+
+  return sizes;
+}
+
+void TPPlanPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *context = &getContext();
+  func::FuncOp forward = lookupEntry(module, entry, "annotate");
+  if (!forward)
+    return signalPassFailure();
+
+  ParallelConfig parallel;
+  std::optional<MeshSizes> sizes = resolveConfig(parallel);
+  if (!sizes)
+    return signalPassFailure();
 
   // The mesh: the module's own, which must agree, or a new one.
   OpBuilder b(context);
@@ -238,67 +328,10 @@ void TPPlanPass::runOnOperation() {
     return signalPassFailure();
   }
 
-  if (report.empty())
-    return;
-  // Parameters each styled op splits; all others stay whole on every rank.
-  llvm::DenseSet<unsigned> split;
-  bool malformed = false;
-  forward.walk([&](Operation *op) {
-    if (std::optional<TPStyle> style = tp::decode(op, malformed))
-      for (auto [v, dim] : tp::splitOperands(op, *style))
-        if (auto arg = dyn_cast<BlockArgument>(v))
-          split.insert(arg.getArgNumber());
-  });
-  if (malformed)
-    return signalPassFailure();
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << "tensor-parallel plan: " << (arch.empty() ? "?" : arch)
-     << ", tp = " << tpSize << ", sequence parallel "
-     << (parallel.sequenceParallel ? "on" : "off") << ", "
-     << (builtin ? "built-in plan" : "plan from " + parallel.file) << "\n";
-  os << "mesh: dp_replicate = " << sizes->dpReplicate
-     << ", dp_shard = " << sizes->dpShard << ", cp = " << sizes->cp
-     << ", tp = " << sizes->tp << " (" << sizes->world() << " ranks)\n";
-  os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n", "entry",
-                      "style", "input", "output", "local", "modules");
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const TPStyle &s = plan[i].style;
-    os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n",
-                        plan[i].pattern, s.kindName(), s.input.str(),
-                        s.output.str(), s.useLocalOutput ? "yes" : "no",
-                        modules[i]);
-  }
-  os << "unmatched entries: " << (unmatched.empty() ? "none" : unmatched)
-     << "\n";
-  int64_t splitCount = 0, splitElements = 0, wholeElements = 0, wholeBytes = 0;
-  std::string whole;
-  llvm::raw_string_ostream wholeOs(whole);
-  for (BlockArgument arg : forward.getArguments()) {
-    auto name = forward.getArgAttrOfType<StringAttr>(
-        arg.getArgNumber(), nn::NNDialect::kParamAttrName);
-    if (!name)
-      continue;
-    auto type = cast<RankedTensorType>(arg.getType());
-    if (split.contains(arg.getArgNumber())) {
-      ++splitCount;
-      splitElements += type.getNumElements();
-      continue;
-    }
-    wholeElements += type.getNumElements();
-    wholeBytes +=
-        type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
-    wholeOs << llvm::formatv("  {0,-52} {1,12}\n", name.getValue(),
-                             type.getNumElements());
-  }
-  os << "parameters split over tp: " << splitCount << " (" << splitElements
-     << " elements, 1/" << tpSize << " on each rank)\n";
-  os << "parameters replicated over tp: " << wholeElements << " elements, "
-     << wholeBytes << " bytes on every rank\n"
-     << whole;
-
-  if (failed(writeReport(module, report, "cannot write the plan report: ",
-                         [&](raw_ostream &out) { out << text; })))
+  if (!report.empty() &&
+      failed(writePlanReport(
+          module, forward, report,
+          {arch, tpSize, parallel, builtin, *sizes, plan, modules, unmatched})))
     signalPassFailure();
 }
 

@@ -18,15 +18,6 @@ func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-dist.mesh @mesh(dp = 2)
-func.func @forward(%x: tensor<4x4xf32> {nn.input = "x"}) -> tensor<4x4xf32> {
-  // expected-error @+1 {{'dist.annotate' op must be partitioned away before lowering to the runtime}}
-  %y = dist.annotate %x sharding <@mesh, [[dp], []]> : tensor<4x4xf32>
-  return %y : tensor<4x4xf32>
-}
-
-// -----
-
 dist.mesh @mesh(dp = 2, tp = 2)
 func.func @forward(%x: tensor<4x4xf32> {nn.input = "x"}) -> tensor<4x4xf32> {
   // expected-error @+1 {{'dist.all_reduce' op lists its mesh axes out of the mesh's order}}

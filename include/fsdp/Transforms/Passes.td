@@ -229,8 +229,9 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
     Mistral, Qwen2, Qwen3, GPT-2), with its sequence-parallel overlay.
 
     Every op whose `path` a plan key matches gets `dist.tp`, the style it
-    runs under: `{style = "colwise", input = "replicate", output =
-    "shard(-1)", use_local_output = true, entry = "<key>"}`. This is the
+    runs under, a `#dist.tp` attribute the dist dialect verifies:
+    `#dist.tp<colwise, input = "replicate", output = "shard(-1)",
+    use_local_output = true, entry = "<key>">`. This is the
     global annotated program `fsdp-partition` turns into the per-rank one.
     A key that matches no module is a warning listing it (an error with
     `strict-plan`); attention whose query or key/value heads do not divide
@@ -245,9 +246,10 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
     %q = nn.linear %h, %wq {path = "model.layers.0.self_attn.q_proj"} : ...
     // becomes, with tp = 2 and the built-in plan:
     dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2) {views = {...}}
-    %q = nn.linear %h, %wq {dist.tp = {entry = "model.layers.*.self_attn.q_proj",
-        input = "replicate", output = "shard(-1)", style = "colwise",
-        use_local_output = true}, path = "model.layers.0.self_attn.q_proj"} : ...
+    %q = nn.linear %h, %wq {dist.tp = #dist.tp<colwise, input = "replicate",
+        output = "shard(-1)", use_local_output = true,
+        entry = "model.layers.*.self_attn.q_proj">,
+        path = "model.layers.0.self_attn.q_proj"} : ...
     ```
   }];
   let dependentDialects = ["fsdp::dist::DistDialect"];

@@ -12,37 +12,75 @@ dist.mesh @mesh(dp = 0)
 
 // -----
 
+// A function argument's dist.sharding must fit the argument and the mesh.
 dist.mesh @mesh(dp = 2, tp = 2)
-func.func @sharding_unknown_axis(%x: tensor<4x4xf32>) {
-  // expected-error @+1 {{'dist.annotate' op mesh 'mesh' has no axis 'cp'}}
-  %0 = dist.annotate %x sharding <@mesh, [[cp], []]> : tensor<4x4xf32>
+// expected-error @+1 {{'func.func' op argument #0: mesh 'mesh' has no axis 'cp'}}
+func.func @sharding_unknown_axis(%x: tensor<4x4xf32> {dist.sharding = #dist.sharding<@mesh, [[cp], []]>}) {
   return
 }
 
 // -----
 
 dist.mesh @mesh(dp = 2, tp = 2)
-func.func @sharding_rank(%x: tensor<4x4xf32>) {
-  // expected-error @+1 {{'dist.annotate' op sharding has 1 dims but the tensor 'tensor<4x4xf32>' has rank 2}}
-  %0 = dist.annotate %x sharding <@mesh, [[dp]]> : tensor<4x4xf32>
+// expected-error @+1 {{'func.func' op argument #0: sharding has 1 dims but the tensor 'tensor<4x4xf32>' has rank 2}}
+func.func @sharding_rank(%x: tensor<4x4xf32> {dist.sharding = #dist.sharding<@mesh, [[dp]]>}) {
   return
 }
 
 // -----
 
 dist.mesh @mesh(dp = 2, tp = 2)
-func.func @sharding_axis_twice(%x: tensor<4x4xf32>) {
-  // expected-error @+1 {{mesh axis 'tp' is used more than once}}
-  %0 = dist.annotate %x sharding <@mesh, [[tp], []], partial = [tp]> : tensor<4x4xf32>
+// expected-error @+1 {{mesh axis 'tp' is used more than once}}
+func.func @sharding_axis_twice(%x: tensor<4x4xf32> {dist.sharding = #dist.sharding<@mesh, [[tp], []], partial = [tp]>}) {
   return
 }
 
 // -----
 
-func.func @sharding_no_mesh(%x: tensor<4x4xf32>) {
-  // expected-error @+1 {{'dist.annotate' op 'nowhere' does not name a dist.mesh}}
-  %0 = dist.annotate %x sharding <@nowhere, [[], []]> : tensor<4x4xf32>
+// expected-error @+1 {{'func.func' op result #0: 'nowhere' does not name a dist.mesh}}
+func.func @sharding_no_mesh(%x: tensor<4x4xf32>) -> (tensor<4x4xf32> {dist.sharding = #dist.sharding<@nowhere, [[], []]>}) {
+  return %x : tensor<4x4xf32>
+}
+
+// -----
+
+// The dist dialect's attributes are verified where they stand.
+// expected-error @+1 {{'func.func' op has 'dist.shard' on argument #0, which is not a dist attribute of a value}}
+func.func @misspelt_arg_attr(%x: tensor<4x4xf32> {dist.shard = 1}) {
   return
+}
+
+// -----
+
+func.func @tp_not_a_style(%x: tensor<4x8xf32>, %w: tensor<4x8xf32>) -> tensor<4x4xf32> {
+  // expected-error @+1 {{'nn.linear' op has a 'dist.tp' that is not a #dist.tp style: {style = "colwise"}}}
+  %y = nn.linear %x, %w {dist.tp = {style = "colwise"}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
+  return %y : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @tp_bad_layout(%x: tensor<4x8xf32>, %w: tensor<4x8xf32>) -> tensor<4x4xf32> {
+  // expected-error @+1 {{output must be "replicate" or "shard(d)", got "shard(last)"}}
+  %y = nn.linear %x, %w {dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(last)", use_local_output = true, entry = "proj">} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
+  return %y : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @tp_unknown_style(%x: tensor<4x8xf32>, %w: tensor<4x8xf32>) -> tensor<4x4xf32> {
+  // expected-error @+2 {{expected one of [colwise, rowwise, sequence_parallel] for a tensor-parallel style, got: diagonal}}
+  // expected-error @+1 {{failed to parse Dist_TPStyleAttr parameter 'kind'}}
+  %y = nn.linear %x, %w {dist.tp = #dist.tp<diagonal, input = "replicate", output = "replicate", use_local_output = true, entry = "proj">} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
+  return %y : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @unknown_dist_attr(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  // expected-error @+1 {{'nn.neg' op has 'dist.tpp', which is not a dist attribute of an op}}
+  %y = nn.neg %x {dist.tpp = 1} : tensor<4x4xf32>
+  return %y : tensor<4x4xf32>
 }
 
 // -----

@@ -5,15 +5,16 @@
 // CHECK: dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 4)
 dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 4)
 
-// Tests a sharding per tensor dim, and a partial-sum sharding.
+// Tests a sharding per tensor dim on an argument, a partial-sum sharding on
+// a result, and a tensor-parallel style on an op.
 // CHECK-LABEL: func.func @annotate
-func.func @annotate(%w: tensor<64x32xf32>, %y: tensor<2x16x32xf32>)
-    -> (tensor<64x32xf32>, tensor<2x16x32xf32>) {
-  // CHECK: dist.annotate %{{.+}} sharding <@mesh, {{\[}}[dp_shard, tp], []]> : tensor<64x32xf32>
-  %0 = dist.annotate %w sharding <@mesh, [[dp_shard, tp], []]> : tensor<64x32xf32>
-  // CHECK: dist.annotate %{{.+}} sharding <@mesh, {{\[}}[], [], []], partial = [tp]> : tensor<2x16x32xf32>
-  %1 = dist.annotate %y sharding <@mesh, [[], [], []], partial = [tp]> : tensor<2x16x32xf32>
-  return %0, %1 : tensor<64x32xf32>, tensor<2x16x32xf32>
+// CHECK-SAME: {dist.sharding = #dist.sharding<@mesh, {{\[}}[dp_shard, tp], []]>}
+// CHECK-SAME: {dist.sharding = #dist.sharding<@mesh, {{\[}}[], [], []], partial = [tp]>}
+func.func @annotate(%w: tensor<64x32xf32> {dist.sharding = #dist.sharding<@mesh, [[dp_shard, tp], []]>}, %y: tensor<2x16x32xf32>)
+    -> (tensor<64x32xf32>, tensor<2x16x32xf32> {dist.sharding = #dist.sharding<@mesh, [[], [], []], partial = [tp]>}) {
+  // CHECK: nn.neg %{{.+}} {dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "model.*.proj">}
+  %0 = nn.neg %w {dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "model.*.proj">} : tensor<64x32xf32>
+  return %0, %y : tensor<64x32xf32>, tensor<2x16x32xf32>
 }
 
 // Tests the synchronous collectives.

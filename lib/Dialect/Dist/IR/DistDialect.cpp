@@ -10,6 +10,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -203,4 +205,90 @@ ShardingAttr::verifyFor(Operation *meshOp, RankedTensorType type,
     if (failed(check(cast<ArrayAttr>(dim))))
       return failure();
   return check(getPartial());
+}
+
+//===----------------------------------------------------------------------===//
+// TPStyleAttr and the dialect's discardable attributes
+//===----------------------------------------------------------------------===//
+
+/// Whether `layout` is `replicate` or `shard(d)`.
+static bool isLayout(StringRef layout) {
+  int64_t dim;
+  return layout == "replicate" ||
+         (layout.consume_front("shard(") && layout.consume_back(")") &&
+          !layout.getAsInteger(10, dim));
+}
+
+LogicalResult TPStyleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                  TPStyleKind kind, StringAttr input,
+                                  StringAttr output, BoolAttr useLocalOutput,
+                                  StringAttr entry) {
+  for (auto [name, layout] :
+       {std::pair<StringRef, StringAttr>{"input", input}, {"output", output}})
+    if (!layout || !isLayout(layout.getValue()))
+      return emitError() << name
+                         << " must be \"replicate\" or \"shard(d)\", got "
+                         << layout;
+  if (!useLocalOutput || !entry)
+    return emitError() << "needs use_local_output and entry";
+  return success();
+}
+
+LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  if (attr.getName() == kTPStyleAttrName) {
+    if (isa<TPStyleAttr>(attr.getValue()))
+      return success();
+    return op->emitOpError("has a '")
+           << kTPStyleAttrName
+           << "' that is not a #dist.tp style: " << attr.getValue();
+  }
+  return op->emitOpError("has '")
+         << attr.getName().getValue()
+         << "', which is not a dist attribute of an op";
+}
+
+/// Checks a `dist.sharding` on a value of `type` of `op` (a function's
+/// argument or result).
+static LogicalResult verifyShardingOf(Operation *op, NamedAttribute attr,
+                                      Type type, StringRef what,
+                                      unsigned index) {
+  if (attr.getName() != DistDialect::kShardingAttrName)
+    return op->emitOpError("has '")
+           << attr.getName().getValue() << "' on " << what << " #" << index
+           << ", which is not a dist attribute of a value";
+  auto sharding = dyn_cast<ShardingAttr>(attr.getValue());
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!sharding || !tensor)
+    return op->emitOpError(what)
+           << " #" << index << " has a '" << attr.getName().getValue()
+           << "' that is not a #dist.sharding of a ranked tensor";
+  return sharding.verifyFor(
+      SymbolTable::lookupNearestSymbolFrom(op, sharding.getMesh()), tensor,
+      [&] { return op->emitOpError(what) << " #" << index << ": "; });
+}
+
+LogicalResult DistDialect::verifyRegionArgAttribute(Operation *op,
+                                                    unsigned region,
+                                                    unsigned index,
+                                                    NamedAttribute attr) {
+  Type type;
+  if (auto function = dyn_cast<FunctionOpInterface>(op))
+    type = function.getArgumentTypes()[index];
+  else
+    type = op->getRegion(region).getArgument(index).getType();
+  return verifyShardingOf(op, attr, type, "argument", index);
+}
+
+LogicalResult DistDialect::verifyRegionResultAttribute(Operation *op,
+                                                       unsigned region,
+                                                       unsigned index,
+                                                       NamedAttribute attr) {
+  auto function = dyn_cast<FunctionOpInterface>(op);
+  if (!function)
+    return op->emitOpError("has '")
+           << attr.getName().getValue()
+           << "' on a result of something not a function";
+  return verifyShardingOf(op, attr, function.getResultTypes()[index], "result",
+                          index);
 }

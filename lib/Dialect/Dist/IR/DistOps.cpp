@@ -155,17 +155,6 @@ int64_t MeshOp::getNumRanks() {
 }
 
 //===----------------------------------------------------------------------===//
-// AnnotateOp
-//===----------------------------------------------------------------------===//
-
-LogicalResult AnnotateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  Operation *mesh = symbolTable.lookupNearestSymbolFrom(
-      *this, getSharding().getMesh().getAttr());
-  return getSharding().verifyFor(mesh, getInput().getType(),
-                                 [&] { return emitOpError(); });
-}
-
-//===----------------------------------------------------------------------===//
 // CopyOp
 //===----------------------------------------------------------------------===//
 

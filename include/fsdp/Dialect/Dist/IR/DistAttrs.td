@@ -86,6 +86,49 @@ def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
   }];
 }
 
+def Dist_TPStyleKind : I32EnumAttr<"TPStyleKind",
+    "a tensor-parallel style", [
+    I32EnumAttrCase<"colwise", 0>,
+    I32EnumAttrCase<"rowwise", 1>,
+    I32EnumAttrCase<"sequence_parallel", 2>
+  ]> {
+  let cppNamespace = "::fsdp::dist";
+  let genSpecializedAttr = 0;
+}
+
+def Dist_TPStyleAttr : AttrDef<Dist_Dialect, "TPStyle"> {
+  let mnemonic = "tp";
+  let summary = "The tensor-parallel style an op of the global program runs under";
+  let description = [{
+    What `fsdp-tp-plan` writes on each op a plan entry matches, as the
+    discardable attribute `dist.tp`, and `fsdp-partition` reads: the style
+    (torch's ColwiseParallel, RowwiseParallel, SequenceParallel), the
+    layouts the module's input and output have over tp (`replicate` or
+    `shard(d)`, torch's `input_layouts`/`output_layouts`), whether the
+    output stays local (`use_local_output`), and the plan key it came from.
+    The dist dialect verifies every `dist.tp` on an op, so a malformed one
+    is an error where it is parsed.
+
+    ```mlir
+    %q = nn.linear %h, %wq {dist.tp = #dist.tp<colwise, input = "replicate",
+        output = "shard(-1)", use_local_output = true,
+        entry = "model.layers.*.self_attn.q_proj">} : ...
+    ```
+  }];
+  let parameters = (ins
+    "::fsdp::dist::TPStyleKind":$kind,
+    "::mlir::StringAttr":$input,
+    "::mlir::StringAttr":$output,
+    "::mlir::BoolAttr":$useLocalOutput,
+    "::mlir::StringAttr":$entry
+  );
+  let assemblyFormat = [{
+    `<` $kind `,` `input` `=` $input `,` `output` `=` $output `,`
+    `use_local_output` `=` $useLocalOutput `,` `entry` `=` $entry `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
 def Dist_FutureType : TypeDef<Dist_Dialect, "Future"> {
   let mnemonic = "future";
   let summary = "The pending result of an asynchronous collective";

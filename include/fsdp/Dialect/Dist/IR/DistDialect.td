@@ -29,6 +29,17 @@ def Dist_Dialect : Dialect {
   }];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
+  // `dist.tp` on an op must be a #dist.tp style; `dist.sharding` on a
+  // function argument must fit the argument and the mesh.
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// The discardable attribute holding an op's tensor-parallel style.
+    static constexpr llvm::StringLiteral kTPStyleAttrName = "dist.tp";
+    /// The argument (and result) attribute holding a value's sharding.
+    static constexpr llvm::StringLiteral kShardingAttrName = "dist.sharding";
+  }];
 }
 
 #endif // FSDP_DIALECT_DIST_IR_DISTDIALECT_TD

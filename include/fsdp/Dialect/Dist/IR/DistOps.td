@@ -62,24 +62,6 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol]> {
   }];
 }
 
-def Dist_AnnotateOp : Dist_Op<"annotate", [
-    Pure, AllTypesMatch<["input", "result"]>,
-    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
-  let summary = "Attaches a sharding to a value of the global program";
-  let description = [{
-    States that `input` is laid out as `sharding` from here on. Sharding
-    passes insert these; partitioning turns them into local shapes and
-    collectives. The value itself is unchanged.
-
-    ```mlir
-    %w1 = dist.annotate %w sharding <@mesh, [[tp], []]> : tensor<64x64xf32>
-    ```
-  }];
-  let arguments = (ins AnyRankedTensor:$input, Dist_ShardingAttr:$sharding);
-  let results = (outs AnyRankedTensor:$result);
-  let assemblyFormat = "$input `sharding` $sharding attr-dict `:` type($input)";
-}
-
 def Dist_CopyOp : Dist_Op<"copy", [
     Pure, AllTypesMatch<["input", "result"]>,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
