@@ -242,10 +242,14 @@ LogicalResult TrainStep::findLoss() {
       loss = ret.getOperand(i).getDefiningOp();
   }
   if (!isa_and_nonnull<CrossEntropyOp, CrossEntropyCombineOp>(loss) ||
-      loss->getAttrOfType<StringAttr>("reduction").getValue() == "none")
-    return forward.emitOpError(
+      loss->getAttrOfType<StringAttr>("reduction").getValue() == "none") {
+    InFlightDiagnostic diag = forward.emitOpError(
         "needs an output named 'loss' computed by nn.cross_entropy (or "
         "nn.cross_entropy_combine) with a mean or sum reduction");
+    if (loss)
+      diag.attachNote(loss->getLoc()) << "the output named 'loss' is this";
+    return diag;
+  }
   lossLabels = isa<CrossEntropyOp>(loss)
                    ? cast<CrossEntropyOp>(loss).getLabels()
                    : cast<CrossEntropyCombineOp>(loss).getLabels();

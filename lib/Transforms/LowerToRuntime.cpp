@@ -309,10 +309,13 @@ FailureOr<uint32_t> Lowering::axisMask(Operation *op, ArrayAttr axes) {
       auto it = axisIndex.find(axis);
       if (it == axisIndex.end())
         return op->emitOpError("names an axis of no mesh in this module");
-      if (static_cast<int64_t>(it->second) <= previous)
-        return op->emitOpError(
+      if (static_cast<int64_t>(it->second) <= previous) {
+        InFlightDiagnostic diag = op->emitOpError(
             "lists its mesh axes out of the mesh's order; the runtime "
             "orders a group's ranks by the mesh");
+        diag.attachNote(mesh.getLoc()) << "the mesh's order is here";
+        return diag;
+      }
       previous = it->second;
       mask |= 1u << it->second;
     }

@@ -10,6 +10,16 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<4x8xf32> {nn
 
 // -----
 
+// An output named 'loss' that is not a cross-entropy: the note points at it.
+// expected-error @+1 {{'func.func' op needs an output named 'loss' computed by nn.cross_entropy}}
+func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<4x8xf32> {nn.param = "w"}) -> (tensor<2x4xf32> {nn.output = "loss"}) {
+  // expected-note @+1 {{the output named 'loss' is this}}
+  %y = nn.linear %x, %w : (tensor<2x8xf32>, tensor<4x8xf32>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
 // expected-error @+1 {{'func.func' op parameter #2 is 'tensor<16x8xbf16>'; the optimizer keeps f32 master parameters}}
 func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"}, %labels: tensor<2x4xi64> {nn.input = "labels"},
                    %table: tensor<16x8xbf16> {nn.param = "embed.weight"}) -> (tensor<f32> {nn.output = "loss"}) {

@@ -18,6 +18,7 @@ func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+// expected-note @+1 {{the mesh's order is here}}
 dist.mesh @mesh(dp = 2, tp = 2)
 func.func @forward(%x: tensor<4x4xf32> {nn.input = "x"}) -> tensor<4x4xf32> {
   // expected-error @+1 {{'dist.all_reduce' op lists its mesh axes out of the mesh's order}}
