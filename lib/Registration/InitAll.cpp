@@ -7,6 +7,7 @@
 
 #include "fsdp/InitAll.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/NN/IR/Gradient.h"
 #include "fsdp/Transforms/Passes.h"
 #include "fsdp/Transforms/Pipeline.h"
@@ -17,8 +18,9 @@
 #include "mlir/Transforms/Passes.h"
 
 void fsdp::registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<fsdp::nn::NNDialect, fsdp::dist::DistDialect,
-                  mlir::func::FuncDialect, mlir::emitc::EmitCDialect>();
+  registry
+      .insert<fsdp::nn::NNDialect, fsdp::dist::DistDialect, fsdp::FSDPDialect,
+              mlir::func::FuncDialect, mlir::emitc::EmitCDialect>();
   fsdp::nn::registerDistGradientModels(registry);
 }
 

@@ -32,6 +32,8 @@ def NN_Dialect : Dialect {
     results carry `nn.output`.
   }];
   let useDefaultAttributePrinterParser = 1;
+  // Loaded with nn, so that FSDP's annotations on nn programs are verified.
+  let dependentDialects = ["::fsdp::FSDPDialect"];
   let extraClassDeclaration = [{
     /// Argument attribute naming a data input.
     static constexpr llvm::StringLiteral kInputAttrName = "nn.input";

@@ -1,0 +1,38 @@
+//===- FSDPDialect.td - FSDP's annotations -----------------*- tablegen -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_DIALECT_FSDP_IR_FSDPDIALECT_TD
+#define FSDP_DIALECT_FSDP_IR_FSDPDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+
+def FSDP_Dialect : Dialect {
+  let name = "fsdp";
+  let cppNamespace = "::fsdp";
+  let summary = "The annotations FSDP's passes write and read";
+  let description = [{
+    The `fsdp` dialect has no ops: it owns the discardable attributes that
+    `fsdp-tp-plan`, `fsdp-shard` and `fsdp-build-train-step` pass to each
+    other and to the lowering, and verifies each where it stands, so a
+    misspelt or malformed one is an error where it is parsed.
+
+    | attribute | on | value |
+    |---|---|---|
+    | `fsdp.unit` | a unit's `dist.all_gather` | the unit's name |
+    | `fsdp.reshard`, `fsdp.regather` | a unit's `dist.all_gather` | unit |
+    | `fsdp.mp_policy` | the module | `{param_dtype, reduce_dtype, output_dtype}` (f32, bf16, f16) and `cast_forward_inputs` (bool) |
+    | `fsdp.precision` | the module | `{param, reduce, output, master}` dtypes |
+    | `fsdp.data_parallel` | the module | the data-parallel mesh axes |
+    | `fsdp.defer_grad_sync` | the module | bool |
+    | `fsdp.reshard_after_forward` | the module | `none`, `true` or `false` |
+    | `fsdp.inner_axes`, `fsdp.global_shape` | a parameter argument | one integer per dim |
+  }];
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+}
+
+#endif // FSDP_DIALECT_FSDP_IR_FSDPDIALECT_TD

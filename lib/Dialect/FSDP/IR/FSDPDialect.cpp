@@ -1,0 +1,124 @@
+//===- FSDPDialect.cpp - FSDP's annotations, verified ---------------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Operation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+using namespace mlir;
+using namespace fsdp;
+
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.cpp.inc"
+
+void FSDPDialect::initialize() {}
+
+namespace {
+
+/// A dtype name as the passes write them ("" where none was given).
+bool isDtype(Attribute value) {
+  auto s = dyn_cast<StringAttr>(value);
+  return s && llvm::is_contained({"", "f32", "bf16", "f16"}, s.getValue());
+}
+
+/// Checks that `value` is a dictionary of the string dtype fields
+/// `dtypeKeys` and the bool fields `boolKeys` only.
+LogicalResult checkFields(Operation *op, StringRef name, Attribute value,
+                          ArrayRef<StringRef> dtypeKeys,
+                          ArrayRef<StringRef> boolKeys) {
+  auto dict = dyn_cast<DictionaryAttr>(value);
+  if (!dict)
+    return op->emitOpError("has '")
+           << name << "' that is not a dictionary: " << value;
+  for (NamedAttribute field : dict) {
+    StringRef key = field.getName().getValue();
+    bool ok = llvm::is_contained(dtypeKeys, key) ? isDtype(field.getValue())
+              : llvm::is_contained(boolKeys, key)
+                  ? isa<BoolAttr>(field.getValue())
+                  : false;
+    if (ok)
+      continue;
+    if (!llvm::is_contained(dtypeKeys, key) &&
+        !llvm::is_contained(boolKeys, key))
+      return op->emitOpError("has '")
+             << name << "' with an unknown field '" << key << "'";
+    return op->emitOpError("has '")
+           << name << "' field '" << key << "' that is not "
+           << (llvm::is_contained(dtypeKeys, key) ? "f32, bf16 or f16"
+                                                  : "true or false")
+           << ": " << field.getValue();
+  }
+  return success();
+}
+
+} // namespace
+
+LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  Attribute value = attr.getValue();
+  auto expect = [&](bool ok, StringRef what) -> LogicalResult {
+    if (ok)
+      return success();
+    return op->emitOpError("has '")
+           << name << "' that is not " << what << ": " << value;
+  };
+  if (name == "fsdp.unit")
+    return expect(isa<StringAttr>(value), "a unit name");
+  if (name == "fsdp.reshard" || name == "fsdp.regather")
+    return expect(isa<UnitAttr>(value), "a unit attribute");
+  if (name == "fsdp.defer_grad_sync")
+    return expect(isa<BoolAttr>(value), "true or false");
+  if (name == "fsdp.data_parallel") {
+    auto axes = dyn_cast<ArrayAttr>(value);
+    return expect(
+        axes &&
+            llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); }),
+        "a list of mesh axis names");
+  }
+  if (name == "fsdp.reshard_after_forward") {
+    auto s = dyn_cast<StringAttr>(value);
+    return expect(
+        s && llvm::is_contained({"none", "true", "false"}, s.getValue()),
+        "\"none\", \"true\" or \"false\"");
+  }
+  if (name == "fsdp.mp_policy")
+    return checkFields(op, name, value,
+                       {"param_dtype", "reduce_dtype", "output_dtype"},
+                       {"cast_forward_inputs"});
+  if (name == "fsdp.precision")
+    return checkFields(op, name, value, {"param", "reduce", "output", "master"},
+                       {});
+  return op->emitOpError("has '")
+         << name << "', which is not an fsdp attribute of an op";
+}
+
+LogicalResult FSDPDialect::verifyRegionArgAttribute(Operation *op,
+                                                    unsigned region,
+                                                    unsigned index,
+                                                    NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name != "fsdp.inner_axes" && name != "fsdp.global_shape")
+    return op->emitOpError("has '")
+           << name << "' on argument #" << index
+           << ", which is not an fsdp attribute of an argument";
+  Type type;
+  if (auto function = dyn_cast<FunctionOpInterface>(op))
+    type = function.getArgumentTypes()[index];
+  else
+    type = op->getRegion(region).getArgument(index).getType();
+  auto values = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!values || !tensor || values.size() != tensor.getRank())
+    return op->emitOpError("argument #")
+           << index << " has '" << name
+           << "' that is not one integer per dim of " << type << ": "
+           << attr.getValue();
+  return success();
+}
