@@ -26,6 +26,7 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
     ["fsdp-opt", "fsdp-translate", "fsdp-graphgen", "fsdp-compile",
+     "fsdp-embed-pipeline",
      "fsdp-runtime-kernel-test", "fsdp-runtime-collectives-program",
      "fsdp-runtime-program-basics"],
     [config.fsdp_tools_dir, config.llvm_tools_dir])
