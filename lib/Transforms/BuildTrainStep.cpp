@@ -18,6 +18,7 @@
 #include "PassUtils.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/NN/IR/Gradient.h"
 #include "fsdp/Transforms/Passes.h"
 
@@ -92,16 +93,6 @@ Type floatType(MLIRContext *context, Dtype dtype) {
     break;
   }
   return Type();
-}
-
-/// The dtype a MixedPrecisionPolicy field names (the parallel config
-/// normalizes them to f32, bf16, f16).
-std::optional<Dtype> parseDtype(StringRef name) {
-  return llvm::StringSwitch<std::optional<Dtype>>(name)
-      .Case("f32", Dtype::F32)
-      .Case("bf16", Dtype::BF16)
-      .Case("f16", Dtype::F16)
-      .Default(std::nullopt);
 }
 
 class TrainStep;
@@ -602,27 +593,20 @@ void BuildTrainStepPass::runOnOperation() {
     return signalPassFailure();
   // The parallel config's MixedPrecisionPolicy (fsdp-tp-plan records it),
   // for each dtype option not given explicitly.
-  if (auto mp =
-          getOperation()->getAttrOfType<DictionaryAttr>("fsdp.mp_policy")) {
-    for (auto [key, option] :
-         {std::pair<StringRef, Option<Dtype> *>{"param_dtype", &paramDtype},
-          {"reduce_dtype", &reduceDtype},
-          {"output_dtype", &outputDtype}}) {
-      auto text = mp.getAs<StringAttr>(key);
-      if (!text || text.getValue().empty() || option->hasValue())
-        continue;
-      std::optional<Dtype> dtype = parseDtype(text.getValue());
-      if (!dtype) {
-        getOperation().emitError("fsdp.mp_policy ")
-            << key << " must be f32, bf16 or f16, got '" << text.getValue()
-            << "'";
-        return signalPassFailure();
-      }
-      *option = *dtype;
-    }
-    if (auto cast = mp.getAs<BoolAttr>("cast_forward_inputs");
-        cast && !castForwardInputs.hasValue())
-      castForwardInputs = cast.getValue();
+  if (auto mp = getOperation()->getAttrOfType<MixedPrecisionPolicyAttr>(
+          "fsdp.mp_policy")) {
+    // The attribute's verifier admits f32, bf16 and f16 only.
+    auto dtype = [](Type t) {
+      return t.isF32() ? Dtype::F32 : t.isF16() ? Dtype::F16 : Dtype::BF16;
+    };
+    for (auto [type, option] :
+         {std::pair<Type, Option<Dtype> *>{mp.getParam(), &paramDtype},
+          {mp.getReduce(), &reduceDtype},
+          {mp.getOutput(), &outputDtype}})
+      if (!option->hasValue())
+        *option = dtype(type);
+    if (!castForwardInputs.hasValue())
+      castForwardInputs = mp.getCastForwardInputs().getValue();
   }
   if (failed(TrainStep(*this, forward).run()))
     signalPassFailure();

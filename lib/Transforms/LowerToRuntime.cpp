@@ -1140,6 +1140,11 @@ LogicalResult Lowering::run() {
   entry.erase();
   if (mesh)
     mesh.erase();
+  // The program is plain EmitC now: the passes' annotations are spent.
+  for (NamedAttribute attr : llvm::to_vector(module->getDiscardableAttrs()))
+    if (attr.getName().getValue().starts_with("fsdp.") ||
+        attr.getName().getValue().starts_with("dist."))
+      module->removeDiscardableAttr(attr.getName());
   return success();
 }
 

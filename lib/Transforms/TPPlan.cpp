@@ -15,6 +15,7 @@
 #include "TPAnnotation.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
 
@@ -244,14 +245,17 @@ void TPPlanPass::runOnOperation() {
   module->setAttr("fsdp.defer_grad_sync",
                   b.getBoolAttr(parallel.deferGradSync));
   const MixedPrecision &mp = parallel.mpPolicy;
-  module->setAttr(
-      tp::kMixedPrecisionAttrName,
-      b.getDictionaryAttr(
-          {b.getNamedAttr("param_dtype", b.getStringAttr(mp.paramDtype)),
-           b.getNamedAttr("reduce_dtype", b.getStringAttr(mp.reduceDtype)),
-           b.getNamedAttr("output_dtype", b.getStringAttr(mp.outputDtype)),
-           b.getNamedAttr("cast_forward_inputs",
-                          b.getBoolAttr(mp.castForwardInputs))}));
+  // The parallel config normalizes the dtypes to f32, bf16 and f16.
+  auto dtype = [&](StringRef name) -> Type {
+    return name == "f32"   ? Type(b.getF32Type())
+           : name == "f16" ? Type(b.getF16Type())
+                           : Type(b.getBF16Type());
+  };
+  module->setAttr(tp::kMixedPrecisionAttrName,
+                  MixedPrecisionPolicyAttr::get(
+                      context, dtype(mp.paramDtype), dtype(mp.reduceDtype),
+                      dtype(mp.outputDtype),
+                      b.getBoolAttr(mp.castForwardInputs)));
   const int64_t tpSize = sizes->tp;
   if (tpSize == 1)
     return;

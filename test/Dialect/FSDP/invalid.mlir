@@ -19,8 +19,8 @@ func.func @misspelt(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// expected-error @+1 {{'builtin.module' op has 'fsdp.mp_policy' field 'param_dtype' that is not f32, bf16 or f16: "float8"}}
-module attributes {fsdp.mp_policy = {param_dtype = "float8", reduce_dtype = "f32"}} {
+// expected-error @+1 {{param must be f32, bf16 or f16, got 'i8'}}
+module attributes {fsdp.mp_policy = #fsdp.mp_policy<param = i8, reduce = f32, output = bf16, cast_forward_inputs = true>} {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = nn.neg %x : tensor<4xf32>
     return %y : tensor<4xf32>
@@ -29,8 +29,8 @@ module attributes {fsdp.mp_policy = {param_dtype = "float8", reduce_dtype = "f32
 
 // -----
 
-// expected-error @+1 {{'builtin.module' op has 'fsdp.mp_policy' with an unknown field 'param_type'}}
-module attributes {fsdp.mp_policy = {param_type = "bf16"}} {
+// expected-error @+1 {{'builtin.module' op has 'fsdp.mp_policy' that is not a #fsdp.mp_policy: {param_dtype = "bf16"}}}
+module attributes {fsdp.mp_policy = {param_dtype = "bf16"}} {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = nn.neg %x : tensor<4xf32>
     return %y : tensor<4xf32>
@@ -61,4 +61,14 @@ func.func @inner_axes_rank(%w: tensor<4x4xf32> {fsdp.inner_axes = array<i64: 1>}
 func.func @misspelt_arg(%w: tensor<4x4xf32> {fsdp.globl_shape = array<i64: 5, 4>}) -> tensor<4x4xf32> {
   %y = nn.neg %w : tensor<4x4xf32>
   return %y : tensor<4x4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'builtin.module' op has 'fsdp.precision' with an unknown field 'parameters'}}
+module attributes {fsdp.precision = {parameters = "bf16"}} {
+  func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %y = nn.neg %x : tensor<4xf32>
+    return %y : tensor<4xf32>
+  }
 }

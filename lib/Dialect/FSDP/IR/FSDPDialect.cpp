@@ -9,15 +9,39 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace fsdp;
 
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.cpp.inc"
 
-void FSDPDialect::initialize() {}
+#define GET_ATTRDEF_CLASSES
+#include "fsdp/Dialect/FSDP/IR/FSDPAttrs.cpp.inc"
+
+void FSDPDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "fsdp/Dialect/FSDP/IR/FSDPAttrs.cpp.inc"
+      >();
+}
+
+LogicalResult
+MixedPrecisionPolicyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 Type param, Type reduce, Type output,
+                                 BoolAttr castForwardInputs) {
+  for (auto [name, type] : {std::pair<StringRef, Type>{"param", param},
+                            {"reduce", reduce},
+                            {"output", output}})
+    if (!type || !(type.isF32() || type.isBF16() || type.isF16()))
+      return emitError() << name << " must be f32, bf16 or f16, got " << type;
+  if (!castForwardInputs)
+    return emitError() << "needs cast_forward_inputs";
+  return success();
+}
 
 namespace {
 
@@ -89,9 +113,7 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
         "\"none\", \"true\" or \"false\"");
   }
   if (name == "fsdp.mp_policy")
-    return checkFields(op, name, value,
-                       {"param_dtype", "reduce_dtype", "output_dtype"},
-                       {"cast_forward_inputs"});
+    return expect(isa<MixedPrecisionPolicyAttr>(value), "a #fsdp.mp_policy");
   if (name == "fsdp.precision")
     return checkFields(op, name, value, {"param", "reduce", "output", "master"},
                        {});

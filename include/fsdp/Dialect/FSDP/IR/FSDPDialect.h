@@ -8,8 +8,12 @@
 #ifndef FSDP_DIALECT_FSDP_IR_FSDPDIALECT_H
 #define FSDP_DIALECT_FSDP_IR_FSDPDIALECT_H
 
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"
 
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "fsdp/Dialect/FSDP/IR/FSDPAttrs.h.inc"
 
 #endif // FSDP_DIALECT_FSDP_IR_FSDPDIALECT_H

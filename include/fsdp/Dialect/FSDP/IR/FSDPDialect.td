@@ -24,7 +24,7 @@ def FSDP_Dialect : Dialect {
     |---|---|---|
     | `fsdp.unit` | a unit's `dist.all_gather` | the unit's name |
     | `fsdp.reshard`, `fsdp.regather` | a unit's `dist.all_gather` | unit |
-    | `fsdp.mp_policy` | the module | `{param_dtype, reduce_dtype, output_dtype}` (f32, bf16, f16) and `cast_forward_inputs` (bool) |
+    | `fsdp.mp_policy` | the module | `#fsdp.mp_policy<param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>` |
     | `fsdp.precision` | the module | `{param, reduce, output, master}` dtypes |
     | `fsdp.data_parallel` | the module | the data-parallel mesh axes |
     | `fsdp.defer_grad_sync` | the module | bool |
@@ -33,6 +33,36 @@ def FSDP_Dialect : Dialect {
   }];
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
+  let useDefaultAttributePrinterParser = 1;
+}
+
+include "mlir/IR/AttrTypeBase.td"
+
+def FSDP_MixedPrecisionPolicyAttr
+    : AttrDef<FSDP_Dialect, "MixedPrecisionPolicy"> {
+  let mnemonic = "mp_policy";
+  let summary = "FSDP2's MixedPrecisionPolicy";
+  let description = [{
+    The dtypes parameters are cast to for forward and backward (`param`),
+    gradients are reduced across ranks in (`reduce`) and outputs are cast
+    to (`output`), each f32, bf16 or f16, and whether float data inputs are
+    cast to the parameter dtype. `fsdp-tp-plan` records the parallel
+    config's as the module attribute `fsdp.mp_policy`;
+    `fsdp-build-train-step` applies it unless given its own dtype options.
+
+    ```mlir
+    module attributes {fsdp.mp_policy = #fsdp.mp_policy<param = bf16,
+        reduce = f32, output = bf16, cast_forward_inputs = true>} { ... }
+    ```
+  }];
+  let parameters = (ins "::mlir::Type":$param, "::mlir::Type":$reduce,
+                        "::mlir::Type":$output,
+                        "::mlir::BoolAttr":$castForwardInputs);
+  let assemblyFormat = [{
+    `<` `param` `=` $param `,` `reduce` `=` $reduce `,` `output` `=` $output
+    `,` `cast_forward_inputs` `=` $castForwardInputs `>`
+  }];
+  let genVerifyDecl = 1;
 }
 
 #endif // FSDP_DIALECT_FSDP_IR_FSDPDIALECT_TD
