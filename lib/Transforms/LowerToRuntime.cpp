@@ -197,6 +197,7 @@ private:
   /// dist.axis_index) counts, or 1.
   int64_t numBlocks(Value shardIndex);
   LogicalResult emitDescribe(Location loc);
+  LogicalResult emitArgument(BlockArgument arg, Location loc);
   LogicalResult emitForward(Location loc);
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerCollective(dist::CollectiveOpInterface op);
@@ -227,6 +228,15 @@ private:
                        ArrayRef<std::string> literals = {});
   /// Lowers the training-step ops; fails on ops it does not know.
   FailureOr<bool> lowerTrainingOp(Operation *op);
+  /// Lowers the dist ops other than collectives (copy, axis_index,
+  /// all_slice, wait); false for other ops.
+  FailureOr<bool> lowerDistOp(Operation *op);
+  /// Lowers reshape, transpose, slice, split, concat and cast; false for
+  /// other ops.
+  FailureOr<bool> lowerDataMovementOp(Operation *op);
+  /// Lowers norms, rotary embedding, attention and softmax; false for other
+  /// ops.
+  FailureOr<bool> lowerNormAttentionOp(Operation *op);
   /// The name of a file-scope array holding `freq` (emitted once per
   /// distinct table), or `nullptr` when there is none.
   std::string frequencyTable(DenseF64ArrayAttr freq, Location loc);
@@ -322,6 +332,139 @@ FailureOr<uint32_t> Lowering::axisMask(Operation *op, ArrayAttr axes) {
   return mask;
 }
 
+/// Declares argument `arg` of the step: an input (with its split and id
+/// range), optimizer state, or a parameter (with its initializer and the
+/// block this rank holds).
+LogicalResult Lowering::emitArgument(BlockArgument arg, Location loc) {
+  unsigned i = arg.getArgNumber();
+  auto type = cast<RankedTensorType>(arg.getType());
+  if (auto name = entry.getArgAttrOfType<StringAttr>(
+          i, nn::NNDialect::kInputAttrName)) {
+    call("fsdp_prog_input")
+        .literal(stringLiteral(name.getValue()))
+        .literal(typeLiteral(type))
+        .emit(builder, loc);
+    // A data-parallel input: its batch dim is split over mesh axes.
+    if (auto sharding =
+            entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
+      if (!mesh || type.getRank() == 0 || !sharding.getPartial().empty() ||
+          llvm::any_of(llvm::seq<int64_t>(1, type.getRank()), [&](int64_t d) {
+            return !sharding.getDimAxes(d).empty();
+          }))
+        return entry.emitOpError("input #")
+               << i << " may only be split along its batch dim (0)";
+      uint32_t mask = 0;
+      for (StringRef listed : sharding.getDimAxes(0))
+        for (StringRef axis : mesh.expandAxis(listed))
+          mask |= 1u << axisIndex[axis];
+      call("fsdp_prog_input_split")
+          .literal(stringLiteral(name.getValue()))
+          .literal(intLiteral(mask) + "u")
+          .emit(builder, loc);
+    }
+    // Token ids feed an embedding; labels feed a loss: both ranges are
+    // known from the vocabulary, which the data generator needs.
+    // Through the slices and reshapes that microbatching adds.
+    std::optional<int64_t> high;
+    SmallVector<Value> worklist = {arg};
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (isa<nn::SliceOp, nn::ReshapeOp>(user))
+          worklist.push_back(user->getResult(0));
+        if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
+            embedding && embedding.getIds() == v)
+          high = embedding.getTable().getType().getDimSize(0) *
+                 numBlocks(embedding.getShardIndex());
+        if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
+            loss && loss.getLabels() == v)
+          high = loss.getLogits().getType().getShape().back();
+        if (auto loss = dyn_cast<nn::CrossEntropyPartialOp>(user);
+            loss && loss.getLabels() == v)
+          high = loss.getNumClasses()
+                     ? int64_t(*loss.getNumClasses())
+                     : loss.getLogits().getType().getShape().back() *
+                           numBlocks(loss.getShardIndex());
+      }
+    }
+    if (high)
+      call("fsdp_prog_input_range")
+          .literal(stringLiteral(name.getValue()))
+          .literal(intLiteral(*high))
+          .emit(builder, loc);
+    return success();
+  }
+  if (auto state = entry.getArgAttrOfType<StringAttr>(
+          i, nn::NNDialect::kStateAttrName)) {
+    call("fsdp_prog_state")
+        .literal(stringLiteral(state.getValue()))
+        .literal(typeLiteral(type))
+        .emit(builder, loc);
+    return success();
+  }
+  auto name =
+      entry.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kParamAttrName);
+  if (!name)
+    return entry.emitOpError("argument #")
+           << i << " has neither nn.input, nn.param nor nn.state";
+  auto init =
+      entry.getArgAttrOfType<nn::InitAttr>(i, nn::NNDialect::kInitAttrName);
+  static const char *kinds[] = {"FSDP_INIT_ZEROS", "FSDP_INIT_ONES",
+                                "FSDP_INIT_NORMAL", "FSDP_INIT_UNIFORM"};
+  if (auto sharding =
+          entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
+    // This rank holds one block: the whole tensor's dims and the axes
+    // that split each dim let the runtime fill exactly that block.
+    if (!mesh || sharding.getMesh().getValue() != mesh.getSymName())
+      return entry.emitOpError("argument #")
+             << i << " is sharded over a mesh this module does not have";
+    if (!sharding.getPartial().empty() ||
+        static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
+      return entry.emitOpError("argument #")
+             << i << " has a sharding that does not fit a parameter";
+    SmallVector<int64_t> global, masks, groups;
+    packSharding(sharding, type, global, masks, groups);
+    // FSDP's padded blocks: the whole tensor is smaller than the blocks.
+    if (auto whole =
+            entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.global_shape")) {
+      if (whole.size() != type.getRank())
+        return entry.emitOpError("argument #")
+               << i << " has an fsdp.global_shape of the wrong rank";
+      global.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
+    }
+    // Per dim, how many of the trailing axes split the block the others
+    // leave (FSDP within tensor parallelism), padded at its end.
+    SmallVector<int64_t> inner(type.getRank(), 0);
+    if (auto axes =
+            entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.inner_axes")) {
+      if (axes.size() != type.getRank())
+        return entry.emitOpError("argument #")
+               << i << " has an fsdp.inner_axes of the wrong rank";
+      inner.assign(axes.asArrayRef().begin(), axes.asArrayRef().end());
+    }
+    call("fsdp_prog_param_shard")
+        .literal(stringLiteral(name.getValue()))
+        .literal(typeLiteral(type))
+        .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
+        .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
+        .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
+        .literal(intsLiteral(global))
+        .literal(intsLiteral(masks))
+        .literal(intsLiteral(groups))
+        .literal(intsLiteral(inner))
+        .emit(builder, loc);
+    return success();
+  }
+  call("fsdp_prog_param")
+      .literal(stringLiteral(name.getValue()))
+      .literal(typeLiteral(type))
+      .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
+      .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
+      .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
+      .emit(builder, loc);
+  return success();
+}
+
 LogicalResult Lowering::emitDescribe(Location loc) {
   auto func =
       emitc::FuncOp::create(builder, loc, "fsdp_program_describe",
@@ -338,134 +481,9 @@ LogicalResult Lowering::emitDescribe(Location loc) {
           .literal(intLiteral(size))
           .emit(builder, loc);
 
-  for (BlockArgument arg : entry.getArguments()) {
-    unsigned i = arg.getArgNumber();
-    auto type = cast<RankedTensorType>(arg.getType());
-    if (auto name = entry.getArgAttrOfType<StringAttr>(
-            i, nn::NNDialect::kInputAttrName)) {
-      call("fsdp_prog_input")
-          .literal(stringLiteral(name.getValue()))
-          .literal(typeLiteral(type))
-          .emit(builder, loc);
-      // A data-parallel input: its batch dim is split over mesh axes.
-      if (auto sharding = entry.getArgAttrOfType<dist::ShardingAttr>(
-              i, kShardingAttrName)) {
-        if (!mesh || type.getRank() == 0 || !sharding.getPartial().empty() ||
-            llvm::any_of(llvm::seq<int64_t>(1, type.getRank()), [&](int64_t d) {
-              return !sharding.getDimAxes(d).empty();
-            }))
-          return entry.emitOpError("input #")
-                 << i << " may only be split along its batch dim (0)";
-        uint32_t mask = 0;
-        for (StringRef listed : sharding.getDimAxes(0))
-          for (StringRef axis : mesh.expandAxis(listed))
-            mask |= 1u << axisIndex[axis];
-        call("fsdp_prog_input_split")
-            .literal(stringLiteral(name.getValue()))
-            .literal(intLiteral(mask) + "u")
-            .emit(builder, loc);
-      }
-      // Token ids feed an embedding; labels feed a loss: both ranges are
-      // known from the vocabulary, which the data generator needs.
-      // Through the slices and reshapes that microbatching adds.
-      std::optional<int64_t> high;
-      SmallVector<Value> worklist = {arg};
-      while (!worklist.empty()) {
-        Value v = worklist.pop_back_val();
-        for (Operation *user : v.getUsers()) {
-          if (isa<nn::SliceOp, nn::ReshapeOp>(user))
-            worklist.push_back(user->getResult(0));
-          if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
-              embedding && embedding.getIds() == v)
-            high = embedding.getTable().getType().getDimSize(0) *
-                   numBlocks(embedding.getShardIndex());
-          if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
-              loss && loss.getLabels() == v)
-            high = loss.getLogits().getType().getShape().back();
-          if (auto loss = dyn_cast<nn::CrossEntropyPartialOp>(user);
-              loss && loss.getLabels() == v)
-            high = loss.getNumClasses()
-                       ? int64_t(*loss.getNumClasses())
-                       : loss.getLogits().getType().getShape().back() *
-                             numBlocks(loss.getShardIndex());
-        }
-      }
-      if (high)
-        call("fsdp_prog_input_range")
-            .literal(stringLiteral(name.getValue()))
-            .literal(intLiteral(*high))
-            .emit(builder, loc);
-      continue;
-    }
-    if (auto state = entry.getArgAttrOfType<StringAttr>(
-            i, nn::NNDialect::kStateAttrName)) {
-      call("fsdp_prog_state")
-          .literal(stringLiteral(state.getValue()))
-          .literal(typeLiteral(type))
-          .emit(builder, loc);
-      continue;
-    }
-    auto name =
-        entry.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kParamAttrName);
-    if (!name)
-      return entry.emitOpError("argument #")
-             << i << " has neither nn.input, nn.param nor nn.state";
-    auto init =
-        entry.getArgAttrOfType<nn::InitAttr>(i, nn::NNDialect::kInitAttrName);
-    static const char *kinds[] = {"FSDP_INIT_ZEROS", "FSDP_INIT_ONES",
-                                  "FSDP_INIT_NORMAL", "FSDP_INIT_UNIFORM"};
-    if (auto sharding =
-            entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
-      // This rank holds one block: the whole tensor's dims and the axes
-      // that split each dim let the runtime fill exactly that block.
-      if (!mesh || sharding.getMesh().getValue() != mesh.getSymName())
-        return entry.emitOpError("argument #")
-               << i << " is sharded over a mesh this module does not have";
-      if (!sharding.getPartial().empty() ||
-          static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
-        return entry.emitOpError("argument #")
-               << i << " has a sharding that does not fit a parameter";
-      SmallVector<int64_t> global, masks, groups;
-      packSharding(sharding, type, global, masks, groups);
-      // FSDP's padded blocks: the whole tensor is smaller than the blocks.
-      if (auto whole = entry.getArgAttrOfType<DenseI64ArrayAttr>(
-              i, "fsdp.global_shape")) {
-        if (whole.size() != type.getRank())
-          return entry.emitOpError("argument #")
-                 << i << " has an fsdp.global_shape of the wrong rank";
-        global.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
-      }
-      // Per dim, how many of the trailing axes split the block the others
-      // leave (FSDP within tensor parallelism), padded at its end.
-      SmallVector<int64_t> inner(type.getRank(), 0);
-      if (auto axes =
-              entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.inner_axes")) {
-        if (axes.size() != type.getRank())
-          return entry.emitOpError("argument #")
-                 << i << " has an fsdp.inner_axes of the wrong rank";
-        inner.assign(axes.asArrayRef().begin(), axes.asArrayRef().end());
-      }
-      call("fsdp_prog_param_shard")
-          .literal(stringLiteral(name.getValue()))
-          .literal(typeLiteral(type))
-          .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
-          .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
-          .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
-          .literal(intsLiteral(global))
-          .literal(intsLiteral(masks))
-          .literal(intsLiteral(groups))
-          .literal(intsLiteral(inner))
-          .emit(builder, loc);
-      continue;
-    }
-    call("fsdp_prog_param")
-        .literal(stringLiteral(name.getValue()))
-        .literal(typeLiteral(type))
-        .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
-        .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
-        .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
-        .emit(builder, loc);
-  }
+  for (BlockArgument arg : entry.getArguments())
+    if (failed(emitArgument(arg, loc)))
+      return failure();
 
   for (unsigned i = 0; i < entry.getNumResults(); ++i) {
     auto name = entry.getResultAttrOfType<StringAttr>(
@@ -579,19 +597,12 @@ int64_t frontDim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + rank : dim;
 }
 
-LogicalResult Lowering::lowerOp(Operation *op) {
-  if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op))
-    return lowerCollective(collective);
-  FailureOr<bool> training = lowerTrainingOp(op);
-  if (failed(training))
-    return failure();
-  if (*training)
-    return success();
+FailureOr<bool> Lowering::lowerDistOp(Operation *op) {
   if (auto copy = dyn_cast<dist::CopyOp>(op)) {
     // The identity: another reference to the same tensor.
     Call c = Call(context, "fsdp_retain").value(lookup(copy.getInput()));
     define(copy.getResult(), c);
-    return success();
+    return true;
   }
   if (isa<dist::AxisIndexOp, dist::AllSliceOp>(op)) {
     auto axes = op->getAttrOfType<ArrayAttr>("mesh_axes");
@@ -608,12 +619,169 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     if (auto slice = dyn_cast<dist::AllSliceOp>(op))
       c.literal(intLiteral(static_cast<int64_t>(slice.getSliceDim())));
     define(op->getResult(0), c);
-    return success();
+    return true;
   }
   if (auto wait = dyn_cast<dist::WaitOp>(op)) {
     Call c = call("fsdp_wait").value(lookup(wait.getFuture()));
     define(wait.getResult(), c);
+    return true;
+  }
+  return false;
+}
+
+FailureOr<bool> Lowering::lowerDataMovementOp(Operation *op) {
+  if (!isa<nn::ReshapeOp, nn::TransposeOp, nn::SliceOp, nn::SplitOp,
+           nn::ConcatOp, nn::CastOp>(op))
+    return false;
+  auto value = [&](Value v) { return lookup(v); };
+  Type resultType = op->getResult(0).getType();
+  auto simple = [&](StringRef callee, ValueRange operands) {
+    Call c = opCall(callee, resultType);
+    for (Value v : operands)
+      c.value(value(v));
+    define(op->getResult(0), c);
+  };
+  TypeSwitch<Operation *>(op)
+      .Case([&](nn::ReshapeOp o) { simple("fsdp_op_reshape", {o.getInput()}); })
+      .Case([&](nn::TransposeOp o) {
+        Call c = opCall("fsdp_op_transpose", resultType);
+        c.value(value(o.getInput())).literal(intsLiteral(o.getPerm()));
+        define(o.getResult(), c);
+      })
+      .Case([&](nn::SliceOp o) {
+        Call c = opCall("fsdp_op_slice", resultType);
+        c.value(value(o.getInput()))
+            .literal(intLiteral(frontDim(static_cast<int64_t>(o.getDim()),
+                                         o.getInput().getType().getRank())))
+            .literal(intLiteral(static_cast<int64_t>(o.getStart())));
+        define(o.getResult(), c);
+      })
+      .Case([&](nn::SplitOp o) {
+        // Each piece is a slice of the input.
+        int64_t dim = frontDim(static_cast<int64_t>(o.getDim()),
+                               o.getInput().getType().getRank());
+        int64_t start = 0;
+        for (auto [result, size] : llvm::zip(o.getResults(), o.getSizes())) {
+          Call c = opCall("fsdp_op_slice", result.getType());
+          c.value(value(o.getInput()))
+              .literal(intLiteral(dim))
+              .literal(intLiteral(start));
+          define(result, c);
+          start += size;
+        }
+      })
+      .Case([&](nn::ConcatOp o) {
+        // An n-ary concat is a chain of binary ones over growing prefixes.
+        auto first = cast<RankedTensorType>(o.getInputs().front().getType());
+        int64_t dim =
+            frontDim(static_cast<int64_t>(o.getDim()), first.getRank());
+        if (o.getInputs().size() == 1) {
+          simple("fsdp_op_reshape", {o.getInputs().front()});
+          return;
+        }
+        Value acc = o.getInputs().front();
+        SmallVector<int64_t> shape(first.getShape());
+        for (Value input : o.getInputs().drop_front()) {
+          shape[dim] += cast<RankedTensorType>(input.getType()).getDimSize(dim);
+          bool last = input == o.getInputs().back();
+          Type type =
+              last ? o.getResult().getType()
+                   : RankedTensorType::get(shape, first.getElementType());
+          Call c = opCall("fsdp_op_concat", type);
+          c.value(value(acc)).value(value(input)).literal(intLiteral(dim));
+          if (last) {
+            define(o.getResult(), c);
+          } else {
+            // A partial result has no original value; give it a fresh key.
+            Value v = c.emit(builder, o.getLoc(), tensorType);
+            owned.push_back(v);
+            ++numOpCalls;
+            acc = v;
+            mapping[v] = v;
+          }
+        }
+      })
+      .Case([&](nn::CastOp o) { simple("fsdp_op_cast", {o.getInput()}); });
+  return true;
+}
+
+FailureOr<bool> Lowering::lowerNormAttentionOp(Operation *op) {
+  if (!isa<nn::RMSNormOp, nn::LayerNormOp, nn::RotaryOp, nn::AttentionOp,
+           nn::SoftmaxOp>(op))
+    return false;
+  auto value = [&](Value v) { return lookup(v); };
+  Type resultType = op->getResult(0).getType();
+  auto optional = [&](Call &c, Value v) -> Call & {
+    return v ? c.value(value(v)) : c.literal("nullptr");
+  };
+  TypeSwitch<Operation *>(op)
+      .Case([&](nn::RMSNormOp o) {
+        Call c = opCall("fsdp_op_rms_norm", resultType);
+        c.value(value(o.getInput()))
+            .value(value(o.getWeight()))
+            .literal(doubleLiteral(o.getEps().convertToDouble()));
+        define(o.getResult(), c);
+      })
+      .Case([&](nn::LayerNormOp o) {
+        Call c = opCall("fsdp_op_layer_norm", resultType);
+        c.value(value(o.getInput())).value(value(o.getWeight()));
+        optional(c, o.getBias())
+            .literal(doubleLiteral(o.getEps().convertToDouble()));
+        define(o.getResult(), c);
+      })
+      .Case([&](nn::RotaryOp o) {
+        SmallVector<std::string> rope = {
+            doubleLiteral(o.getTheta().convertToDouble()),
+            frequencyTable(o.getInvFreqAttr(), o.getLoc()),
+            doubleLiteral(o.getAttentionScaling().convertToDouble())};
+        if (o.getInverse()) {
+          destinationCall(op, "fsdp_op_rotary_inverse",
+                          {o.getInput(), o.getPositions()}, rope);
+          return;
+        }
+        Call c = opCall("fsdp_op_rotary", resultType);
+        c.value(value(o.getInput())).value(value(o.getPositions()));
+        for (const std::string &literal : rope)
+          c.literal(literal);
+        define(o.getResult(), c);
+      })
+      .Case([&](nn::AttentionOp o) {
+        Call c = opCall("fsdp_op_attention", resultType);
+        c.value(value(o.getQuery()))
+            .value(value(o.getKey()))
+            .value(value(o.getValue()))
+            .literal(boolLiteral(o.getCausal()))
+            .literal(intLiteral(
+                static_cast<int64_t>(o.getSlidingWindow().value_or(0))))
+            .literal(doubleLiteral(
+                o.getScale() ? o.getScale()->convertToDouble() : 0.0));
+        define(o.getResult(), c);
+      })
+      .Case([&](nn::SoftmaxOp o) {
+        Call c = opCall("fsdp_op_softmax", resultType);
+        c.value(value(o.getInput()))
+            .literal(intLiteral(frontDim(static_cast<int64_t>(o.getDim()),
+                                         o.getInput().getType().getRank())));
+        define(o.getResult(), c);
+      });
+  return true;
+}
+
+LogicalResult Lowering::lowerOp(Operation *op) {
+  if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op))
+    return lowerCollective(collective);
+  FailureOr<bool> training = lowerTrainingOp(op);
+  if (failed(training))
+    return failure();
+  if (*training)
     return success();
+  for (auto lower : {&Lowering::lowerDistOp, &Lowering::lowerDataMovementOp,
+                     &Lowering::lowerNormAttentionOp}) {
+    FailureOr<bool> lowered = (this->*lower)(op);
+    if (failed(lowered))
+      return failure();
+    if (*lowered)
+      return success();
   }
   if (isa<func::ReturnOp>(op))
     return success();
@@ -712,130 +880,6 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         c.value(value(o.getInput()))
             .literal(boolLiteral(o.getApproximate() == "tanh"));
         define(o.getResult(), c);
-        return success();
-      })
-      .Case([&](nn::RMSNormOp o) {
-        Call c = opCall("fsdp_op_rms_norm", resultType);
-        c.value(value(o.getInput()))
-            .value(value(o.getWeight()))
-            .literal(doubleLiteral(o.getEps().convertToDouble()));
-        define(o.getResult(), c);
-        return success();
-      })
-      .Case([&](nn::LayerNormOp o) {
-        Call c = opCall("fsdp_op_layer_norm", resultType);
-        c.value(value(o.getInput())).value(value(o.getWeight()));
-        optional(c, o.getBias())
-            .literal(doubleLiteral(o.getEps().convertToDouble()));
-        define(o.getResult(), c);
-        return success();
-      })
-      .Case([&](nn::RotaryOp o) -> LogicalResult {
-        SmallVector<std::string> rope = {
-            doubleLiteral(o.getTheta().convertToDouble()),
-            frequencyTable(o.getInvFreqAttr(), o.getLoc()),
-            doubleLiteral(o.getAttentionScaling().convertToDouble())};
-        if (o.getInverse()) {
-          destinationCall(op, "fsdp_op_rotary_inverse",
-                          {o.getInput(), o.getPositions()}, rope);
-          return success();
-        }
-        Call c = opCall("fsdp_op_rotary", resultType);
-        c.value(value(o.getInput())).value(value(o.getPositions()));
-        for (const std::string &literal : rope)
-          c.literal(literal);
-        define(o.getResult(), c);
-        return success();
-      })
-      .Case([&](nn::AttentionOp o) {
-        Call c = opCall("fsdp_op_attention", resultType);
-        c.value(value(o.getQuery()))
-            .value(value(o.getKey()))
-            .value(value(o.getValue()))
-            .literal(boolLiteral(o.getCausal()))
-            .literal(intLiteral(
-                static_cast<int64_t>(o.getSlidingWindow().value_or(0))))
-            .literal(doubleLiteral(
-                o.getScale() ? o.getScale()->convertToDouble() : 0.0));
-        define(o.getResult(), c);
-        return success();
-      })
-      .Case([&](nn::SoftmaxOp o) {
-        Call c = opCall("fsdp_op_softmax", resultType);
-        c.value(value(o.getInput()))
-            .literal(intLiteral(frontDim(static_cast<int64_t>(o.getDim()),
-                                         o.getInput().getType().getRank())));
-        define(o.getResult(), c);
-        return success();
-      })
-      .Case([&](nn::ReshapeOp o) {
-        simple("fsdp_op_reshape", {o.getInput()});
-        return success();
-      })
-      .Case([&](nn::TransposeOp o) {
-        Call c = opCall("fsdp_op_transpose", resultType);
-        c.value(value(o.getInput())).literal(intsLiteral(o.getPerm()));
-        define(o.getResult(), c);
-        return success();
-      })
-      .Case([&](nn::SliceOp o) {
-        Call c = opCall("fsdp_op_slice", resultType);
-        c.value(value(o.getInput()))
-            .literal(intLiteral(frontDim(static_cast<int64_t>(o.getDim()),
-                                         o.getInput().getType().getRank())))
-            .literal(intLiteral(static_cast<int64_t>(o.getStart())));
-        define(o.getResult(), c);
-        return success();
-      })
-      .Case([&](nn::SplitOp o) {
-        // Each piece is a slice of the input.
-        int64_t dim = frontDim(static_cast<int64_t>(o.getDim()),
-                               o.getInput().getType().getRank());
-        int64_t start = 0;
-        for (auto [result, size] : llvm::zip(o.getResults(), o.getSizes())) {
-          Call c = opCall("fsdp_op_slice", result.getType());
-          c.value(value(o.getInput()))
-              .literal(intLiteral(dim))
-              .literal(intLiteral(start));
-          define(result, c);
-          start += size;
-        }
-        return success();
-      })
-      .Case([&](nn::ConcatOp o) {
-        // An n-ary concat is a chain of binary ones over growing prefixes.
-        auto first = cast<RankedTensorType>(o.getInputs().front().getType());
-        int64_t dim =
-            frontDim(static_cast<int64_t>(o.getDim()), first.getRank());
-        if (o.getInputs().size() == 1) {
-          simple("fsdp_op_reshape", {o.getInputs().front()});
-          return success();
-        }
-        Value acc = o.getInputs().front();
-        SmallVector<int64_t> shape(first.getShape());
-        for (Value input : o.getInputs().drop_front()) {
-          shape[dim] += cast<RankedTensorType>(input.getType()).getDimSize(dim);
-          bool last = input == o.getInputs().back();
-          Type type =
-              last ? o.getResult().getType()
-                   : RankedTensorType::get(shape, first.getElementType());
-          Call c = opCall("fsdp_op_concat", type);
-          c.value(value(acc)).value(value(input)).literal(intLiteral(dim));
-          if (last) {
-            define(o.getResult(), c);
-          } else {
-            // A partial result has no original value; give it a fresh key.
-            Value v = c.emit(builder, o.getLoc(), tensorType);
-            owned.push_back(v);
-            ++numOpCalls;
-            acc = v;
-            mapping[v] = v;
-          }
-        }
-        return success();
-      })
-      .Case([&](nn::CastOp o) {
-        simple("fsdp_op_cast", {o.getInput()});
         return success();
       })
       .Case([&](nn::CrossEntropyOp o) {

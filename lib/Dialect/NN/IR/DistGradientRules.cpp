@@ -150,21 +150,20 @@ LogicalResult copyRule(dist::CopyOp op, Value dy, GradientBuilder &grads) {
 }
 } // namespace
 
+/// Attaches `Rule` to `OpTy` as its GradientOpInterface.
+template <typename OpTy, LogicalResult (*Rule)(OpTy, Value, GradientBuilder &)>
+static void attach(MLIRContext *context) {
+  OpTy::template attachInterface<InputGradient<OpTy, Rule>>(*context);
+}
+
 void fsdp::nn::registerDistGradientModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, dist::DistDialect *) {
-    dist::AllGatherOp::attachInterface<
-        InputGradient<dist::AllGatherOp, allGatherRule>>(*context);
-    dist::ReduceScatterOp::attachInterface<
-        InputGradient<dist::ReduceScatterOp, reduceScatterRule>>(*context);
-    dist::AllReduceOp::attachInterface<
-        InputGradient<dist::AllReduceOp, allReduceRule>>(*context);
-    dist::AllToAllOp::attachInterface<
-        InputGradient<dist::AllToAllOp, allToAllRule>>(*context);
-    dist::PermuteOp::attachInterface<
-        InputGradient<dist::PermuteOp, permuteRule>>(*context);
-    dist::AllSliceOp::attachInterface<
-        InputGradient<dist::AllSliceOp, allSliceRule>>(*context);
-    dist::CopyOp::attachInterface<InputGradient<dist::CopyOp, copyRule>>(
-        *context);
+    attach<dist::AllGatherOp, allGatherRule>(context);
+    attach<dist::ReduceScatterOp, reduceScatterRule>(context);
+    attach<dist::AllReduceOp, allReduceRule>(context);
+    attach<dist::AllToAllOp, allToAllRule>(context);
+    attach<dist::PermuteOp, permuteRule>(context);
+    attach<dist::AllSliceOp, allSliceRule>(context);
+    attach<dist::CopyOp, copyRule>(context);
   });
 }
