@@ -56,27 +56,25 @@ DenseSet<Value> valuesNeedingGrad(Block &body, ArrayRef<Value> params) {
 /// Re-creates `op` on mapped operands with result types from its shape rule,
 /// so that a dtype change upstream (mixed precision) flows through.
 Operation *rebuild(OpBuilder &b, Operation &op, IRMapping &map) {
+  if (isa<ShapeRuleOpInterface>(op)) {
+    Operation *copy = rebuildWithShapeRule(
+        b, op,
+        llvm::map_to_vector(op.getOperands(),
+                            [&](Value v) { return map.lookupOrDefault(v); }),
+        nullptr);
+    if (copy)
+      map.map(op.getResults(), copy->getResults());
+    return copy;
+  }
   Operation *copy = b.clone(op, map);
-  if (isa<ShapeRuleOpInterface>(copy)) {
-    if (succeeded(inferResultTypesInPlace(copy)))
-      return copy;
-    copy->erase();
-    return nullptr;
-  }
-  SmallVector<Type> types;
-  if (isa<dist::DistDialect>(op.getDialect()) && op.getNumOperands() > 0) {
-    // A dist op moves its input's elements: it takes their (possibly mixed
-    // precision) type.
+  // A dist op moves its input's elements: it takes their (possibly mixed
+  // precision) type.
+  if (isa<dist::DistDialect>(op.getDialect()) && op.getNumOperands() > 0)
     if (auto in = dyn_cast<RankedTensorType>(copy->getOperand(0).getType()))
-      for (Type type : copy->getResultTypes())
-        types.push_back(
-            isa<RankedTensorType>(type)
-                ? RankedTensorType::get(cast<RankedTensorType>(type).getShape(),
-                                        in.getElementType())
-                : type);
-  }
-  for (auto [result, type] : llvm::zip(copy->getResults(), types))
-    result.setType(type);
+      for (Value result : copy->getResults())
+        if (auto type = dyn_cast<RankedTensorType>(result.getType()))
+          result.setType(
+              RankedTensorType::get(type.getShape(), in.getElementType()));
   return copy;
 }
 

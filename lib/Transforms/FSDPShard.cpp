@@ -353,11 +353,10 @@ LogicalResult Sharder::rewriteBody() {
     if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>()) {
       return op.emitOpError("cannot be data-parallel (not an nn op)");
     }
-    Operation *copy = b.clone(op, map);
-    copy->setAttrs(attrs.getDictionary(context));
-    if (failed(nn::inferResultTypesInPlace(copy))) {
+    Operation *copy =
+        nn::rebuildWithShapeRule(b, op, operands, attrs.getDictionary(context));
+    if (!copy)
       return failure();
-    }
     map.map(op.getResults(), copy->getResults());
   }
   return success();

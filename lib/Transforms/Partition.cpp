@@ -428,13 +428,8 @@ Operation *Partitioner::rebuild(Operation &op, ValueRange operands,
                                 DictionaryAttr attrs) {
   NamedAttrList list(attrs ? attrs : op.getAttrDictionary());
   list.erase(tp::kStyleAttrName);
-  Operation *copy = b.clone(op);
-  copy->setOperands(operands);
-  copy->setAttrs(list.getDictionary(b.getContext()));
-  if (succeeded(nn::inferResultTypesInPlace(copy)))
-    return copy;
-  copy->erase();
-  return nullptr;
+  return nn::rebuildWithShapeRule(b, op, operands,
+                                  list.getDictionary(b.getContext()));
 }
 
 //===----------------------------------------------------------------------===//

@@ -72,16 +72,24 @@ Operation *fsdp::nn::createWithShapeRule(OpBuilder &builder, Location loc,
   return builder.create(state);
 }
 
-LogicalResult fsdp::nn::inferResultTypesInPlace(Operation *op) {
-  auto rule = dyn_cast<ShapeRuleOpInterface>(op);
+Operation *fsdp::nn::rebuildWithShapeRule(OpBuilder &builder, Operation &op,
+                                          ValueRange operands,
+                                          DictionaryAttr attributes) {
+  Operation *copy = builder.clone(op);
+  copy->setOperands(operands);
+  if (attributes)
+    copy->setAttrs(attributes);
+  auto rule = dyn_cast<ShapeRuleOpInterface>(copy);
   SmallVector<Type> types;
-  if (!rule || failed(rule.inferResultTypes(op->getContext(), op->getLoc(),
-                                            op->getOperands(),
-                                            op->getAttrDictionary(), types)))
-    return failure();
-  for (auto [result, type] : llvm::zip(op->getResults(), types))
+  if (!rule || failed(rule.inferResultTypes(
+                   copy->getContext(), copy->getLoc(), copy->getOperands(),
+                   copy->getAttrDictionary(), types))) {
+    copy->erase();
+    return nullptr;
+  }
+  for (auto [result, type] : llvm::zip(copy->getResults(), types))
     result.setType(type);
-  return success();
+  return copy;
 }
 
 LogicalResult fsdp::nn::verifyShapeRule(Operation *op) {

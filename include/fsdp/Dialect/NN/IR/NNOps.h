@@ -65,10 +65,14 @@ mlir::Operation *createWithShapeRule(mlir::OpBuilder &builder,
                                      mlir::ValueRange operands,
                                      mlir::DictionaryAttr attributes);
 
-/// Sets the result types of `op` (an op with a shape rule, rebuilt on other
-/// operands or attributes) to those its rule infers; on a broken rule,
-/// emits the rule's error at the op and fails.
-llvm::LogicalResult inferResultTypesInPlace(mlir::Operation *op);
+/// Re-creates `op` (an op with a shape rule) at the builder's insertion point
+/// on `operands`, with `attributes` (null: its own), and the result types its
+/// rule infers for them. On a broken rule, emits the rule's error at the op,
+/// creates nothing and returns null.
+mlir::Operation *rebuildWithShapeRule(mlir::OpBuilder &builder,
+                                      mlir::Operation &op,
+                                      mlir::ValueRange operands,
+                                      mlir::DictionaryAttr attributes);
 
 /// The state gradient rules work on (Gradient.h).
 class GradientBuilder;
