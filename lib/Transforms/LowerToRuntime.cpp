@@ -209,6 +209,21 @@ private:
 
   /// Starts a call to `callee` with the program handle as first argument.
   Call call(StringRef callee) { return Call(context, callee).value(program); }
+  /// Reads slot `index` of `frame` (a layer function's handles).
+  Value frameGet(Value frame, int64_t index, Location loc) {
+    return Call(context, "fsdp_frame_get")
+        .value(frame)
+        .literal(intLiteral(index))
+        .emit(builder, loc, tensorType);
+  }
+  /// Writes handle `v` into slot `index` of `frame`.
+  void frameSet(Value frame, int64_t index, Value v, Location loc) {
+    Call(context, "fsdp_frame_set")
+        .value(frame)
+        .literal(intLiteral(index))
+        .value(v)
+        .emit(builder, loc);
+  }
   /// Starts an op call returning a tensor of `type`.
   Call opCall(StringRef callee, Type type) {
     return call(callee).literal(typeLiteral(cast<RankedTensorType>(type)));
@@ -411,8 +426,16 @@ LogicalResult Lowering::emitArgument(BlockArgument arg, Location loc) {
       entry.getArgAttrOfType<nn::InitAttr>(i, nn::NNDialect::kInitAttrName);
   static const char *kinds[] = {"FSDP_INIT_ZEROS", "FSDP_INIT_ONES",
                                 "FSDP_INIT_NORMAL", "FSDP_INIT_UNIFORM"};
-  if (auto sharding =
-          entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
+  auto sharding =
+      entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName);
+  Call c =
+      call(sharding ? "fsdp_prog_param_shard" : "fsdp_prog_param")
+          .literal(stringLiteral(name.getValue()))
+          .literal(typeLiteral(type))
+          .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
+          .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
+          .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0));
+  if (sharding) {
     // This rank holds one block: the whole tensor's dims and the axes
     // that split each dim let the runtime fill exactly that block.
     if (!mesh || sharding.getMesh().getValue() != mesh.getSymName())
@@ -425,43 +448,22 @@ LogicalResult Lowering::emitArgument(BlockArgument arg, Location loc) {
     SmallVector<int64_t> global, masks, groups;
     packSharding(sharding, type, global, masks, groups);
     // FSDP's padded blocks: the whole tensor is smaller than the blocks.
+    // (The fsdp dialect verified both attributes: one integer per dim.)
     if (auto whole =
-            entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.global_shape")) {
-      if (whole.size() != type.getRank())
-        return entry.emitOpError("argument #")
-               << i << " has an fsdp.global_shape of the wrong rank";
+            entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.global_shape"))
       global.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
-    }
     // Per dim, how many of the trailing axes split the block the others
     // leave (FSDP within tensor parallelism), padded at its end.
     SmallVector<int64_t> inner(type.getRank(), 0);
     if (auto axes =
-            entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.inner_axes")) {
-      if (axes.size() != type.getRank())
-        return entry.emitOpError("argument #")
-               << i << " has an fsdp.inner_axes of the wrong rank";
+            entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.inner_axes"))
       inner.assign(axes.asArrayRef().begin(), axes.asArrayRef().end());
-    }
-    call("fsdp_prog_param_shard")
-        .literal(stringLiteral(name.getValue()))
-        .literal(typeLiteral(type))
-        .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
-        .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
-        .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
-        .literal(intsLiteral(global))
+    c.literal(intsLiteral(global))
         .literal(intsLiteral(masks))
         .literal(intsLiteral(groups))
-        .literal(intsLiteral(inner))
-        .emit(builder, loc);
-    return success();
+        .literal(intsLiteral(inner));
   }
-  call("fsdp_prog_param")
-      .literal(stringLiteral(name.getValue()))
-      .literal(typeLiteral(type))
-      .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
-      .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
-      .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0))
-      .emit(builder, loc);
+  c.emit(builder, loc);
   return success();
 }
 
@@ -1072,8 +1074,10 @@ LogicalResult Lowering::emitForward(Location loc) {
 LogicalResult Lowering::emitSegmentFunction(const Segment &segment) {
   std::string name =
       "fsdp_layer_function_" + std::to_string(layerFunctions.size());
-  Location loc = segment.inputs.empty() ? entry.getLoc()
-                                        : segment.outputs.front().getLoc();
+  Block &step = entry.getBody().front();
+  auto first = std::next(step.begin(), segment.begin);
+  auto last = std::next(step.begin(), segment.end);
+  Location loc = first->getLoc();
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPoint(forwardFunc);
   auto func = emitc::FuncOp::create(
@@ -1092,19 +1096,13 @@ LogicalResult Lowering::emitSegmentFunction(const Segment &segment) {
   program = body->getArgument(0);
   Value frame = body->getArgument(1);
   for (auto [i, input] : llvm::enumerate(segment.inputs)) {
-    Value v = Call(context, "fsdp_frame_get")
-                  .value(frame)
-                  .literal(intLiteral(i))
-                  .emit(builder, input.getLoc(), tensorType);
+    Value v = frameGet(frame, i, input.getLoc());
     mapping[input] = v;
     // An input whose last use is here is released here, as inline code
     // would release it.
     if (segment.inputDies[i])
       owned.push_back(v);
   }
-  Block &step = entry.getBody().front();
-  auto first = std::next(step.begin(), segment.begin);
-  auto last = std::next(step.begin(), segment.end);
   LogicalResult result = success();
   for (Operation &op : llvm::make_range(first, last))
     if (failed(result = lowerOp(&op)))
@@ -1112,11 +1110,7 @@ LogicalResult Lowering::emitSegmentFunction(const Segment &segment) {
   if (succeeded(result)) {
     for (auto [i, output] : llvm::enumerate(segment.outputs)) {
       Value v = lookup(output);
-      Call(context, "fsdp_frame_set")
-          .value(frame)
-          .literal(intLiteral(segment.inputs.size() + i))
-          .value(v)
-          .emit(builder, output.getLoc());
+      frameSet(frame, segment.inputs.size() + i, v, output.getLoc());
       transferred.insert(v);
     }
     auto end = emitc::ReturnOp::create(builder, loc, Value());
@@ -1135,28 +1129,21 @@ LogicalResult Lowering::emitSegmentCall(const Segment &segment) {
   if (!layerFunctions.count(segment.function) &&
       failed(emitSegmentFunction(segment)))
     return failure();
-  Location loc = segment.outputs.empty() ? entry.getLoc()
-                                         : segment.outputs.front().getLoc();
+  Location loc =
+      std::next(entry.getBody().front().begin(), segment.begin)->getLoc();
   int64_t slots = segment.inputs.size() + segment.outputs.size();
   Value frame = call("fsdp_frame_new")
                     .literal(intLiteral(slots))
                     .emit(builder, loc, frameType);
   for (auto [i, input] : llvm::enumerate(segment.inputs)) {
     Value v = lookup(input);
-    Call(context, "fsdp_frame_set")
-        .value(frame)
-        .literal(intLiteral(i))
-        .value(v)
-        .emit(builder, loc);
+    frameSet(frame, i, v, loc);
     if (segment.inputDies[i])
       transferred.insert(v);
   }
   call(layerFunctions[segment.function]).value(frame).emit(builder, loc);
   for (auto [i, output] : llvm::enumerate(segment.outputs)) {
-    Value v = Call(context, "fsdp_frame_get")
-                  .value(frame)
-                  .literal(intLiteral(segment.inputs.size() + i))
-                  .emit(builder, output.getLoc(), tensorType);
+    Value v = frameGet(frame, segment.inputs.size() + i, output.getLoc());
     mapping[output] = v;
     owned.push_back(v);
   }
