@@ -62,25 +62,23 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
         return WalkResult::interrupt();
       }
       uint32_t mask = 0;
-      int64_t n = 1;
       for (Attribute listed : op.getMeshAxes())
         for (StringRef axis :
              mesh.expandAxis(cast<StringAttr>(listed).getValue()))
           for (auto [i, a] : llvm::enumerate(mesh.getAxes()))
-            if (cast<StringAttr>(a).getValue() == axis) {
+            if (cast<StringAttr>(a).getValue() == axis)
               mask |= 1u << i;
-              n *= mesh.getShape()[i];
-            }
       std::string name;
       for (auto [i, a] : llvm::enumerate(mesh.getAxes()))
         if (mask & (1u << i))
           name +=
               (name.empty() ? "" : ",") + cast<StringAttr>(a).getValue().str();
       groupNames[mask] = "{" + name + "}";
-      Volume &v = volumes[{static_cast<int>(collectiveKind(op)), mask}];
+      accounting::Collective kind = collectiveKind(op);
+      Volume &v = volumes[{static_cast<int>(kind), mask}];
       ++v.calls;
-      v.bytes += accounting::bytesSent(collectiveKind(op),
-                                       bytesOf(op.getInput().getType()), n);
+      v.bytes += accounting::bytesSent(kind, bytesOf(op.getInput().getType()),
+                                       groupSize(op, mesh));
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())

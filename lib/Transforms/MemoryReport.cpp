@@ -88,10 +88,11 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
       for (Value result : op.getResults())
         if (bufferOf(result) == result)
           live += bytesOf(result.getType());
+      // A collective's staging buffers live while it runs.
+      int64_t staging = 0;
       if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op))
-        peak = std::max(
-            peak, live + stagingBytes(collective, groupSize(collective, mesh)));
-      peak = std::max(peak, live);
+        staging = stagingBytes(collective, groupSize(collective, mesh));
+      peak = std::max(peak, live + staging);
       if (auto gather = dyn_cast<dist::AllGatherOp>(op);
           gather && gather->hasAttr("fsdp.unit"))
         gathered = std::max(gathered, bytesOf(gather.getType()));

@@ -43,45 +43,27 @@ MixedPrecisionPolicyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
-namespace {
-
-/// A dtype name as the passes write them ("" where none was given).
-bool isDtype(Attribute value) {
-  auto s = dyn_cast<StringAttr>(value);
-  return s && llvm::is_contained({"", "f32", "bf16", "f16"}, s.getValue());
-}
-
-/// Checks that `value` is a dictionary of the string dtype fields
-/// `dtypeKeys` and the bool fields `boolKeys` only.
-LogicalResult checkFields(Operation *op, StringRef name, Attribute value,
-                          ArrayRef<StringRef> dtypeKeys,
-                          ArrayRef<StringRef> boolKeys) {
+/// Checks that `value` is a dictionary whose fields are among `keys`, each a
+/// dtype name (f32, bf16, f16).
+static LogicalResult checkDtypes(Operation *op, StringRef name, Attribute value,
+                                 ArrayRef<StringRef> keys) {
   auto dict = dyn_cast<DictionaryAttr>(value);
   if (!dict)
     return op->emitOpError("has '")
            << name << "' that is not a dictionary: " << value;
   for (NamedAttribute field : dict) {
     StringRef key = field.getName().getValue();
-    bool ok = llvm::is_contained(dtypeKeys, key) ? isDtype(field.getValue())
-              : llvm::is_contained(boolKeys, key)
-                  ? isa<BoolAttr>(field.getValue())
-                  : false;
-    if (ok)
-      continue;
-    if (!llvm::is_contained(dtypeKeys, key) &&
-        !llvm::is_contained(boolKeys, key))
+    if (!llvm::is_contained(keys, key))
       return op->emitOpError("has '")
              << name << "' with an unknown field '" << key << "'";
-    return op->emitOpError("has '")
-           << name << "' field '" << key << "' that is not "
-           << (llvm::is_contained(dtypeKeys, key) ? "f32, bf16 or f16"
-                                                  : "true or false")
-           << ": " << field.getValue();
+    auto dtype = dyn_cast<StringAttr>(field.getValue());
+    if (!dtype || !llvm::is_contained({"f32", "bf16", "f16"}, dtype.getValue()))
+      return op->emitOpError("has '")
+             << name << "' field '" << key
+             << "' that is not f32, bf16 or f16: " << field.getValue();
   }
   return success();
 }
-
-} // namespace
 
 LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
@@ -115,8 +97,8 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
   if (name == "fsdp.mp_policy")
     return expect(isa<MixedPrecisionPolicyAttr>(value), "a #fsdp.mp_policy");
   if (name == "fsdp.precision")
-    return checkFields(op, name, value, {"param", "reduce", "output", "master"},
-                       {});
+    return checkDtypes(op, name, value,
+                       {"param", "reduce", "output", "master"});
   return op->emitOpError("has '")
          << name << "', which is not an fsdp attribute of an op";
 }
