@@ -7,14 +7,16 @@
 //
 // Implements `fsdp-memory-report`: replays the step function's allocations
 // the way the runtime makes them (every op result is a new tensor, released
-// after its last use; dist.copy shares its input's; collectives stage
-// through temporary buffers) and reports the bytes one rank holds: its
+// where the lowering releases it; dist.copy shares its input's; collectives
+// stage through temporary buffers) and reports the bytes one rank holds: its
 // parameter blocks, optimizer state, data, gradients, the largest gathered
 // FSDP unit, and the estimated peak.
 //
 //===----------------------------------------------------------------------===//
 
 #include "PassUtils.h"
+
+#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
@@ -62,32 +64,32 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         inputs += bytes;
     }
 
-    // Buffers: dist.copy and dist.wait share their operand's; a buffer is
-    // freed after the last use of any value sharing it, or kept to the end
-    // when returned.
+    // The runtime's buffers: each op result is a new one, but dist.copy and
+    // dist.wait hand out another reference to their operand's. A buffer is
+    // freed when every handle to it is released where the lowering releases
+    // it (ReleasePlan.h); the step's results are kept.
     DenseMap<Value, Value> buffer;
     auto bufferOf = [&](Value v) {
       auto it = buffer.find(v);
       return it == buffer.end() ? v : it->second;
     };
-    DenseMap<Value, Operation *> lastUse;
-    auto ret = cast<func::ReturnOp>(body.getTerminator());
-    for (Operation &op : body) {
-      for (Value result : op.getResults())
+    DenseMap<Value, int64_t> references;
+    int64_t live = 0, peak = 0, gathered = 0, grads = 0;
+    auto release = [&](Value v) {
+      Value b = bufferOf(v);
+      if (!isa<BlockArgument>(b) && --references[b] == 0)
+        live -= bytesOf(b.getType());
+    };
+    ReleasePlan plan(body);
+    for (Operation &op : body.without_terminator()) {
+      for (Value result : op.getResults()) {
         if (isa<dist::CopyOp, dist::WaitOp>(op))
           buffer[result] = bufferOf(op.getOperand(0));
-      for (Value operand : op.getOperands())
-        lastUse[bufferOf(operand)] = &op;
-    }
-    DenseSet<Value> kept;
-    for (Value v : ret.getOperands())
-      kept.insert(bufferOf(v));
-
-    int64_t live = 0, peak = 0, gathered = 0, grads = 0;
-    for (Operation &op : body.without_terminator()) {
-      for (Value result : op.getResults())
-        if (bufferOf(result) == result)
+        else
           live += bytesOf(result.getType());
+        if (ReleasePlan::isReleased(result))
+          ++references[bufferOf(result)];
+      }
       // A collective's staging buffers live while it runs.
       int64_t staging = 0;
       if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op))
@@ -98,14 +100,10 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         gathered = std::max(gathered, bytesOf(gather.getType()));
       if (isa<nn::AdamWOp, nn::SGDOp>(op))
         grads += bytesOf(op.getOperand(1).getType());
-      for (Value operand : op.getOperands()) {
-        Value b = bufferOf(operand);
-        if (!isa<BlockArgument>(b) && lastUse.lookup(b) == &op &&
-            !kept.contains(b)) {
-          live -= bytesOf(b.getType());
-          lastUse.erase(b);
-        }
-      }
+      for (unsigned i : plan.operandsDyingAt(&op))
+        release(op.getOperand(i));
+      for (unsigned i : plan.unusedResults(&op))
+        release(op.getResult(i));
     }
     int64_t fixed = params + state + inputs;
     int64_t estimate = fixed + peak;

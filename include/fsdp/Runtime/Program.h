@@ -191,10 +191,12 @@ fsdp_tensor *fsdp_op_rms_norm(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
 fsdp_tensor *fsdp_op_layer_norm(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                 fsdp_tensor *w, fsdp_tensor *bias, double eps);
 /// `inv_freq` (head dim / 2 entries) replaces theta's frequencies unless
-/// NULL; the rotation is scaled by `attention_scaling`.
+/// NULL; the rotation is scaled by `attention_scaling`. With `inverse`, the
+/// rotation by the negative angle (rotary's transpose, its gradient).
 fsdp_tensor *fsdp_op_rotary(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                             fsdp_tensor *positions, double theta,
-                            const double *inv_freq, double attention_scaling);
+                            const double *inv_freq, double attention_scaling,
+                            bool inverse);
 /// `sliding_window` <= 0 means none; `scale` <= 0 means 1/sqrt(D).
 fsdp_tensor *fsdp_op_attention(fsdp_program *p, fsdp_type r, fsdp_tensor *q,
                                fsdp_tensor *k, fsdp_tensor *v, bool causal,
@@ -296,10 +298,6 @@ void fsdp_op_rms_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
 void fsdp_op_layer_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
                              fsdp_tensor *db, fsdp_tensor *x, fsdp_tensor *w,
                              fsdp_tensor *dy, double eps);
-/// The rotation by the negative angle (rotary's transpose).
-void fsdp_op_rotary_inverse(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x,
-                            fsdp_tensor *positions, double theta,
-                            const double *inv_freq, double attention_scaling);
 void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
                             fsdp_tensor *v, fsdp_tensor *dout, bool causal,

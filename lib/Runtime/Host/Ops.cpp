@@ -322,7 +322,8 @@ fsdp_tensor *fsdp_op_layer_norm(fsdp_program *, fsdp_type r, fsdp_tensor *x,
 
 fsdp_tensor *fsdp_op_rotary(fsdp_program *, fsdp_type r, fsdp_tensor *x,
                             fsdp_tensor *positions, double theta,
-                            const double *inv_freq, double attention_scaling) {
+                            const double *inv_freq, double attention_scaling,
+                            bool inverse) {
   Check c{"rotary"};
   unary(c, r, x);
   c.that(x->type.rank == 4,
@@ -333,10 +334,10 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *, fsdp_type r, fsdp_tensor *x,
   c.isIndex(positions->type, "positions");
   c.shape(positions->type, {x->type.dims[0], x->type.dims[1]}, "positions");
   fsdp_tensor *out = alloc(r);
-  fsdp_rt_rotary(nullptr, r.dtype, x->data, positions->type.dtype,
-                 positions->data, x->type.dims[0], x->type.dims[1],
-                 x->type.dims[2], x->type.dims[3], theta, inv_freq,
-                 attention_scaling, out->data);
+  auto kernel = inverse ? fsdp_rt_rotary_grad : fsdp_rt_rotary;
+  kernel(nullptr, r.dtype, x->data, positions->type.dtype, positions->data,
+         x->type.dims[0], x->type.dims[1], x->type.dims[2], x->type.dims[3],
+         theta, inv_freq, attention_scaling, out->data);
   return out;
 }
 

@@ -96,23 +96,6 @@ void fsdp_op_layer_norm_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *dw,
                           rows, h, eps, dx->data, dw->data, db->data);
 }
 
-void fsdp_op_rotary_inverse(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x,
-                            fsdp_tensor *positions, double theta,
-                            const double *inv_freq, double attention_scaling) {
-  require("rotary", x->type.rank == 4,
-          "input is " + typeString(x->type) + ", expected [B, S, N, D]");
-  sameType("rotary", out, x->type, "result");
-  require("rotary",
-          positions->type.rank == 2 &&
-              positions->type.dims[0] == x->type.dims[0] &&
-              positions->type.dims[1] == x->type.dims[1],
-          "positions are " + typeString(positions->type));
-  fsdp_rt_rotary_grad(nullptr, x->type.dtype, x->data, positions->type.dtype,
-                      positions->data, x->type.dims[0], x->type.dims[1],
-                      x->type.dims[2], x->type.dims[3], theta, inv_freq,
-                      attention_scaling, out->data);
-}
-
 void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
                             fsdp_tensor *v, fsdp_tensor *dout, bool causal,

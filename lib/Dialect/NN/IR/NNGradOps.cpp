@@ -21,16 +21,6 @@ using namespace fsdp::nn;
 using namespace fsdp::nn::detail;
 
 namespace {
-/// Requires `grad` to have the forward result type `expected`.
-template <typename OpTy>
-LogicalResult checkGrad(std::optional<Location> loc, Value grad,
-                        Type expected) {
-  if (grad.getType() == expected)
-    return success();
-  return reject<OpTy>(loc, "gradient ", grad.getType(),
-                      " does not match the forward result ", expected);
-}
-
 /// Forward op `FwdOp`'s adaptor on `operands` with the backward op's
 /// attributes (its properties and its discardable attributes), which carry
 /// the forward op's by name; `properties` holds them as `FwdOp`'s.
@@ -68,16 +58,6 @@ FailureOr<Type> forwardResult(MLIRContext *context, std::optional<Location> loc,
   return results.front();
 }
 } // namespace
-
-LogicalResult SiluGradOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                     Adaptor adaptor,
-                                     SmallVectorImpl<Type> &results) {
-  if (failed(checkGrad<SiluGradOp>(loc, adaptor.getGrad(),
-                                   adaptor.getInput().getType())))
-    return failure();
-  results.push_back(adaptor.getInput().getType());
-  return success();
-}
 
 LogicalResult GeluGradOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                                      Adaptor adaptor,

@@ -144,13 +144,6 @@ LogicalResult ScaleOp::buildGradient(GradientBuilder &grads) {
   return success();
 }
 
-LogicalResult SiluOp::buildGradient(GradientBuilder &grads) {
-  if (grads.needsGrad(getInput()))
-    grads.accumulate(getInput(), grads.make<SiluGradOp>(
-                                     getInput(), grads.grad(getResult())));
-  return success();
-}
-
 LogicalResult GeluOp::buildGradient(GradientBuilder &grads) {
   if (grads.needsGrad(getInput()))
     grads.accumulate(getInput(),

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Dialect/NN/IR/Gradient.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/MathExtras.h"

@@ -66,32 +66,6 @@ void wholeFloats(Operation *op, ArrayRef<OperandShard> operands,
       rule.operands[i] = {ReplicatedUse::Whole, 0};
 }
 
-/// Elementwise (with trailing broadcast): the split carries over; a
-/// replicated operand that spans the split dim is cut to the rank's block,
-/// one broadcast along it enters whole.
-FailureOr<ShardRule> elementwise(Operation *op, ArrayRef<OperandShard> operands,
-                                 bool broadcast) {
-  FailureOr<OperandShard> split = commonSplit(op, operands, broadcast);
-  if (failed(split))
-    return failure();
-  ShardRule rule = keep(op, *split);
-  int64_t rank = tensorOf(op->getResult(0)).getRank();
-  for (auto [i, s] : llvm::enumerate(operands)) {
-    if (s.isSplit())
-      continue;
-    RankedTensorType type = tensorOf(op->getOperand(i));
-    int64_t dim = split->dim - (rank - type.getRank());
-    if (dim >= 0 && type.getDimSize(dim) != 1) {
-      if (split->groups != 1)
-        return unsupported(op, operands, i);
-      rule.operands[i] = {ReplicatedUse::Slice, dim};
-    } else if (isa<FloatType>(type.getElementType())) {
-      rule.operands[i] = {ReplicatedUse::Whole, 0};
-    }
-  }
-  return rule;
-}
-
 /// An op normalizing along `along` of its first operand, whose other
 /// operands (weights) are replicated.
 FailureOr<ShardRule> normalizing(Operation *op, ArrayRef<OperandShard> operands,
@@ -127,6 +101,29 @@ int64_t frontDim(int64_t dim, int64_t rank) {
 
 } // namespace
 
+FailureOr<ShardRule> fsdp::nn::detail::elementwiseShardRule(
+    Operation *op, ArrayRef<OperandShard> operands, bool broadcast) {
+  FailureOr<OperandShard> split = commonSplit(op, operands, broadcast);
+  if (failed(split))
+    return failure();
+  ShardRule rule = keep(op, *split);
+  int64_t rank = tensorOf(op->getResult(0)).getRank();
+  for (auto [i, s] : llvm::enumerate(operands)) {
+    if (s.isSplit())
+      continue;
+    RankedTensorType type = tensorOf(op->getOperand(i));
+    int64_t dim = split->dim - (rank - type.getRank());
+    if (dim >= 0 && type.getDimSize(dim) != 1) {
+      if (split->groups != 1)
+        return unsupported(op, operands, i);
+      rule.operands[i] = {ReplicatedUse::Slice, dim};
+    } else if (isa<FloatType>(type.getElementType())) {
+      rule.operands[i] = {ReplicatedUse::Whole, 0};
+    }
+  }
+  return rule;
+}
+
 std::string fsdp::nn::describe(OperandShard s) {
   if (!s.isSplit())
     return "replicated";
@@ -139,7 +136,7 @@ std::string fsdp::nn::describe(OperandShard s) {
 #define ELEMENTWISE_RULE(OP, BROADCAST)                                        \
   FailureOr<ShardRule> OP::getShardRule(ArrayRef<OperandShard> operands,       \
                                         int64_t) {                             \
-    return elementwise(*this, operands, BROADCAST);                            \
+    return elementwiseShardRule(*this, operands, BROADCAST);                   \
   }
 ELEMENTWISE_RULE(AddOp, true)
 ELEMENTWISE_RULE(SubOp, true)
@@ -147,7 +144,6 @@ ELEMENTWISE_RULE(MulOp, true)
 ELEMENTWISE_RULE(DivOp, true)
 ELEMENTWISE_RULE(NegOp, false)
 ELEMENTWISE_RULE(ScaleOp, false)
-ELEMENTWISE_RULE(SiluOp, false)
 ELEMENTWISE_RULE(GeluOp, false)
 ELEMENTWISE_RULE(CastOp, false)
 #undef ELEMENTWISE_RULE

@@ -23,6 +23,24 @@ LogicalResult reject(std::optional<Location> loc, Args &&...args) {
                            std::forward<Args>(args)...);
 }
 
+/// Requires `grad` to have the forward result type `expected`.
+template <typename OpTy>
+LogicalResult checkGrad(std::optional<Location> loc, Value grad,
+                        Type expected) {
+  if (grad.getType() == expected)
+    return success();
+  return reject<OpTy>(loc, "gradient ", grad.getType(),
+                      " does not match the forward result ", expected);
+}
+
+/// The shard rule of an elementwise op (with trailing broadcast when
+/// `broadcast`): the split carries over; a replicated operand that spans
+/// the split dim is cut to the rank's block, one broadcast along it enters
+/// whole.
+FailureOr<ShardRule> elementwiseShardRule(Operation *op,
+                                          ArrayRef<OperandShard> operands,
+                                          bool broadcast);
+
 /// Float operands of one op must share their element type.
 template <typename OpTy>
 LogicalResult sameElementType(std::optional<Location> loc, StringRef what,

@@ -9,6 +9,7 @@
 #define FSDP_DIALECT_DIST_IR_DISTOPS_H
 
 #include "fsdp/Dialect/Dist/IR/DistDialect.h"
+#include "fsdp/Interfaces/RuntimeCallInterface.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpDefinition.h"

@@ -11,6 +11,7 @@
 include "fsdp/Dialect/Dist/IR/DistDialect.td"
 include "fsdp/Dialect/Dist/IR/DistAttrs.td"
 include "fsdp/Dialect/Dist/IR/DistInterfaces.td"
+include "fsdp/Interfaces/RuntimeCallInterface.td"
 include "mlir/IR/OpBase.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -86,6 +87,7 @@ def Dist_CopyOp : Dist_Op<"copy", [
 }
 
 def Dist_AllSliceOp : Dist_Op<"all_slice", [
+    RuntimeCall<"fsdp_op_all_slice", "mesh_axes:group slice_dim:int">,
     Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Each rank keeps its block of a replicated value";
   let description = [{
@@ -108,6 +110,7 @@ def Dist_AllSliceOp : Dist_Op<"all_slice", [
 }
 
 def Dist_AxisIndexOp : Dist_Op<"axis_index", [
+    RuntimeCall<"fsdp_op_axis_index", "mesh_axes:group">,
     Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "This rank's index in the group spanned by mesh axes";
   let description = [{
@@ -133,8 +136,10 @@ def Dist_AxisIndexOp : Dist_Op<"axis_index", [
 /// Its result is the tensor, or a `!dist.future` of it when started
 /// asynchronously.
 class Dist_CollectiveOp<string mnemonic, dag extraArgs, string extraFormat,
-                        list<Trait> traits = []>
+                        string runtimeLiterals, list<Trait> traits = []>
     : Dist_Op<mnemonic, !listconcat(traits, [
+          RuntimeCall<"fsdp_op_" # mnemonic,
+                      "mesh_axes:group " # runtimeLiterals>,
           DeclareOpInterfaceMethods<SymbolUserOpInterface>,
           DeclareOpInterfaceMethods<Dist_CollectiveOpInterface>])> {
   let arguments = !con((ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
@@ -156,7 +161,8 @@ class Dist_CollectiveOp<string mnemonic, dag extraArgs, string extraFormat,
 
 def Dist_AllGatherOp : Dist_CollectiveOp<"all_gather",
     (ins I64Attr:$gather_dim, UnitAttr:$replicated_grad),
-    "`dim` $gather_dim (`replicated_grad` $replicated_grad^)?"> {
+    "`dim` $gather_dim (`replicated_grad` $replicated_grad^)?",
+    "gather_dim:int"> {
   let summary = "Concatenate the group's tensors along `gather_dim`";
   let description = [{
     Each rank contributes its tensor; the result, identical on every rank of
@@ -179,7 +185,8 @@ def Dist_AllGatherOp : Dist_CollectiveOp<"all_gather",
 
 def Dist_ReduceScatterOp : Dist_CollectiveOp<"reduce_scatter",
     (ins Dist_ReductionKindAttr:$reduction, I64Attr:$scatter_dim),
-    "$reduction `dim` $scatter_dim"> {
+    "$reduction `dim` $scatter_dim",
+    "reduction:reduce scatter_dim:int"> {
   let summary = "Reduce across the group, each rank keeping one slice";
   let description = [{
     The group's tensors are combined elementwise with `reduction`; rank `i`
@@ -194,7 +201,8 @@ def Dist_ReduceScatterOp : Dist_CollectiveOp<"reduce_scatter",
 }
 
 def Dist_AllReduceOp : Dist_CollectiveOp<"all_reduce",
-    (ins Dist_ReductionKindAttr:$reduction), "$reduction"> {
+    (ins Dist_ReductionKindAttr:$reduction), "$reduction",
+    "reduction:reduce"> {
   let summary = "Combine the group's tensors elementwise on every rank";
   let description = [{
     ```mlir
@@ -206,7 +214,8 @@ def Dist_AllReduceOp : Dist_CollectiveOp<"all_reduce",
 
 def Dist_AllToAllOp : Dist_CollectiveOp<"all_to_all",
     (ins I64Attr:$split_dim, I64Attr:$concat_dim),
-    "`split` $split_dim `concat` $concat_dim"> {
+    "`split` $split_dim `concat` $concat_dim",
+    "split_dim:int concat_dim:int"> {
   let summary = "Exchange blocks: split one dim across the group, join another";
   let description = [{
     Each rank cuts its tensor into group-size blocks along `split_dim` and
@@ -221,7 +230,8 @@ def Dist_AllToAllOp : Dist_CollectiveOp<"all_to_all",
 }
 
 def Dist_PermuteOp : Dist_CollectiveOp<"permute",
-    (ins I64Attr:$offset), "`offset` $offset"> {
+    (ins I64Attr:$offset), "`offset` $offset",
+    "offset:int"> {
   let summary = "Ring shift: send to the group member `offset` places on";
   let description = [{
     Group member `i` sends its tensor to member `(i + offset) mod n` and
@@ -236,7 +246,8 @@ def Dist_PermuteOp : Dist_CollectiveOp<"permute",
 }
 
 def Dist_BroadcastOp : Dist_CollectiveOp<"broadcast",
-    (ins I64Attr:$root), "`root` $root"> {
+    (ins I64Attr:$root), "`root` $root",
+    "root:int"> {
   let summary = "Copy the tensor of group member `root` to the whole group";
   let description = [{
     ```mlir

@@ -115,6 +115,17 @@ private:
   llvm::DenseMap<mlir::Value, mlir::Value> grads;
 };
 
+/// The gradient rule of an activation `y = f(x)` (NN_ActivationOp): its
+/// gradient op `GradOp` computes `dy · f'(x)`.
+template <typename GradOp, typename OpTy>
+llvm::LogicalResult buildActivationGradient(OpTy op, GradientBuilder &grads) {
+  if (grads.needsGrad(op.getInput()))
+    grads.accumulate(
+        op.getInput(),
+        grads.template make<GradOp>(op.getInput(), grads.grad(op.getResult())));
+  return llvm::success();
+}
+
 /// Reverse-mode differentiation: runs the gradient rule of each op of
 /// `forward`, last to first, on the gradients `grads` holds (seeded by the
 /// caller). An op whose results have gradients but that has no rule is an

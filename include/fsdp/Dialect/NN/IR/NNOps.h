@@ -9,6 +9,7 @@
 #define FSDP_DIALECT_NN_IR_NNOPS_H
 
 #include "fsdp/Dialect/NN/IR/NNDialect.h"
+#include "fsdp/Interfaces/RuntimeCallInterface.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"

@@ -11,6 +11,7 @@
 include "fsdp/Dialect/NN/IR/NNDialect.td"
 include "fsdp/Dialect/NN/IR/NNAttrs.td"
 include "fsdp/Dialect/NN/IR/NNInterfaces.td"
+include "fsdp/Interfaces/RuntimeCallInterface.td"
 include "mlir/IR/OpBase.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -65,6 +66,17 @@ class NN_Op<string mnemonic, list<Trait> traits = []>
   let extraClassDefinition = NN_InferReturnTypes;
 }
 
+/// The shape rule of an op whose result has its operand's type.
+defvar NN_SameTypeRule = [{
+  ::llvm::LogicalResult
+  $cppClass::inferTypes(::mlir::MLIRContext *, std::optional<::mlir::Location>,
+                        Adaptor adaptor,
+                        ::llvm::SmallVectorImpl<::mlir::Type> &results) {
+    results.push_back(adaptor.getInput().getType());
+    return ::mlir::success();
+  }
+}];
+
 /// An op whose result has its operand's type (ODS writes its
 /// InferTypeOpInterface from AllTypesMatch).
 class NN_SameTypeOp<string mnemonic, list<Trait> traits = []>
@@ -72,15 +84,7 @@ class NN_SameTypeOp<string mnemonic, list<Trait> traits = []>
         AllTypesMatch<["input", "result"]>,
         DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
         DeclareOpInterfaceMethods<InferTypeOpInterface>])> {
-  let extraClassDefinition = [{
-    ::llvm::LogicalResult
-    $cppClass::inferTypes(::mlir::MLIRContext *, std::optional<::mlir::Location>,
-                          Adaptor adaptor,
-                          ::llvm::SmallVectorImpl<::mlir::Type> &results) {
-      results.push_back(adaptor.getInput().getType());
-      return ::mlir::success();
-    }
-  }];
+  let extraClassDefinition = NN_SameTypeRule;
 }
 
 class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
@@ -88,6 +92,54 @@ class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
   let arguments = !con((ins NN_FloatTensor:$input), NN_Path);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+/// A pointwise activation `y = f(x)` whose gradient is its op
+/// `gradClass` (NN_ActivationGradOp): `dx = dy · f'(x)`. The class gives it
+/// all an op needs but `f`: its shape, shard and gradient rules and its
+/// runtime call. The runtime computes `f` and `dy · f'(x)` from one line
+/// of include/fsdp/Runtime/Activations.def.
+class NN_ActivationOp<string mnemonic, string gradClass>
+    : NN_UnaryOp<mnemonic, [RuntimeCall<"fsdp_op_" # mnemonic>,
+                            NN_Differentiable]> {
+  let extraClassDefinition = NN_SameTypeRule # [{
+    ::llvm::FailureOr<::fsdp::nn::ShardRule>
+    $cppClass::getShardRule(::llvm::ArrayRef<::fsdp::nn::OperandShard> operands,
+                            int64_t) {
+      return ::fsdp::nn::detail::elementwiseShardRule(*this, operands,
+                                                      /*broadcast=*/false);
+    }
+    ::llvm::LogicalResult
+    $cppClass::buildGradient(::fsdp::nn::GradientBuilder &grads) {
+      return ::fsdp::nn::buildActivationGradient<}] # gradClass # [{>(*this,
+                                                                     grads);
+    }
+  }];
+}
+
+/// The gradient of activation `mnemonic`: `dx = dy · f'(x)` from the
+/// forward's input and the result's gradient.
+class NN_ActivationGradOp<string mnemonic>
+    : NN_Op<mnemonic # "_grad",
+            [RuntimeOutCall<"fsdp_op_" # mnemonic # "_grad">]> {
+  let summary = "Gradient of " # mnemonic # ": `dy · d " # mnemonic # "(x)/dx`";
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$grad),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat =
+      "$input `,` $grad attr-dict `:` functional-type(operands, results)";
+  let extraClassDefinition = NN_InferReturnTypes # [{
+    ::llvm::LogicalResult
+    $cppClass::inferTypes(::mlir::MLIRContext *,
+                          std::optional<::mlir::Location> loc, Adaptor adaptor,
+                          ::llvm::SmallVectorImpl<::mlir::Type> &results) {
+      if (::mlir::failed(::fsdp::nn::detail::checkGrad<$cppClass>(
+              loc, adaptor.getGrad(), adaptor.getInput().getType())))
+        return ::mlir::failure();
+      results.push_back(adaptor.getInput().getType());
+      return ::mlir::success();
+    }
+  }];
 }
 
 class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
@@ -103,7 +155,8 @@ class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
 // Embedding and linear algebra
 //===----------------------------------------------------------------------===//
 
-def NN_EmbeddingOp : NN_Op<"embedding", [NN_Differentiable,
+def NN_EmbeddingOp : NN_Op<"embedding", [
+    RuntimeCall<"fsdp_op_embedding", "", 3>, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Table lookup: rows of `table` selected by integer ids";
   let description = [{
@@ -130,7 +183,8 @@ def NN_EmbeddingOp : NN_Op<"embedding", [NN_Differentiable,
   }];
 }
 
-def NN_LinearOp : NN_Op<"linear", [NN_Differentiable,
+def NN_LinearOp : NN_Op<"linear", [
+    RuntimeCall<"fsdp_op_linear", "", 3>, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "PyTorch `nn.Linear`: `input · weightᵀ + bias`";
   let description = [{
@@ -151,7 +205,8 @@ def NN_LinearOp : NN_Op<"linear", [NN_Differentiable,
   }];
 }
 
-def NN_MatmulOp : NN_Op<"matmul", [NN_Differentiable,
+def NN_MatmulOp : NN_Op<"matmul", [
+    RuntimeCall<"fsdp_op_matmul", "transpose_a:bool transpose_b:bool">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Matrix product of a batch of rows with one matrix";
   let description = [{
@@ -168,7 +223,8 @@ def NN_MatmulOp : NN_Op<"matmul", [NN_Differentiable,
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_BatchMatmulOp : NN_Op<"batch_matmul", [NN_Differentiable]> {
+def NN_BatchMatmulOp : NN_Op<"batch_matmul", [
+    RuntimeCall<"fsdp_op_batch_matmul", "transpose_a:bool transpose_b:bool">, NN_Differentiable]> {
   let summary = "Batched matrix product with equal batch dimensions";
   let description = [{
     `lhs` is `[b..., M, K]`, `rhs` `[b..., K, N]` with the same rank (>= 3)
@@ -187,32 +243,38 @@ def NN_BatchMatmulOp : NN_Op<"batch_matmul", [NN_Differentiable]> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-def NN_AddOp : NN_BinaryOp<"add", [NN_Differentiable, Commutative]> {
+def NN_AddOp : NN_BinaryOp<"add", [
+    RuntimeCall<"fsdp_op_add">, NN_Differentiable, Commutative]> {
   let summary = "Elementwise sum with NumPy trailing-dimension broadcast";
 }
-def NN_SubOp : NN_BinaryOp<"sub", [NN_Differentiable]> {
+def NN_SubOp : NN_BinaryOp<"sub", [
+    RuntimeCall<"fsdp_op_sub">, NN_Differentiable]> {
   let summary = "Elementwise difference with NumPy trailing-dimension broadcast";
 }
-def NN_MulOp : NN_BinaryOp<"mul", [NN_Differentiable, Commutative]> {
+def NN_MulOp : NN_BinaryOp<"mul", [
+    RuntimeCall<"fsdp_op_mul">, NN_Differentiable, Commutative]> {
   let summary = "Elementwise product with NumPy trailing-dimension broadcast";
 }
 
-def NN_NegOp : NN_UnaryOp<"neg", [NN_Differentiable]> {
+def NN_NegOp : NN_UnaryOp<"neg", [
+    RuntimeCall<"fsdp_op_neg">, NN_Differentiable]> {
   let summary = "Elementwise negation";
 }
 
-def NN_ScaleOp : NN_SameTypeOp<"scale", [NN_Differentiable]> {
+def NN_ScaleOp : NN_SameTypeOp<"scale", [
+    RuntimeCall<"fsdp_op_scale", "factor:f64">, NN_Differentiable]> {
   let summary = "Multiplication by a constant: `input · factor`";
   let arguments = !con((ins NN_FloatTensor:$input, F64Attr:$factor), NN_Path);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
-def NN_SiluOp : NN_UnaryOp<"silu", [NN_Differentiable]> {
+def NN_SiluOp : NN_ActivationOp<"silu", "SiluGradOp"> {
   let summary = "SiLU / swish: `x · sigmoid(x)`";
 }
 
-def NN_GeluOp : NN_SameTypeOp<"gelu", [NN_Differentiable]> {
+def NN_GeluOp : NN_SameTypeOp<"gelu", [
+    RuntimeCall<"fsdp_op_gelu", "approximate:tanh">, NN_Differentiable]> {
   let summary = "GELU, exact (`erf`) or with the `tanh` approximation";
   let arguments = !con((ins NN_FloatTensor:$input,
                             DefaultValuedStrAttr<StrAttr, "none">:$approximate),
@@ -226,7 +288,8 @@ def NN_GeluOp : NN_SameTypeOp<"gelu", [NN_Differentiable]> {
 // Normalization, rotary embedding, attention, softmax
 //===----------------------------------------------------------------------===//
 
-def NN_RMSNormOp : NN_Op<"rms_norm", [NN_Differentiable,
+def NN_RMSNormOp : NN_Op<"rms_norm", [
+    RuntimeCall<"fsdp_op_rms_norm", "eps:f64">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "RMS norm over the last dim: `x / sqrt(mean(x²) + eps) · weight`";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
@@ -236,7 +299,8 @@ def NN_RMSNormOp : NN_Op<"rms_norm", [NN_Differentiable,
       "$input `,` $weight attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_LayerNormOp : NN_Op<"layer_norm", [NN_Differentiable,
+def NN_LayerNormOp : NN_Op<"layer_norm", [
+    RuntimeCall<"fsdp_op_layer_norm", "eps:f64", 3>, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Layer norm over the last dim with weight and optional bias";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
@@ -248,7 +312,8 @@ def NN_LayerNormOp : NN_Op<"layer_norm", [NN_Differentiable,
   }];
 }
 
-def NN_RotaryOp : NN_Op<"rotary", [NN_Differentiable,
+def NN_RotaryOp : NN_Op<"rotary", [
+    RuntimeCall<"fsdp_op_rotary", "theta:f64 inv_freq:table attention_scaling:f64 inverse:bool">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Rotary position embedding (rotate-half convention)";
   let description = [{
@@ -272,7 +337,8 @@ def NN_RotaryOp : NN_Op<"rotary", [NN_Differentiable,
       "$input `,` $positions attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_AttentionOp : NN_Op<"attention", [NN_Differentiable,
+def NN_AttentionOp : NN_Op<"attention", [
+    RuntimeCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
   let description = [{
@@ -298,7 +364,8 @@ def NN_AttentionOp : NN_Op<"attention", [NN_Differentiable,
   }];
 }
 
-def NN_SoftmaxOp : NN_SameTypeOp<"softmax", [NN_Differentiable]> {
+def NN_SoftmaxOp : NN_SameTypeOp<"softmax", [
+    RuntimeCall<"fsdp_op_softmax", "dim:dim">, NN_Differentiable]> {
   let summary = "Softmax along `dim` (negative counts from the end)";
   let arguments = !con((ins NN_FloatTensor:$input, I64Attr:$dim), NN_Path);
   let results = (outs NN_FloatTensor:$result);
@@ -310,7 +377,8 @@ def NN_SoftmaxOp : NN_SameTypeOp<"softmax", [NN_Differentiable]> {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def NN_ReshapeOp : NN_Op<"reshape", [NN_Differentiable,
+def NN_ReshapeOp : NN_Op<"reshape", [
+    RuntimeCall<"fsdp_op_reshape">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Reinterpret a tensor with another static shape";
   let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$shape),
@@ -320,7 +388,8 @@ def NN_ReshapeOp : NN_Op<"reshape", [NN_Differentiable,
       "$input `to` $shape attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_TransposeOp : NN_Op<"transpose", [NN_Differentiable,
+def NN_TransposeOp : NN_Op<"transpose", [
+    RuntimeCall<"fsdp_op_transpose", "perm:ints">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Permute dimensions: result dim `i` is input dim `perm[i]`";
   let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$perm),
@@ -330,7 +399,8 @@ def NN_TransposeOp : NN_Op<"transpose", [NN_Differentiable,
       "$input `perm` $perm attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_SliceOp : NN_Op<"slice", [NN_Differentiable,
+def NN_SliceOp : NN_Op<"slice", [
+    RuntimeCall<"fsdp_op_slice", "dim:dim start:int">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "The range `[start, start + size)` of one dimension";
   let arguments = !con((ins NN_AnyTensor:$input, I64Attr:$dim, I64Attr:$start,
@@ -363,7 +433,7 @@ def NN_ConcatOp : NN_Op<"concat", [NN_Differentiable,
   }];
 }
 
-def NN_CastOp : NN_Op<"cast", [NN_Differentiable,
+def NN_CastOp : NN_Op<"cast", [RuntimeCall<"fsdp_op_cast">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Convert a float tensor to another float element type";
   let arguments = !con((ins NN_FloatTensor:$input, TypeAttr:$dtype), NN_Path);
@@ -376,7 +446,8 @@ def NN_CastOp : NN_Op<"cast", [NN_Differentiable,
 // Loss
 //===----------------------------------------------------------------------===//
 
-def NN_CrossEntropyOp : NN_Op<"cross_entropy"> {
+def NN_CrossEntropyOp : NN_Op<"cross_entropy", [
+    RuntimeCall<"fsdp_op_cross_entropy", "ignore_index:int reduction:loss">]> {
   let summary = "Softmax cross-entropy against integer labels";
   let description = [{
     `logits` `[..., V]`, `labels` `[...]` (i32/i64). Each position
@@ -395,7 +466,7 @@ def NN_CrossEntropyOp : NN_Op<"cross_entropy"> {
 }
 
 
-def NN_ReduceMaxOp : NN_Op<"reduce_max"> {
+def NN_ReduceMaxOp : NN_Op<"reduce_max", [RuntimeCall<"fsdp_op_reduce_max">]> {
   let summary = "The maximum over the last dimension";
   let description = [{
     `[..., N]` to `[...]`. Has no gradient: the vocabulary-parallel
@@ -407,7 +478,8 @@ def NN_ReduceMaxOp : NN_Op<"reduce_max"> {
 }
 
 def NN_CrossEntropyPartialOp
-    : NN_Op<"cross_entropy_partial", [NN_Differentiable]> {
+    : NN_Op<"cross_entropy_partial", [
+        RuntimeOutCall<"fsdp_op_cross_entropy_partial", "ignore_index:int num_classes:int">, NN_Differentiable]> {
   let summary = "One vocabulary block's part of a cross-entropy";
   let description = [{
     `logits` `[..., V]` is block `shard_index` of vocabulary-sharded logits
@@ -434,7 +506,8 @@ def NN_CrossEntropyPartialOp
 }
 
 def NN_CrossEntropyCombineOp
-    : NN_Op<"cross_entropy_combine", [NN_Differentiable]> {
+    : NN_Op<"cross_entropy_combine", [
+        RuntimeCall<"fsdp_op_cross_entropy_combine", "ignore_index:int reduction:loss">, NN_Differentiable]> {
   let summary = "Cross-entropy from summed vocabulary-block parts";
   let description = [{
     `sum_exp` and `target` `[...]` are the sums over the vocabulary blocks
@@ -459,16 +532,10 @@ def NN_CrossEntropyCombineOp
 // another forward op
 //===----------------------------------------------------------------------===//
 
-def NN_SiluGradOp : NN_Op<"silu_grad"> {
-  let summary = "Gradient of silu: `dy · d silu(x)/dx`";
-  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$grad),
-                       NN_Path);
-  let results = (outs NN_FloatTensor:$result);
-  let assemblyFormat =
-      "$input `,` $grad attr-dict `:` functional-type(operands, results)";
-}
+def NN_SiluGradOp : NN_ActivationGradOp<"silu">;
 
-def NN_GeluGradOp : NN_Op<"gelu_grad"> {
+def NN_GeluGradOp : NN_Op<"gelu_grad", [
+    RuntimeOutCall<"fsdp_op_gelu_grad", "approximate:tanh">]> {
   let summary = "Gradient of gelu (erf or tanh form)";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$grad,
                             DefaultValuedStrAttr<StrAttr, "none">:$approximate),
@@ -478,7 +545,8 @@ def NN_GeluGradOp : NN_Op<"gelu_grad"> {
       "$input `,` $grad attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_RMSNormGradOp : NN_Op<"rms_norm_grad"> {
+def NN_RMSNormGradOp : NN_Op<"rms_norm_grad", [
+    RuntimeOutCall<"fsdp_op_rms_norm_grad", "eps:f64">]> {
   let summary = "Gradients of rms_norm w.r.t. its input and weight";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                             NN_FloatTensor:$grad, F64Attr:$eps), NN_Path);
@@ -487,7 +555,8 @@ def NN_RMSNormGradOp : NN_Op<"rms_norm_grad"> {
       "$input `,` $weight `,` $grad attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_LayerNormGradOp : NN_Op<"layer_norm_grad"> {
+def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
+    RuntimeOutCall<"fsdp_op_layer_norm_grad", "eps:f64">]> {
   let summary = "Gradients of layer_norm w.r.t. input, weight and bias";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                             NN_FloatTensor:$grad, F64Attr:$eps), NN_Path);
@@ -497,7 +566,8 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad"> {
       "$input `,` $weight `,` $grad attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_AttentionGradOp : NN_Op<"attention_grad"> {
+def NN_AttentionGradOp : NN_Op<"attention_grad", [
+    RuntimeOutCall<"fsdp_op_attention_grad", "causal:bool sliding_window:int scale:f64">]> {
   let summary = "Gradients of attention w.r.t. query, key and value";
   let description = [{
     Recomputes the attention probabilities from `query` and `key` (nothing
@@ -518,7 +588,8 @@ def NN_AttentionGradOp : NN_Op<"attention_grad"> {
   }];
 }
 
-def NN_SoftmaxGradOp : NN_Op<"softmax_grad"> {
+def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [
+    RuntimeOutCall<"fsdp_op_softmax_grad", "dim:dim">]> {
   let summary = "Gradient of softmax from its output `y`: `y · (dy − Σ y·dy)`";
   let arguments = !con((ins NN_FloatTensor:$output, NN_FloatTensor:$grad,
                             I64Attr:$dim), NN_Path);
@@ -527,7 +598,8 @@ def NN_SoftmaxGradOp : NN_Op<"softmax_grad"> {
       "$output `,` $grad `dim` $dim attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_EmbeddingGradOp : NN_Op<"embedding_grad"> {
+def NN_EmbeddingGradOp : NN_Op<"embedding_grad", [
+    RuntimeOutCall<"fsdp_op_embedding_grad", "", 3>]> {
   let summary = "Gradient of an embedding table: scatter-add of rows";
   let description = [{
     `ids` `[...]`, `grad` `[..., H]`; the result `[num_embeddings, H]` is
@@ -545,7 +617,8 @@ def NN_EmbeddingGradOp : NN_Op<"embedding_grad"> {
   }];
 }
 
-def NN_CrossEntropyGradOp : NN_Op<"cross_entropy_grad"> {
+def NN_CrossEntropyGradOp : NN_Op<"cross_entropy_grad", [
+    RuntimeOutCall<"fsdp_op_cross_entropy_grad", "ignore_index:int reduction:loss">]> {
   let summary = "Gradient of cross_entropy w.r.t. the logits";
   let description = [{
     `grad` is the loss gradient: a scalar for `mean`/`sum`, `[...]` for
@@ -563,7 +636,8 @@ def NN_CrossEntropyGradOp : NN_Op<"cross_entropy_grad"> {
   }];
 }
 
-def NN_CrossEntropyPartialGradOp : NN_Op<"cross_entropy_partial_grad"> {
+def NN_CrossEntropyPartialGradOp : NN_Op<"cross_entropy_partial_grad", [
+    RuntimeOutCall<"fsdp_op_cross_entropy_partial_grad", "ignore_index:int num_classes:int">]> {
   let summary = "Gradient of cross_entropy_partial w.r.t. the logits block";
   let description = [{
     `exp(logit - shift) · grad_sum_exp + onehot(label in block) ·
@@ -583,7 +657,8 @@ def NN_CrossEntropyPartialGradOp : NN_Op<"cross_entropy_partial_grad"> {
   }];
 }
 
-def NN_CrossEntropyCombineGradOp : NN_Op<"cross_entropy_combine_grad"> {
+def NN_CrossEntropyCombineGradOp : NN_Op<"cross_entropy_combine_grad", [
+    RuntimeOutCall<"fsdp_op_cross_entropy_combine_grad", "ignore_index:int reduction:loss">]> {
   let summary = "Gradient of cross_entropy_combine w.r.t. its two inputs";
   let description = [{
     For a counted position with loss gradient `g` (the scalar `grad`, over
@@ -602,7 +677,8 @@ def NN_CrossEntropyCombineGradOp : NN_Op<"cross_entropy_combine_grad"> {
   }];
 }
 
-def NN_ReduceSumToOp : NN_Op<"reduce_sum_to"> {
+def NN_ReduceSumToOp : NN_Op<"reduce_sum_to", [
+    RuntimeOutCall<"fsdp_op_reduce_sum_to">]> {
   let summary = "Sum a tensor down to a shape that broadcasts to it";
   let description = [{
     The transpose of trailing-dimension broadcast: `shape` must broadcast to
@@ -617,7 +693,8 @@ def NN_ReduceSumToOp : NN_Op<"reduce_sum_to"> {
       "$input `to` $shape attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_PadOp : NN_Op<"pad"> {
+def NN_PadOp : NN_Op<"pad", [
+    RuntimeOutCall<"fsdp_op_pad", "dim:dim before:int after:int">]> {
   let summary = "Zero padding along one dimension (the transpose of slice)";
   let arguments = !con((ins NN_FloatTensor:$input, I64Attr:$dim,
                             I64Attr:$before, I64Attr:$after), NN_Path);
@@ -627,7 +704,8 @@ def NN_PadOp : NN_Op<"pad"> {
   }];
 }
 
-def NN_SumSquaresOp : NN_Op<"sum_squares"> {
+def NN_SumSquaresOp : NN_Op<"sum_squares", [
+    RuntimeOutCall<"fsdp_op_sum_squares">]> {
   let summary = "Σ x² as an f32 scalar, for the global gradient norm";
   let arguments = !con((ins NN_FloatTensor:$input), NN_Path);
   let results = (outs RankedTensorOf<[F32]>:$result);
@@ -639,11 +717,11 @@ def NN_SumSquaresOp : NN_Op<"sum_squares"> {
 // Training step: loss normalization, clipping, optimizers
 //===----------------------------------------------------------------------===//
 
-def NN_DivOp : NN_BinaryOp<"div"> {
+def NN_DivOp : NN_BinaryOp<"div", [RuntimeOutCall<"fsdp_op_div">]> {
   let summary = "Elementwise quotient with NumPy trailing-dimension broadcast";
 }
 
-def NN_FillOp : NN_Op<"fill"> {
+def NN_FillOp : NN_Op<"fill", [RuntimeOutCall<"fsdp_op_fill", "value:f64">]> {
   let summary = "A tensor of one value";
   let arguments = !con((ins F64Attr:$value, DenseI64ArrayAttr:$shape,
                             TypeAttr:$dtype), NN_Path);
@@ -658,7 +736,8 @@ def NN_FillOp : NN_Op<"fill"> {
   ];
 }
 
-def NN_TokenCountOp : NN_Op<"token_count"> {
+def NN_TokenCountOp : NN_Op<"token_count", [
+    RuntimeOutCall<"fsdp_op_token_count", "ignore_index:int">]> {
   let summary = "The number of labels not equal to `ignore_index`, as f32";
   let description = [{
     The denominator of the training loss: the step divides the summed
@@ -673,7 +752,8 @@ def NN_TokenCountOp : NN_Op<"token_count"> {
       "$labels attr-dict `:` type($labels) `->` type($result)";
 }
 
-def NN_ClipCoefficientOp : NN_Op<"clip_coefficient"> {
+def NN_ClipCoefficientOp : NN_Op<"clip_coefficient", [
+    RuntimeOutCall<"fsdp_op_clip_coefficient", "max_norm:f64">]> {
   let summary = "`min(1, max_norm / (sqrt(sum_of_squares) + 1e-6))`";
   let description = [{
     The factor PyTorch's `clip_grad_norm_` scales every gradient by, from the
@@ -686,7 +766,8 @@ def NN_ClipCoefficientOp : NN_Op<"clip_coefficient"> {
       "$sum_of_squares attr-dict `:` type($sum_of_squares) `->` type($result)";
 }
 
-def NN_AdamWOp : NN_Op<"adamw"> {
+def NN_AdamWOp : NN_Op<"adamw", [
+    RuntimeOutCall<"fsdp_op_adamw", "lr:f64 beta1:f64 beta2:f64 eps:f64 weight_decay:f64">]> {
   let summary = "One AdamW update of an f32 master parameter";
   let description = [{
     PyTorch's `AdamW` on `param` with gradient `grad_scale · grad`: decoupled
@@ -711,7 +792,8 @@ def NN_AdamWOp : NN_Op<"adamw"> {
   }];
 }
 
-def NN_SGDOp : NN_Op<"sgd"> {
+def NN_SGDOp : NN_Op<"sgd", [
+    RuntimeOutCall<"fsdp_op_sgd", "lr:f64 momentum:f64 weight_decay:f64">]> {
   let summary = "One SGD (momentum, weight decay) update of an f32 parameter";
   let description = [{
     PyTorch's `SGD` (dampening 0, no Nesterov) on `param` with gradient

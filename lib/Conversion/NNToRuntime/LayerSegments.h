@@ -12,9 +12,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef LIB_TRANSFORMS_LAYERSEGMENTS_H
-#define LIB_TRANSFORMS_LAYERSEGMENTS_H
+#ifndef LIB_CONVERSION_NNTORUNTIME_LAYERSEGMENTS_H
+#define LIB_CONVERSION_NNTORUNTIME_LAYERSEGMENTS_H
 
+#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
 #include "mlir/IR/Block.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -40,8 +41,9 @@ struct Segment {
 /// ops, attributes (but for names), types and dataflow are the same form
 /// one function. Only functions called at least twice are returned, in
 /// block order; a run that touches an asynchronous collective is left out.
-llvm::SmallVector<Segment> findLayerSegments(mlir::Block &body);
+llvm::SmallVector<Segment> findLayerSegments(mlir::Block &body,
+                                             const ReleasePlan &plan);
 
 } // namespace fsdp
 
-#endif // LIB_TRANSFORMS_LAYERSEGMENTS_H
+#endif // LIB_CONVERSION_NNTORUNTIME_LAYERSEGMENTS_H

@@ -134,17 +134,12 @@ SmallVector<Layer> Attribution::run() {
 
 /// Whether `v` is a tensor the lowering owns a handle of (an op's result,
 /// not a future).
-bool isOwned(Value v) {
-  return isa<OpResult>(v) && isa<RankedTensorType>(v.getType());
-}
-
 /// The inputs, outputs and signature of the run [begin, end) of `ops`, or
 /// failure when it cannot be a function.
 FailureOr<std::string> describe(ArrayRef<Operation *> ops, unsigned begin,
                                 unsigned end,
                                 const DenseMap<Operation *, unsigned> &index,
-                                const DenseMap<Value, unsigned> &lastUse,
-                                Segment &segment) {
+                                const ReleasePlan &plan, Segment &segment) {
   segment.begin = begin;
   segment.end = end;
   std::string text;
@@ -177,9 +172,8 @@ FailureOr<std::string> describe(ArrayRef<Operation *> ops, unsigned begin,
       auto [it, added] = inputIndex.try_emplace(operand, segment.inputs.size());
       if (added) {
         segment.inputs.push_back(operand);
-        auto last = lastUse.find(operand);
-        segment.inputDies.push_back(isOwned(operand) && last != lastUse.end() &&
-                                    last->second < end);
+        Operation *last = plan.releasedAfter(operand);
+        segment.inputDies.push_back(last && index.lookup(last) < end);
       }
       os << " in" << it->second;
     }
@@ -201,7 +195,8 @@ FailureOr<std::string> describe(ArrayRef<Operation *> ops, unsigned begin,
 
 } // namespace
 
-SmallVector<Segment> fsdp::findLayerSegments(Block &body) {
+SmallVector<Segment> fsdp::findLayerSegments(Block &body,
+                                             const ReleasePlan &plan) {
   SmallVector<Layer> layers = Attribution(body).run();
   SmallVector<Operation *> ops;
   DenseMap<Operation *, unsigned> index;
@@ -209,10 +204,6 @@ SmallVector<Segment> fsdp::findLayerSegments(Block &body) {
     index[&op] = ops.size();
     ops.push_back(&op);
   }
-  DenseMap<Value, unsigned> lastUse;
-  for (auto [i, op] : llvm::enumerate(ops))
-    for (Value operand : op->getOperands())
-      lastUse[operand] = i;
 
   // Maximal runs of one layer, grouped by what they compute.
   std::vector<std::pair<std::string, Segment>> runs;
@@ -223,7 +214,7 @@ SmallVector<Segment> fsdp::findLayerSegments(Block &body) {
     Segment segment;
     if (layers[i] != kNone && j - i > 1)
       if (FailureOr<std::string> text =
-              describe(ops, i, j, index, lastUse, segment);
+              describe(ops, i, j, index, plan, segment);
           succeeded(text))
         runs.emplace_back(std::move(*text), std::move(segment));
     i = j;

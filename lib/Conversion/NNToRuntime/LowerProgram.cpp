@@ -1,0 +1,416 @@
+//===- LowerProgram.cpp - A per-rank step to the runtime ABI --------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// The driver of the lowering. It
+//   1. checks every op and collects the groups and tables its literals name;
+//   2. plans the releases (ReleasePlan.h) on the step as it is;
+//   3. writes `fsdp_program_describe` from the step's signature;
+//   4. outlines repeated per-layer runs (LayerSegments.h) into functions;
+//   5. gives each function its handles (program arguments or a frame's
+//      slots) and lets the conversion patterns replace every op.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LayerSegments.h"
+#include "LoweringState.h"
+
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+/// Argument attribute: the block of a parameter this rank holds.
+constexpr llvm::StringLiteral kShardingAttrName = "dist.sharding";
+
+/// Writes `fsdp_program_describe`: the mesh, the step's arguments and
+/// results, and the communicator groups.
+class Describer {
+public:
+  Describer(func::FuncOp entry, LoweringState &state, OpBuilder &builder)
+      : entry(entry), state(state), builder(builder) {}
+
+  LogicalResult emitDescribe(Location loc);
+  /// The function emitDescribe wrote.
+  emitc::FuncOp function;
+
+private:
+  /// Declares argument `arg` of the step: an input (with its split and id
+  /// range), optimizer state, or a parameter (with its initializer and the
+  /// block this rank holds).
+  LogicalResult emitArgument(BlockArgument arg, Location loc);
+  /// The number of blocks a vocabulary-parallel op's `shard_index` (a
+  /// dist.axis_index) counts, or 1.
+  int64_t numBlocks(Value shardIndex);
+  /// Starts a call to `callee` with the program handle as first argument.
+  Call call(StringRef callee) {
+    return Call(state.context, callee).value(program);
+  }
+
+  func::FuncOp entry;
+  LoweringState &state;
+  OpBuilder &builder;
+  Value program;
+};
+
+int64_t Describer::numBlocks(Value shardIndex) {
+  auto index =
+      shardIndex ? shardIndex.getDefiningOp<dist::AxisIndexOp>() : nullptr;
+  if (!index || !state.mesh)
+    return 1;
+  int64_t n = 1;
+  for (Attribute axis : index.getMeshAxes())
+    n *= state.mesh.getAxisSize(cast<StringAttr>(axis).getValue()).value_or(1);
+  return n;
+}
+
+LogicalResult Describer::emitArgument(BlockArgument arg, Location loc) {
+  unsigned i = arg.getArgNumber();
+  auto type = cast<RankedTensorType>(arg.getType());
+  if (auto name = entry.getArgAttrOfType<StringAttr>(
+          i, nn::NNDialect::kInputAttrName)) {
+    call("fsdp_prog_input")
+        .literal(stringLiteral(name.getValue()))
+        .literal(typeLiteral(type))
+        .emit(builder, loc);
+    // A data-parallel input: its batch dim is split over mesh axes.
+    if (auto sharding =
+            entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
+      if (!state.mesh || type.getRank() == 0 ||
+          !sharding.getPartial().empty() ||
+          llvm::any_of(llvm::seq<int64_t>(1, type.getRank()), [&](int64_t d) {
+            return !sharding.getDimAxes(d).empty();
+          }))
+        return entry.emitOpError("input #")
+               << i << " may only be split along its batch dim (0)";
+      uint32_t mask = 0;
+      for (StringRef listed : sharding.getDimAxes(0))
+        for (StringRef axis : state.mesh.expandAxis(listed))
+          mask |= 1u << state.axisIndex.lookup(axis);
+      call("fsdp_prog_input_split")
+          .literal(stringLiteral(name.getValue()))
+          .literal(maskLiteral(mask))
+          .emit(builder, loc);
+    }
+    // Token ids feed an embedding; labels feed a loss: both ranges are
+    // known from the vocabulary, which the data generator needs.
+    // Through the slices and reshapes that microbatching adds.
+    std::optional<int64_t> high;
+    SmallVector<Value> worklist = {arg};
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (isa<nn::SliceOp, nn::ReshapeOp>(user))
+          worklist.push_back(user->getResult(0));
+        if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
+            embedding && embedding.getIds() == v)
+          high = embedding.getTable().getType().getDimSize(0) *
+                 numBlocks(embedding.getShardIndex());
+        if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
+            loss && loss.getLabels() == v)
+          high = loss.getLogits().getType().getShape().back();
+        if (auto loss = dyn_cast<nn::CrossEntropyPartialOp>(user);
+            loss && loss.getLabels() == v)
+          high = loss.getNumClasses()
+                     ? int64_t(*loss.getNumClasses())
+                     : loss.getLogits().getType().getShape().back() *
+                           numBlocks(loss.getShardIndex());
+      }
+    }
+    if (high)
+      call("fsdp_prog_input_range")
+          .literal(stringLiteral(name.getValue()))
+          .literal(intLiteral(*high))
+          .emit(builder, loc);
+    return success();
+  }
+  if (auto state = entry.getArgAttrOfType<StringAttr>(
+          i, nn::NNDialect::kStateAttrName)) {
+    call("fsdp_prog_state")
+        .literal(stringLiteral(state.getValue()))
+        .literal(typeLiteral(type))
+        .emit(builder, loc);
+    return success();
+  }
+  auto name =
+      entry.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kParamAttrName);
+  if (!name)
+    return entry.emitOpError("argument #")
+           << i << " has neither nn.input, nn.param nor nn.state";
+  auto init =
+      entry.getArgAttrOfType<nn::InitAttr>(i, nn::NNDialect::kInitAttrName);
+  static const char *kinds[] = {"FSDP_INIT_ZEROS", "FSDP_INIT_ONES",
+                                "FSDP_INIT_NORMAL", "FSDP_INIT_UNIFORM"};
+  auto sharding =
+      entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName);
+  Call c =
+      call(sharding ? "fsdp_prog_param_shard" : "fsdp_prog_param")
+          .literal(stringLiteral(name.getValue()))
+          .literal(typeLiteral(type))
+          .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
+          .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
+          .literal(doubleLiteral(init ? init.getB().convertToDouble() : 0.0));
+  if (sharding) {
+    // This rank holds one block: the whole tensor's dims and the axes
+    // that split each dim let the runtime fill exactly that block.
+    if (!state.mesh || sharding.getMesh().getValue() != state.mesh.getSymName())
+      return entry.emitOpError("argument #")
+             << i << " is sharded over a mesh this module does not have";
+    if (!sharding.getPartial().empty() ||
+        static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
+      return entry.emitOpError("argument #")
+             << i << " has a sharding that does not fit a parameter";
+    SmallVector<int64_t> global, masks, groups;
+    state.packSharding(sharding, type, global, masks, groups);
+    // FSDP's padded blocks: the whole tensor is smaller than the blocks.
+    // (The fsdp dialect verified both attributes: one integer per dim.)
+    if (auto whole =
+            entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.global_shape"))
+      global.assign(whole.asArrayRef().begin(), whole.asArrayRef().end());
+    // Per dim, how many of the trailing axes split the block the others
+    // leave (FSDP within tensor parallelism), padded at its end.
+    SmallVector<int64_t> inner(type.getRank(), 0);
+    if (auto axes =
+            entry.getArgAttrOfType<DenseI64ArrayAttr>(i, "fsdp.inner_axes"))
+      inner.assign(axes.asArrayRef().begin(), axes.asArrayRef().end());
+    c.literal(intsLiteral(global))
+        .literal(intsLiteral(masks))
+        .literal(intsLiteral(groups))
+        .literal(intsLiteral(inner));
+  }
+  c.emit(builder, loc);
+  return success();
+}
+
+LogicalResult Describer::emitDescribe(Location loc) {
+  auto func = function = emitc::FuncOp::create(
+      builder, loc, "fsdp_program_describe",
+      FunctionType::get(state.context, {state.programType}, {}));
+  Block *body = func.addEntryBlock();
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(body);
+  program = body->getArgument(0);
+
+  if (state.mesh)
+    for (auto [axis, size] :
+         llvm::zip(state.mesh.getAxes(), state.mesh.getShape()))
+      call("fsdp_prog_mesh_axis")
+          .literal(stringLiteral(cast<StringAttr>(axis).getValue()))
+          .literal(intLiteral(size))
+          .emit(builder, loc);
+
+  for (BlockArgument arg : entry.getArguments())
+    if (failed(emitArgument(arg, loc)))
+      return failure();
+
+  for (unsigned i = 0; i < entry.getNumResults(); ++i) {
+    auto name = entry.getResultAttrOfType<StringAttr>(
+        i, nn::NNDialect::kOutputAttrName);
+    call("fsdp_prog_output_name")
+        .literal(stringLiteral(name ? name.getValue().str()
+                                    : "output" + std::to_string(i)))
+        .emit(builder, loc);
+  }
+  // How outputs are split over ranks, for tools that join the blocks.
+  for (unsigned i = 0; i < entry.getNumResults(); ++i)
+    if (auto sharding = entry.getResultAttrOfType<dist::ShardingAttr>(
+            i, kShardingAttrName)) {
+      auto type = cast<RankedTensorType>(entry.getResultTypes()[i]);
+      if (!state.mesh ||
+          static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
+        return entry.emitOpError("result #")
+               << i << " has a sharding that does not fit it";
+      SmallVector<int64_t> global, packed, groups;
+      state.packSharding(sharding, type, global, packed, groups);
+      call("fsdp_prog_output_shard")
+          .literal(intLiteral(i))
+          .literal(intsLiteral(packed))
+          .literal(intsLiteral(groups))
+          .emit(builder, loc);
+    }
+  for (unsigned i = 0; i < entry.getNumResults(); ++i)
+    if (auto arg = entry.getResultAttrOfType<IntegerAttr>(
+            i, nn::NNDialect::kUpdatesAttrName))
+      call("fsdp_prog_output_update")
+          .literal(intLiteral(i))
+          .literal(intLiteral(arg.getInt()))
+          .emit(builder, loc);
+  for (uint32_t mask : state.groups)
+    call("fsdp_prog_group").literal(maskLiteral(mask)).emit(builder, loc);
+  emitc::ReturnOp::create(builder, loc, Value());
+  return success();
+}
+
+/// Moves each repeated per-layer run of `entry` into a function and calls
+/// it there: the first run of a kind moves, the others are erased.
+/// Returns the functions in order of first call.
+SmallVector<func::FuncOp> outlineLayers(func::FuncOp entry,
+                                        LoweringState &state) {
+  Block &body = entry.getBody().front();
+  SmallVector<Operation *> ops;
+  for (Operation &op : body)
+    ops.push_back(&op);
+  OpBuilder builder(state.context);
+  SmallVector<func::FuncOp> functions;
+  DenseMap<unsigned, func::FuncOp> made;
+  SmallVector<Segment> segments = findLayerSegments(body, *state.plan);
+  // A run's outputs become its call's results, also where a later run
+  // takes them as inputs.
+  DenseMap<Value, Value> replaced;
+  for (Segment &segment : segments) {
+    for (Value &input : segment.inputs)
+      if (Value v = replaced.lookup(input))
+        input = v;
+    ArrayRef<Operation *> run =
+        ArrayRef(ops).slice(segment.begin, segment.end - segment.begin);
+    Location loc = run.front()->getLoc();
+    std::string name =
+        "fsdp_layer_function_" + std::to_string(segment.function);
+    SmallVector<Type> outputTypes;
+    for (Value output : segment.outputs)
+      outputTypes.push_back(output.getType());
+    builder.setInsertionPoint(run.front());
+    auto call =
+        func::CallOp::create(builder, loc, name, outputTypes, segment.inputs);
+    for (auto [output, result] : llvm::zip(segment.outputs, call.getResults()))
+      replaced[output] = result;
+    func::FuncOp &func = made[segment.function];
+    if (func) {
+      for (auto [output, result] :
+           llvm::zip(segment.outputs, call.getResults()))
+        output.replaceAllUsesWith(result);
+      for (Operation *op : llvm::reverse(run))
+        op->erase();
+      continue;
+    }
+    SmallVector<Type> inputTypes;
+    for (Value input : segment.inputs)
+      inputTypes.push_back(input.getType());
+    builder.setInsertionPoint(entry);
+    func = func::FuncOp::create(
+        builder, loc, name,
+        FunctionType::get(state.context, inputTypes, outputTypes));
+    Block *inner = func.addEntryBlock();
+    for (Operation *op : run)
+      op->moveBefore(inner, inner->end());
+    auto inside = [&](OpOperand &use) {
+      return use.getOwner()->getBlock() == inner;
+    };
+    for (auto [input, arg] : llvm::zip(segment.inputs, inner->getArguments()))
+      input.replaceUsesWithIf(arg, inside);
+    builder.setInsertionPointToEnd(inner);
+    func::ReturnOp::create(builder, loc, segment.outputs);
+    for (auto [output, result] : llvm::zip(segment.outputs, call.getResults()))
+      output.replaceUsesWithIf(result,
+                               [&](OpOperand &use) { return !inside(use); });
+    state.layerInputs[name] = segment.inputs.size();
+    ++state.stats.layerFunctions;
+    functions.push_back(func);
+  }
+  return functions;
+}
+
+/// Replaces `func` by an EmitC function `name` whose arguments are the
+/// program handle and, for a layer function, its frame; the old arguments
+/// become handles read from the program or the frame.
+void emitShell(func::FuncOp func, StringRef name, bool layer,
+               LoweringState &state, OpBuilder &builder) {
+  SmallVector<Type> argTypes = {state.programType};
+  if (layer)
+    argTypes.push_back(state.frameType);
+  auto shell =
+      emitc::FuncOp::create(builder, func.getLoc(), name,
+                            FunctionType::get(state.context, argTypes, {}));
+  if (layer)
+    shell.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
+  Block *body = shell.addEntryBlock();
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(body);
+  Block &old = func.getBody().front();
+  for (BlockArgument arg : old.getArguments()) {
+    Call read =
+        layer
+            ? Call(state.context, "fsdp_frame_get").value(body->getArgument(1))
+            : Call(state.context, "fsdp_prog_arg").value(body->getArgument(0));
+    Value handle = read.literal(intLiteral(arg.getArgNumber()))
+                       .emit(builder, arg.getLoc(), state.tensorType);
+    arg.replaceAllUsesWith(UnrealizedConversionCastOp::create(
+                               builder, arg.getLoc(), arg.getType(), handle)
+                               .getResult(0));
+  }
+  body->getOperations().splice(body->end(), old.getOperations());
+  func.erase();
+}
+
+} // namespace
+
+RuntimeTypeConverter::RuntimeTypeConverter(MLIRContext *context) {
+  LoweringState types(context);
+  addConversion([](Type type) { return type; });
+  addConversion(
+      [tensor = types.tensorType](RankedTensorType) -> Type { return tensor; });
+  addConversion(
+      [future = types.futureType](dist::FutureType) -> Type { return future; });
+}
+
+LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
+                                   bool outlineLayers,
+                                   RuntimeLoweringStats &stats) {
+  MLIRContext *context = module.getContext();
+  LoweringState state(context);
+  for (auto mesh : module.getOps<dist::MeshOp>())
+    if (failed(state.addMesh(mesh)))
+      return failure();
+  Location loc = entry.getLoc();
+  OpBuilder builder(context);
+  builder.setInsertionPointToStart(module.getBody());
+  emitc::IncludeOp::create(builder, loc, "fsdp/Runtime/Program.h");
+  Block &step = entry.getBody().front();
+  if (failed(prepareLiterals(step, state, builder)))
+    return failure();
+  state.plan = std::make_unique<ReleasePlan>(step);
+
+  builder.setInsertionPointToEnd(module.getBody());
+  Describer describer(entry, state, builder);
+  if (failed(describer.emitDescribe(loc)))
+    return failure();
+  if (state.mesh)
+    state.mesh.erase();
+  SmallVector<func::FuncOp> layers;
+  if (outlineLayers)
+    layers = ::outlineLayers(entry, state);
+  for (func::FuncOp layer : layers)
+    emitShell(layer, layer.getSymName().str(), /*layer=*/true, state, builder);
+  emitShell(entry, "fsdp_program_forward", /*layer=*/false, state, builder);
+  // The description last, as a reader of the program expects it.
+  describer.function->moveBefore(module.getBody(), module.getBody()->end());
+
+  ConversionTarget target(*context);
+  target.addLegalDialect<emitc::EmitCDialect>();
+  target.addLegalOp<UnrealizedConversionCastOp>();
+  target
+      .addIllegalDialect<nn::NNDialect, dist::DistDialect, func::FuncDialect>();
+  RuntimeTypeConverter converter(context);
+  RewritePatternSet patterns(context);
+  populateNNToRuntimePatterns(converter, patterns, state);
+  if (failed(applyPartialConversion(module, target, std::move(patterns))))
+    return failure();
+  SmallVector<UnrealizedConversionCastOp> casts;
+  module.walk([&](UnrealizedConversionCastOp cast) { casts.push_back(cast); });
+  reconcileUnrealizedCasts(casts);
+
+  // The program is plain EmitC now: the passes' annotations are spent.
+  for (NamedAttribute attr : llvm::to_vector(module->getDiscardableAttrs()))
+    if (attr.getName().getValue().starts_with("fsdp.") ||
+        attr.getName().getValue().starts_with("dist."))
+      module->removeDiscardableAttr(attr.getName());
+  stats = state.stats;
+  return success();
+}

@@ -1,0 +1,373 @@
+//===- RuntimeCallPatterns.cpp - nn/dist ops to runtime calls -------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// One pattern lowers every op with RuntimeCallOpInterface: the op's ODS
+// definition states the callee and its literal arguments. A few ops are
+// not one call (split, concat, copy, wait) and have a pattern of their own,
+// as do the calls and returns of layer functions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LoweringState.h"
+
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Interfaces/RuntimeCallInterface.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+/// The kinds of literal a RuntimeCall may name (RuntimeCallInterface.td).
+constexpr StringLiteral kLiteralKinds[] = {"bool",  "int",  "f64",    "ints",
+                                           "dim",   "loss", "reduce", "tanh",
+                                           "table", "group"};
+
+/// Calls `fn(name, kind)` per word of `spec`.
+template <typename Fn> void forEachLiteral(StringRef spec, Fn fn) {
+  SmallVector<StringRef> words;
+  spec.split(words, ' ', -1, /*KeepEmpty=*/false);
+  for (StringRef word : words) {
+    auto [name, kind] = word.split(':');
+    fn(name, kind);
+  }
+}
+
+/// The literal of attribute `attr` (null when absent) of `kind` on `op`.
+std::string literalOf(Operation *op, Attribute attr, StringRef kind,
+                      const LoweringState &state) {
+  if (kind == "bool")
+    return attr && (isa<UnitAttr>(attr) || cast<BoolAttr>(attr).getValue())
+               ? "true"
+               : "false";
+  if (kind == "int" || kind == "dim") {
+    int64_t value = attr ? cast<IntegerAttr>(attr).getInt() : 0;
+    if (kind == "dim" && value < 0)
+      value += cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
+    return intLiteral(value);
+  }
+  if (kind == "f64")
+    return doubleLiteral(attr ? cast<FloatAttr>(attr).getValueAsDouble() : 0.0);
+  if (kind == "ints")
+    return intsLiteral(cast<DenseI64ArrayAttr>(attr).asArrayRef());
+  if (kind == "loss") {
+    StringRef reduction = attr ? cast<StringAttr>(attr).getValue() : "mean";
+    return reduction == "sum"    ? "FSDP_LOSS_SUM"
+           : reduction == "none" ? "FSDP_LOSS_NONE"
+                                 : "FSDP_LOSS_MEAN";
+  }
+  if (kind == "reduce") {
+    static const char *reductions[] = {"FSDP_REDUCE_SUM", "FSDP_REDUCE_AVG",
+                                       "FSDP_REDUCE_MAX"};
+    return reductions[static_cast<unsigned>(
+        cast<dist::ReductionKindAttr>(attr).getValue())];
+  }
+  if (kind == "tanh")
+    return attr && cast<StringAttr>(attr).getValue() == "tanh" ? "true"
+                                                               : "false";
+  if (kind == "table")
+    return attr ? state.tables.lookup(attr) : "nullptr";
+  assert(kind == "group" && "kinds are checked by prepareLiterals");
+  return maskLiteral(state.groupOf.lookup(op));
+}
+
+/// Lowers any op with RuntimeCallOpInterface to the call its ODS states.
+struct RuntimeCallPattern
+    : OpInterfaceConversionPattern<RuntimeCallOpInterface> {
+  RuntimeCallPattern(const TypeConverter &converter, LoweringState &state)
+      : OpInterfaceConversionPattern(converter, state.context), state(state) {}
+
+  LogicalResult
+  matchAndRewrite(RuntimeCallOpInterface call, ArrayRef<Value> operands,
+                  ConversionPatternRewriter &rewriter) const override {
+    Operation *op = call;
+    Location loc = op->getLoc();
+    Value program = state.program(op);
+    auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
+    bool async = collective && collective.isAsync();
+    Call c(state.context,
+           (call.getRuntimeCallee() + (async ? "_start" : "")).str());
+    c.value(program);
+    SmallVector<Value> results;
+    if (call.getRuntimeWritesResults()) {
+      for (Type type : op->getResultTypes())
+        results.push_back(
+            Call(state.context, "fsdp_tensor_new")
+                .value(program)
+                .literal(typeLiteral(cast<RankedTensorType>(type)))
+                .emit(rewriter, loc, state.tensorType));
+      for (Value result : results)
+        c.value(result);
+    } else {
+      c.literal(typeLiteral(
+          collective ? collective.getResultTensorType()
+                     : cast<RankedTensorType>(op->getResult(0).getType())));
+    }
+    for (unsigned i = 0, e = call.getRuntimeNumOperands(); i < e; ++i)
+      i < operands.size() ? c.value(operands[i]) : c.literal("nullptr");
+    forEachLiteral(call.getRuntimeLiterals(),
+                   [&](StringRef name, StringRef kind) {
+                     c.literal(literalOf(op, op->getAttr(name), kind, state));
+                   });
+    if (results.empty())
+      results.push_back(
+          c.emit(rewriter, loc,
+                 getTypeConverter()->convertType(op->getResult(0).getType())));
+    else
+      c.emit(rewriter, loc);
+    ++state.stats.opCalls;
+    state.releaseDead(rewriter, op, operands, results);
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+
+  LoweringState &state;
+};
+
+/// A base for the patterns below: the state, and the end every lowering
+/// shares (releases, replacement).
+template <typename OpTy> struct StatePattern : OpConversionPattern<OpTy> {
+  StatePattern(const TypeConverter &converter, LoweringState &state)
+      : OpConversionPattern<OpTy>(converter, state.context), state(state) {}
+
+  /// Counts `calls` op calls, emits the plan's releases and replaces `op`.
+  void finish(ConversionPatternRewriter &rewriter, Operation *op,
+              ValueRange operands, ValueRange results, unsigned calls) const {
+    state.stats.opCalls += calls;
+    state.releaseDead(rewriter, op, operands, results);
+    rewriter.replaceOp(op, results);
+  }
+  Call call(StringRef callee, Operation *op) const {
+    return Call(state.context, callee).value(state.program(op));
+  }
+
+  LoweringState &state;
+};
+
+/// dist.copy is the identity: another reference to the same tensor.
+struct CopyPattern : StatePattern<dist::CopyOp> {
+  using StatePattern::StatePattern;
+  LogicalResult
+  matchAndRewrite(dist::CopyOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Value v = Call(state.context, "fsdp_retain")
+                  .value(adaptor.getInput())
+                  .emit(rewriter, op.getLoc(), state.tensorType);
+    finish(rewriter, op, adaptor.getOperands(), v, 1);
+    return success();
+  }
+};
+
+/// dist.wait: the started collective's result.
+struct WaitPattern : StatePattern<dist::WaitOp> {
+  using StatePattern::StatePattern;
+  LogicalResult
+  matchAndRewrite(dist::WaitOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Value v = call("fsdp_wait", op)
+                  .value(adaptor.getFuture())
+                  .emit(rewriter, op.getLoc(), state.tensorType);
+    finish(rewriter, op, adaptor.getOperands(), v, 1);
+    return success();
+  }
+};
+
+/// nn.split: each piece is a slice of the input.
+struct SplitPattern : StatePattern<nn::SplitOp> {
+  using StatePattern::StatePattern;
+  LogicalResult
+  matchAndRewrite(nn::SplitOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    int64_t rank = op.getInput().getType().getRank();
+    int64_t dim = static_cast<int64_t>(op.getDim());
+    if (dim < 0)
+      dim += rank;
+    int64_t start = 0;
+    SmallVector<Value> pieces;
+    for (auto [result, size] : llvm::zip(op.getResults(), op.getSizes())) {
+      pieces.push_back(
+          call("fsdp_op_slice", op)
+              .literal(typeLiteral(cast<RankedTensorType>(result.getType())))
+              .value(adaptor.getInput())
+              .literal(intLiteral(dim))
+              .literal(intLiteral(start))
+              .emit(rewriter, op.getLoc(), state.tensorType));
+      start += size;
+    }
+    finish(rewriter, op, adaptor.getOperands(), pieces, pieces.size());
+    return success();
+  }
+};
+
+/// nn.concat: a chain of binary concats over growing prefixes, each
+/// partial result released once the next one is made.
+struct ConcatPattern : StatePattern<nn::ConcatOp> {
+  using StatePattern::StatePattern;
+  LogicalResult
+  matchAndRewrite(nn::ConcatOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto first = cast<RankedTensorType>(op.getInputs().front().getType());
+    int64_t dim = static_cast<int64_t>(op.getDim());
+    if (dim < 0)
+      dim += first.getRank();
+    ValueRange inputs = adaptor.getInputs();
+    if (inputs.size() == 1) {
+      Value v = call("fsdp_op_reshape", op)
+                    .literal(typeLiteral(op.getResult().getType()))
+                    .value(inputs.front())
+                    .emit(rewriter, loc, state.tensorType);
+      finish(rewriter, op, adaptor.getOperands(), v, 1);
+      return success();
+    }
+    Value acc = inputs.front();
+    SmallVector<int64_t> shape(first.getShape());
+    for (auto [i, input] : llvm::enumerate(inputs.drop_front())) {
+      shape[dim] += cast<RankedTensorType>(op.getInputs()[i + 1].getType())
+                        .getDimSize(dim);
+      Value next = call("fsdp_op_concat", op)
+                       .literal(typeLiteral(RankedTensorType::get(
+                           shape, first.getElementType())))
+                       .value(acc)
+                       .value(input)
+                       .literal(intLiteral(dim))
+                       .emit(rewriter, loc, state.tensorType);
+      if (i > 0)
+        state.release(rewriter, loc, acc);
+      acc = next;
+    }
+    finish(rewriter, op, adaptor.getOperands(), acc, inputs.size() - 1);
+    return success();
+  }
+};
+
+/// A call of a layer function: its inputs and outputs pass in a frame.
+struct LayerCallPattern : StatePattern<func::CallOp> {
+  using StatePattern::StatePattern;
+  LogicalResult
+  matchAndRewrite(func::CallOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    ValueRange inputs = adaptor.getOperands();
+    Value frame = call("fsdp_frame_new", op)
+                      .literal(intLiteral(inputs.size() + op.getNumResults()))
+                      .emit(rewriter, loc, state.frameType);
+    for (auto [i, input] : llvm::enumerate(inputs))
+      Call(state.context, "fsdp_frame_set")
+          .value(frame)
+          .literal(intLiteral(i))
+          .value(input)
+          .emit(rewriter, loc);
+    call(op.getCallee(), op).value(frame).emit(rewriter, loc);
+    SmallVector<Value> outputs;
+    for (unsigned i = 0; i < op.getNumResults(); ++i)
+      outputs.push_back(Call(state.context, "fsdp_frame_get")
+                            .value(frame)
+                            .literal(intLiteral(inputs.size() + i))
+                            .emit(rewriter, loc, state.tensorType));
+    Call(state.context, "fsdp_frame_free").value(frame).emit(rewriter, loc);
+    ++state.stats.layerCalls;
+    rewriter.replaceOp(op, outputs);
+    return success();
+  }
+};
+
+/// The step's results go to the program; a layer function's outputs go
+/// back in its frame, after its inputs.
+struct ReturnPattern : StatePattern<func::ReturnOp> {
+  using StatePattern::StatePattern;
+  LogicalResult
+  matchAndRewrite(func::ReturnOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto func = op->getParentOfType<emitc::FuncOp>();
+    auto layer = state.layerInputs.find(func.getSymName());
+    ArrayRef<unsigned> dying = state.plan->operandsDyingAt(op);
+    for (auto [i, v] : llvm::enumerate(adaptor.getOperands())) {
+      if (layer != state.layerInputs.end()) {
+        Call(state.context, "fsdp_frame_set")
+            .value(func.getArgument(1))
+            .literal(intLiteral(layer->second + i))
+            .value(v)
+            .emit(rewriter, loc);
+        continue;
+      }
+      // The program keeps its own reference to a result.
+      call("fsdp_prog_result", op)
+          .literal(intLiteral(i))
+          .value(v)
+          .emit(rewriter, loc);
+      if (llvm::is_contained(dying, i))
+        state.release(rewriter, loc, v);
+    }
+    rewriter.replaceOpWithNewOp<emitc::ReturnOp>(op, Value());
+    return success();
+  }
+};
+
+} // namespace
+
+void fsdp::populateNNToRuntimePatterns(const TypeConverter &converter,
+                                       RewritePatternSet &patterns,
+                                       LoweringState &state) {
+  patterns.add<RuntimeCallPattern, CopyPattern, WaitPattern, SplitPattern,
+               ConcatPattern, LayerCallPattern, ReturnPattern>(converter,
+                                                               state);
+}
+
+LogicalResult fsdp::prepareLiterals(Block &body, LoweringState &state,
+                                    OpBuilder &tablesAt) {
+  for (Operation &op : body) {
+    auto call = dyn_cast<RuntimeCallOpInterface>(op);
+    if (!call) {
+      if (isa<dist::CopyOp, dist::WaitOp, nn::SplitOp, nn::ConcatOp,
+              func::ReturnOp>(op))
+        continue;
+      return op.emitOpError("cannot be lowered to the runtime");
+    }
+    LogicalResult result = success();
+    forEachLiteral(call.getRuntimeLiterals(), [&](StringRef name,
+                                                  StringRef kind) {
+      if (failed(result))
+        return;
+      if (!llvm::is_contained(op.getName().getAttributeNames(),
+                              StringAttr::get(state.context, name)) ||
+          !llvm::is_contained(kLiteralKinds, kind)) {
+        result = op.emitOpError("states a runtime literal '")
+                 << name << ":" << kind
+                 << "' that names no attribute of the op or no kind";
+        return;
+      }
+      Attribute attr = op.getAttr(name);
+      if (kind == "group") {
+        FailureOr<uint32_t> mask = state.axisMask(&op, cast<ArrayAttr>(attr));
+        if (failed(mask)) {
+          result = failure();
+          return;
+        }
+        state.groups.insert(*mask);
+        state.groupOf[&op] = *mask;
+      }
+      if (kind == "table" && attr && !state.tables.count(attr)) {
+        std::string name = "fsdp_inv_freq_" + intLiteral(state.tables.size());
+        std::string text;
+        llvm::raw_string_ostream os(text);
+        os << "static const double " << name << "[] = {";
+        llvm::interleaveComma(cast<DenseF64ArrayAttr>(attr).asArrayRef(), os,
+                              [&](double f) { os << doubleLiteral(f); });
+        os << "};";
+        emitc::VerbatimOp::create(tablesAt, op.getLoc(), text);
+        state.tables[attr] = name;
+      }
+    });
+    if (failed(result))
+      return failure();
+  }
+  return success();
+}
