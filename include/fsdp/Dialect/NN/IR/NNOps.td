@@ -122,7 +122,8 @@ class NN_ActivationOp<string mnemonic, string gradClass>
 class NN_ActivationGradOp<string mnemonic>
     : NN_Op<mnemonic # "_grad",
             [RuntimeOutCall<"fsdp_op_" # mnemonic # "_grad">]> {
-  let summary = "Gradient of " # mnemonic # ": `dy · d " # mnemonic # "(x)/dx`";
+  let summary =
+      "Gradient of " # mnemonic # ": `dy · d " # mnemonic # "(x)/dx`";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$grad),
                        NN_Path);
   let results = (outs NN_FloatTensor:$result);
@@ -206,7 +207,8 @@ def NN_LinearOp : NN_Op<"linear", [
 }
 
 def NN_MatmulOp : NN_Op<"matmul", [
-    RuntimeCall<"fsdp_op_matmul", "transpose_a:bool transpose_b:bool">, NN_Differentiable,
+    RuntimeCall<"fsdp_op_matmul", "transpose_a:bool transpose_b:bool">,
+    NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Matrix product of a batch of rows with one matrix";
   let description = [{
@@ -224,7 +226,8 @@ def NN_MatmulOp : NN_Op<"matmul", [
 }
 
 def NN_BatchMatmulOp : NN_Op<"batch_matmul", [
-    RuntimeCall<"fsdp_op_batch_matmul", "transpose_a:bool transpose_b:bool">, NN_Differentiable]> {
+    RuntimeCall<"fsdp_op_batch_matmul", "transpose_a:bool transpose_b:bool">,
+    NN_Differentiable]> {
   let summary = "Batched matrix product with equal batch dimensions";
   let description = [{
     `lhs` is `[b..., M, K]`, `rhs` `[b..., K, N]` with the same rank (>= 3)
@@ -313,7 +316,8 @@ def NN_LayerNormOp : NN_Op<"layer_norm", [
 }
 
 def NN_RotaryOp : NN_Op<"rotary", [
-    RuntimeCall<"fsdp_op_rotary", "theta:f64 inv_freq:table attention_scaling:f64 inverse:bool">, NN_Differentiable,
+    RuntimeCall<"fsdp_op_rotary", "theta:f64 inv_freq:table attention_scaling:f64 inverse:bool">,
+    NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Rotary position embedding (rotate-half convention)";
   let description = [{
@@ -338,7 +342,8 @@ def NN_RotaryOp : NN_Op<"rotary", [
 }
 
 def NN_AttentionOp : NN_Op<"attention", [
-    RuntimeCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">, NN_Differentiable,
+    RuntimeCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">,
+    NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
   let description = [{
@@ -479,7 +484,8 @@ def NN_ReduceMaxOp : NN_Op<"reduce_max", [RuntimeCall<"fsdp_op_reduce_max">]> {
 
 def NN_CrossEntropyPartialOp
     : NN_Op<"cross_entropy_partial", [
-        RuntimeOutCall<"fsdp_op_cross_entropy_partial", "ignore_index:int num_classes:int">, NN_Differentiable]> {
+        RuntimeOutCall<"fsdp_op_cross_entropy_partial", "ignore_index:int num_classes:int">,
+        NN_Differentiable]> {
   let summary = "One vocabulary block's part of a cross-entropy";
   let description = [{
     `logits` `[..., V]` is block `shard_index` of vocabulary-sharded logits
@@ -507,7 +513,8 @@ def NN_CrossEntropyPartialOp
 
 def NN_CrossEntropyCombineOp
     : NN_Op<"cross_entropy_combine", [
-        RuntimeCall<"fsdp_op_cross_entropy_combine", "ignore_index:int reduction:loss">, NN_Differentiable]> {
+        RuntimeCall<"fsdp_op_cross_entropy_combine", "ignore_index:int reduction:loss">,
+        NN_Differentiable]> {
   let summary = "Cross-entropy from summed vocabulary-block parts";
   let description = [{
     `sum_exp` and `target` `[...]` are the sums over the vocabulary blocks
