@@ -352,12 +352,11 @@ void emitShell(func::FuncOp func, StringRef name, bool layer,
 } // namespace
 
 RuntimeTypeConverter::RuntimeTypeConverter(MLIRContext *context) {
-  LoweringState types(context);
   addConversion([](Type type) { return type; });
-  addConversion(
-      [tensor = types.tensorType](RankedTensorType) -> Type { return tensor; });
-  addConversion(
-      [future = types.futureType](dist::FutureType) -> Type { return future; });
+  addConversion([tensor = handleType(context, "fsdp_tensor")](
+                    RankedTensorType) -> Type { return tensor; });
+  addConversion([future = handleType(context, "fsdp_future")](
+                    dist::FutureType) -> Type { return future; });
 }
 
 LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,

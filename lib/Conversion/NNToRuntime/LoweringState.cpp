@@ -103,15 +103,15 @@ Value Call::emit(OpBuilder &builder, Location loc, Type resultType) {
 // LoweringState
 //===----------------------------------------------------------------------===//
 
-LoweringState::LoweringState(MLIRContext *context) : context(context) {
-  auto handle = [&](StringRef name) {
-    return emitc::PointerType::get(emitc::OpaqueType::get(context, name));
-  };
-  programType = handle("fsdp_program");
-  tensorType = handle("fsdp_tensor");
-  futureType = handle("fsdp_future");
-  frameType = handle("fsdp_frame");
+Type fsdp::handleType(MLIRContext *context, StringRef name) {
+  return emitc::PointerType::get(emitc::OpaqueType::get(context, name));
 }
+
+LoweringState::LoweringState(MLIRContext *context)
+    : context(context), programType(handleType(context, "fsdp_program")),
+      tensorType(handleType(context, "fsdp_tensor")),
+      futureType(handleType(context, "fsdp_future")),
+      frameType(handleType(context, "fsdp_frame")) {}
 
 LogicalResult LoweringState::addMesh(dist::MeshOp meshOp) {
   if (mesh)
@@ -181,4 +181,12 @@ void LoweringState::releaseDead(OpBuilder &builder, Operation *op,
     release(builder, op->getLoc(), operands[i]);
   for (unsigned i : plan->unusedResults(op))
     release(builder, op->getLoc(), results[i]);
+}
+
+void LoweringState::finish(ConversionPatternRewriter &rewriter, Operation *op,
+                           ValueRange operands, ValueRange results,
+                           unsigned calls) {
+  stats.opCalls += calls;
+  releaseDead(rewriter, op, operands, results);
+  rewriter.replaceOp(op, results);
 }

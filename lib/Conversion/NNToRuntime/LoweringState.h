@@ -39,6 +39,10 @@ std::string doubleLiteral(double value);
 inline std::string intLiteral(int64_t value) { return std::to_string(value); }
 /// `fsdp_ints{3, {1, 2, 3}}`.
 std::string intsLiteral(llvm::ArrayRef<int64_t> values);
+/// `dim` of a rank-`rank` tensor, counted from the front.
+inline int64_t frontDim(int64_t dim, int64_t rank) {
+  return dim < 0 ? dim + rank : dim;
+}
 /// A communicator group's mask: `5u`.
 inline std::string maskLiteral(uint32_t mask) {
   return std::to_string(mask) + "u";
@@ -68,6 +72,9 @@ private:
 // State
 //===----------------------------------------------------------------------===//
 
+/// The runtime's handle type `name *` (fsdp_program, fsdp_tensor, ...).
+mlir::Type handleType(mlir::MLIRContext *context, llvm::StringRef name);
+
 struct LoweringState {
   explicit LoweringState(mlir::MLIRContext *context);
 
@@ -91,6 +98,11 @@ struct LoweringState {
   /// are now `operands` and `results`.
   void releaseDead(mlir::OpBuilder &builder, mlir::Operation *op,
                    mlir::ValueRange operands, mlir::ValueRange results);
+  /// The end of every op's lowering: counts its `calls` runtime calls,
+  /// emits the plan's releases and replaces `op` by `results`.
+  void finish(mlir::ConversionPatternRewriter &rewriter, mlir::Operation *op,
+              mlir::ValueRange operands, mlir::ValueRange results,
+              unsigned calls);
 
   mlir::MLIRContext *context;
   mlir::Type programType, tensorType, futureType, frameType;

@@ -48,8 +48,9 @@ std::string literalOf(Operation *op, Attribute attr, StringRef kind,
                : "false";
   if (kind == "int" || kind == "dim") {
     int64_t value = attr ? cast<IntegerAttr>(attr).getInt() : 0;
-    if (kind == "dim" && value < 0)
-      value += cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
+    if (kind == "dim")
+      value = frontDim(
+          value, cast<RankedTensorType>(op->getOperand(0).getType()).getRank());
     return intLiteral(value);
   }
   if (kind == "f64")
@@ -121,28 +122,19 @@ struct RuntimeCallPattern
                  getTypeConverter()->convertType(op->getResult(0).getType())));
     else
       c.emit(rewriter, loc);
-    ++state.stats.opCalls;
-    state.releaseDead(rewriter, op, operands, results);
-    rewriter.replaceOp(op, results);
+    state.finish(rewriter, op, operands, results, 1);
     return success();
   }
 
   LoweringState &state;
 };
 
-/// A base for the patterns below: the state, and the end every lowering
-/// shares (releases, replacement).
+/// A base for the patterns below: the state, and calls that start with the
+/// program handle.
 template <typename OpTy> struct StatePattern : OpConversionPattern<OpTy> {
   StatePattern(const TypeConverter &converter, LoweringState &state)
       : OpConversionPattern<OpTy>(converter, state.context), state(state) {}
 
-  /// Counts `calls` op calls, emits the plan's releases and replaces `op`.
-  void finish(ConversionPatternRewriter &rewriter, Operation *op,
-              ValueRange operands, ValueRange results, unsigned calls) const {
-    state.stats.opCalls += calls;
-    state.releaseDead(rewriter, op, operands, results);
-    rewriter.replaceOp(op, results);
-  }
   Call call(StringRef callee, Operation *op) const {
     return Call(state.context, callee).value(state.program(op));
   }
@@ -159,7 +151,7 @@ struct CopyPattern : StatePattern<dist::CopyOp> {
     Value v = Call(state.context, "fsdp_retain")
                   .value(adaptor.getInput())
                   .emit(rewriter, op.getLoc(), state.tensorType);
-    finish(rewriter, op, adaptor.getOperands(), v, 1);
+    state.finish(rewriter, op, adaptor.getOperands(), v, 1);
     return success();
   }
 };
@@ -173,7 +165,7 @@ struct WaitPattern : StatePattern<dist::WaitOp> {
     Value v = call("fsdp_wait", op)
                   .value(adaptor.getFuture())
                   .emit(rewriter, op.getLoc(), state.tensorType);
-    finish(rewriter, op, adaptor.getOperands(), v, 1);
+    state.finish(rewriter, op, adaptor.getOperands(), v, 1);
     return success();
   }
 };
@@ -184,10 +176,8 @@ struct SplitPattern : StatePattern<nn::SplitOp> {
   LogicalResult
   matchAndRewrite(nn::SplitOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    int64_t rank = op.getInput().getType().getRank();
-    int64_t dim = static_cast<int64_t>(op.getDim());
-    if (dim < 0)
-      dim += rank;
+    int64_t dim = frontDim(static_cast<int64_t>(op.getDim()),
+                           op.getInput().getType().getRank());
     int64_t start = 0;
     SmallVector<Value> pieces;
     for (auto [result, size] : llvm::zip(op.getResults(), op.getSizes())) {
@@ -200,7 +190,7 @@ struct SplitPattern : StatePattern<nn::SplitOp> {
               .emit(rewriter, op.getLoc(), state.tensorType));
       start += size;
     }
-    finish(rewriter, op, adaptor.getOperands(), pieces, pieces.size());
+    state.finish(rewriter, op, adaptor.getOperands(), pieces, pieces.size());
     return success();
   }
 };
@@ -214,16 +204,14 @@ struct ConcatPattern : StatePattern<nn::ConcatOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     auto first = cast<RankedTensorType>(op.getInputs().front().getType());
-    int64_t dim = static_cast<int64_t>(op.getDim());
-    if (dim < 0)
-      dim += first.getRank();
+    int64_t dim = frontDim(static_cast<int64_t>(op.getDim()), first.getRank());
     ValueRange inputs = adaptor.getInputs();
     if (inputs.size() == 1) {
       Value v = call("fsdp_op_reshape", op)
                     .literal(typeLiteral(op.getResult().getType()))
                     .value(inputs.front())
                     .emit(rewriter, loc, state.tensorType);
-      finish(rewriter, op, adaptor.getOperands(), v, 1);
+      state.finish(rewriter, op, adaptor.getOperands(), v, 1);
       return success();
     }
     Value acc = inputs.front();
@@ -242,7 +230,7 @@ struct ConcatPattern : StatePattern<nn::ConcatOp> {
         state.release(rewriter, loc, acc);
       acc = next;
     }
-    finish(rewriter, op, adaptor.getOperands(), acc, inputs.size() - 1);
+    state.finish(rewriter, op, adaptor.getOperands(), acc, inputs.size() - 1);
     return success();
   }
 };
