@@ -53,29 +53,17 @@ const StringRef kSplit[] = {"dim", "sizes"};
 const StringRef kDtype[] = {"dtype"};
 
 const OpInfo kOps[] = {
-    {"embedding", 2, 2, {}},
-    {"linear", 2, 3, {}},
-    {"matmul", 2, 2, {}},
-    {"batch_matmul", 2, 2, {}},
-    {"add", 2, 2, {}},
-    {"sub", 2, 2, {}},
-    {"mul", 2, 2, {}},
-    {"neg", 1, 1, {}},
-    {"scale", 1, 1, kFactor},
-    {"silu", 1, 1, {}},
-    {"gelu", 1, 1, {}},
-    {"rms_norm", 2, 2, kEps},
-    {"layer_norm", 2, 3, kEps},
-    {"rotary", 2, 2, kTheta},
-    {"attention", 3, 3, {}},
-    {"softmax", 1, 1, kDim},
-    {"reshape", 1, 1, kShape},
-    {"transpose", 1, 1, kPerm},
-    {"slice", 1, 1, kSlice},
-    {"split", 1, 1, kSplit},
-    {"concat", 1, kVariadic, kDim},
-    {"cast", 1, 1, kDtype},
-    {"cross_entropy", 2, 2, {}},
+    {"embedding", 2, 2, {}},    {"linear", 2, 3, {}},
+    {"matmul", 2, 2, {}},       {"batch_matmul", 2, 2, {}},
+    {"add", 2, 2, {}},          {"sub", 2, 2, {}},
+    {"mul", 2, 2, {}},          {"neg", 1, 1, {}},
+    {"scale", 1, 1, kFactor},   {"gelu", 1, 1, {}},
+    {"rms_norm", 2, 2, kEps},   {"layer_norm", 2, 3, kEps},
+    {"rotary", 2, 2, kTheta},   {"attention", 3, 3, {}},
+    {"softmax", 1, 1, kDim},    {"reshape", 1, 1, kShape},
+    {"transpose", 1, 1, kPerm}, {"slice", 1, 1, kSlice},
+    {"split", 1, 1, kSplit},    {"concat", 1, kVariadic, kDim},
+    {"cast", 1, 1, kDtype},     {"cross_entropy", 2, 2, {}},
 };
 
 /// How a JSON attribute value becomes an MLIR attribute, by attribute name.
@@ -417,8 +405,16 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
   std::string opName = opIt->get<std::string>();
   const OpInfo *info =
       llvm::find_if(kOps, [&](const OpInfo &op) { return op.name == opName; });
-  if (info == std::end(kOps))
-    return fail(loc, where + ": field 'op': unknown op '" + opName + "'");
+  // The activations (NN_Activation in NNOps.td) take one input and no
+  // required attribute; their trait says which they are.
+  static const OpInfo kActivation = {"", 1, 1, {}};
+  if (info == std::end(kOps)) {
+    std::optional<RegisteredOperationName> registered =
+        RegisteredOperationName::lookup("nn." + opName, context);
+    if (!registered || !registered->hasTrait<fsdp::nn::ActivationTrait>())
+      return fail(loc, where + ": field 'op': unknown op '" + opName + "'");
+    info = &kActivation;
+  }
   where += " (op '" + opName + "')";
 
   // Operands.

@@ -140,12 +140,18 @@ def optimizer_steps(case):
     return refs
 
 
+def activation(attrs):
+    """The reference of an Activations.def entry: torch.nn.functional's
+    function of the same name."""
+    return getattr(F, attrs["activation"])
+
+
 def grad_reference(case):
     """References of the backward and optimizer kernels; None if not one."""
     op, a, i = case["op"], case["attrs"], case["in"]
     flag = lambda key: a[key] != "0"
-    if op == "silu_grad":
-        return {"dx": vjp(F.silu, [i["x"]], i["dy"])[0]}
+    if "activation" in a and op.endswith("_grad"):
+        return {"dx": vjp(activation(a), [i["x"]], i["dy"])[0]}
     if op == "gelu_grad":
         fn = lambda x: F.gelu(x, approximate=a["approximate"])
         return {"dx": vjp(fn, [i["x"]], i["dy"])[0]}
@@ -215,9 +221,10 @@ def fd_setup(case):
     gen = torch.Generator().manual_seed(20240601)
     rand = lambda shape: torch.randn(shape, generator=gen, dtype=torch.float64)
     flag = lambda key: a[key] != "0"
-    if op in ("silu_grad", "gelu_grad", "softmax_grad"):
-        if op == "silu_grad":
-            fn = lambda p: F.silu(p["x"])
+    if op.endswith("_grad") and ("activation" in a or op in ("gelu_grad",
+                                                          "softmax_grad")):
+        if "activation" in a:
+            fn = lambda p: activation(a)(p["x"])
         elif op == "gelu_grad":
             fn = lambda p: F.gelu(p["x"], approximate=a["approximate"])
         else:
@@ -324,8 +331,8 @@ def reference(case):
         return {"out": -i["x"]}
     if op == "scale":
         return {"out": i["x"] * float(a["factor"])}
-    if op == "silu":
-        return {"out": F.silu(i["x"])}
+    if "activation" in a:
+        return {"out": activation(a)(i["x"])}
     if op == "gelu":
         return {"out": F.gelu(i["x"], approximate=a["approximate"])}
     if op == "rms_norm":

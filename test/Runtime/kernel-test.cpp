@@ -335,12 +335,17 @@ void runAll(Writer &w) {
     fsdp_rt_scale(nullptr, f32, x, n, 0.125, o);
   });
   w.attr("factor", 0.125);
-  unaryCase(w, "silu", "silu", f32, [&](void *x, int64_t n, void *o) {
-    fsdp_rt_silu(nullptr, f32, x, n, o);
-  });
-  unaryCase(w, "silu_bf16", "silu", bf16, [&](void *x, int64_t n, void *o) {
-    fsdp_rt_silu(nullptr, bf16, x, n, o);
-  });
+  // Every activation of Activations.def, in f32 and bf16; the checker's
+  // reference is torch.nn.functional's function of the same name.
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  for (fsdp_rt_dtype dt : {f32, bf16}) {                                       \
+    unaryCase(w, dt == f32 ? #name : #name "_bf16", #name, dt,                 \
+              [&](void *x, int64_t n, void *o) {                               \
+                fsdp_rt_##name(nullptr, dt, x, n, o);                          \
+              });                                                              \
+    w.attr("activation", #name);                                               \
+  }
+#include "fsdp/Runtime/Activations.def"
   unaryCase(w, "gelu", "gelu", f32, [&](void *x, int64_t n, void *o) {
     fsdp_rt_gelu(nullptr, f32, x, n, 0, o);
   });
@@ -613,14 +618,16 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
 void runGrad(Writer &w) {
   const fsdp_rt_dtype f32 = FSDP_RT_F32, bf16 = FSDP_RT_BF16;
 
-  unaryGradCase(w, "silu_grad", "silu_grad", f32,
-                [&](void *x, void *dy, int64_t n, void *dx) {
-                  fsdp_rt_silu_grad(nullptr, f32, x, dy, n, dx);
-                });
-  unaryGradCase(w, "silu_grad_bf16", "silu_grad", bf16,
-                [&](void *x, void *dy, int64_t n, void *dx) {
-                  fsdp_rt_silu_grad(nullptr, bf16, x, dy, n, dx);
-                });
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  for (fsdp_rt_dtype dt : {f32, bf16}) {                                       \
+    unaryGradCase(w, dt == f32 ? #name "_grad" : #name "_grad_bf16",           \
+                  #name "_grad", dt,                                           \
+                  [&](void *x, void *dy, int64_t n, void *dx) {                \
+                    fsdp_rt_##name##_grad(nullptr, dt, x, dy, n, dx);          \
+                  });                                                          \
+    w.attr("activation", #name);                                               \
+  }
+#include "fsdp/Runtime/Activations.def"
   unaryGradCase(w, "gelu_grad", "gelu_grad", f32,
                 [&](void *x, void *dy, int64_t n, void *dx) {
                   fsdp_rt_gelu_grad(nullptr, f32, x, dy, n, 0, dx);

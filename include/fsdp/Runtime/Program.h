@@ -181,7 +181,10 @@ fsdp_tensor *fsdp_op_mul(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
 fsdp_tensor *fsdp_op_neg(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
 fsdp_tensor *fsdp_op_scale(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                            double factor);
-fsdp_tensor *fsdp_op_silu(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+/// The activations of Activations.def: fsdp_op_silu, ...
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  fsdp_tensor *fsdp_op_##name(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+#include "fsdp/Runtime/Activations.def"
 /// `tanh_approximation` selects gelu's tanh form, else erf.
 fsdp_tensor *fsdp_op_gelu(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                           bool tanh_approximation);
@@ -288,8 +291,11 @@ void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
 // fsdp_tensor_new (results first, then operands), so one call can produce
 // several results.
 
-void fsdp_op_silu_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *x,
-                       fsdp_tensor *dy);
+/// The activations' gradients dx = dy · f'(x): fsdp_op_silu_grad, ...
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  void fsdp_op_##name##_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *x, \
+                             fsdp_tensor *dy);
+#include "fsdp/Runtime/Activations.def"
 void fsdp_op_gelu_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *x,
                        fsdp_tensor *dy, bool tanh_approximation);
 void fsdp_op_rms_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,

@@ -213,9 +213,11 @@ void fsdp_rt_neg(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
 /// out = x · factor.
 void fsdp_rt_scale(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                    int64_t numel, double factor, void *out);
-/// out = x · sigmoid(x).
-void fsdp_rt_silu(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
-                  int64_t numel, void *out);
+/// out = f(x) for each activation f of Activations.def: fsdp_rt_silu, ...
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  void fsdp_rt_##name(fsdp_rt_stream stream, fsdp_rt_dtype dtype,              \
+                      const void *x, int64_t numel, void *out);
+#include "fsdp/Runtime/Activations.def"
 /// GELU with the erf form, or the tanh approximation when `approximate_tanh`.
 void fsdp_rt_gelu(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                   int64_t numel, int approximate_tanh, void *out);
@@ -347,9 +349,13 @@ void fsdp_rt_cast(fsdp_rt_stream stream, fsdp_rt_dtype src_dtype, const void *x,
 // its forward kernel. Reductions over rows accumulate in double.
 //===----------------------------------------------------------------------===//
 
-/// dx = dy · silu'(x).
-void fsdp_rt_silu_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
-                       const void *x, const void *dy, int64_t numel, void *dx);
+/// dx = dy · f'(x) for each activation f of Activations.def:
+/// fsdp_rt_silu_grad, ...
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  void fsdp_rt_##name##_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,       \
+                             const void *x, const void *dy, int64_t numel,     \
+                             void *dx);
+#include "fsdp/Runtime/Activations.def"
 /// dx = dy · gelu'(x), erf form or tanh approximation as in fsdp_rt_gelu.
 void fsdp_rt_gelu_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *x, const void *dy, int64_t numel,

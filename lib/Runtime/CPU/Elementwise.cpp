@@ -115,37 +115,6 @@ static void unary(fsdp_rt_dtype dtype, const void *x, int64_t n, void *out,
   fo.finish();
 }
 
-void fsdp_rt_neg(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
-                 int64_t numel, void *out) {
-  unary(dtype, x, numel, out, [](float v) { return -v; });
-}
-
-void fsdp_rt_scale(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
-                   int64_t numel, double factor, void *out) {
-  float f = float(factor);
-  unary(dtype, x, numel, out, [f](float v) { return v * f; });
-}
-
-void fsdp_rt_silu(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
-                  int64_t numel, void *out) {
-  unary(dtype, x, numel, out,
-        [](float v) { return v / (1.0f + std::exp(-v)); });
-}
-
-void fsdp_rt_gelu(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
-                  int64_t numel, int approximate_tanh, void *out) {
-  if (approximate_tanh) {
-    const float c = 0.7978845608028654f; // sqrt(2 / pi)
-    unary(dtype, x, numel, out, [c](float v) {
-      return 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
-    });
-    return;
-  }
-  const float rsqrt2 = 0.7071067811865476f;
-  unary(dtype, x, numel, out,
-        [rsqrt2](float v) { return 0.5f * v * (1.0f + std::erf(v * rsqrt2)); });
-}
-
 /// Applies `fn(x, dy)` to each of `n` element pairs in f32.
 template <typename Fn>
 static void unaryGrad(fsdp_rt_dtype dtype, const void *x, const void *dy,
@@ -160,12 +129,43 @@ static void unaryGrad(fsdp_rt_dtype dtype, const void *x, const void *dy,
   fo.finish();
 }
 
-void fsdp_rt_silu_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
-                       const void *dy, int64_t numel, void *dx) {
-  unaryGrad(dtype, x, dy, numel, dx, [](float v, float g) {
-    float sig = 1.0f / (1.0f + std::exp(-v));
-    return g * sig * (1.0f + v * (1.0f - sig));
-  });
+// The activations of Activations.def, forward and gradient.
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  void fsdp_rt_##name(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,      \
+                      int64_t numel, void *out) {                              \
+    unary(dtype, x, numel, out, [](float v) -> float forward);                 \
+  }                                                                            \
+  void fsdp_rt_##name##_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,              \
+                             const void *x, const void *dy, int64_t numel,     \
+                             void *dx) {                                       \
+    unaryGrad(dtype, x, dy, numel, dx,                                         \
+              [](float v, float g) -> float gradient);                         \
+  }
+#include "fsdp/Runtime/Activations.def"
+
+void fsdp_rt_neg(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                 int64_t numel, void *out) {
+  unary(dtype, x, numel, out, [](float v) { return -v; });
+}
+
+void fsdp_rt_scale(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                   int64_t numel, double factor, void *out) {
+  float f = float(factor);
+  unary(dtype, x, numel, out, [f](float v) { return v * f; });
+}
+
+void fsdp_rt_gelu(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
+                  int64_t numel, int approximate_tanh, void *out) {
+  if (approximate_tanh) {
+    const float c = 0.7978845608028654f; // sqrt(2 / pi)
+    unary(dtype, x, numel, out, [c](float v) {
+      return 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+    });
+    return;
+  }
+  const float rsqrt2 = 0.7071067811865476f;
+  unary(dtype, x, numel, out,
+        [rsqrt2](float v) { return 0.5f * v * (1.0f + std::erf(v * rsqrt2)); });
 }
 
 void fsdp_rt_gelu_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,

@@ -268,12 +268,14 @@ fsdp_tensor *fsdp_op_scale(fsdp_program *, fsdp_type r, fsdp_tensor *x,
   return out;
 }
 
-fsdp_tensor *fsdp_op_silu(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
-  unary(Check{"silu"}, r, x);
-  fsdp_tensor *out = alloc(r);
-  fsdp_rt_silu(nullptr, r.dtype, x->data, numElements(r), out->data);
-  return out;
-}
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  fsdp_tensor *fsdp_op_##name(fsdp_program *, fsdp_type r, fsdp_tensor *x) {   \
+    unary(Check{#name}, r, x);                                                 \
+    fsdp_tensor *out = alloc(r);                                               \
+    fsdp_rt_##name(nullptr, r.dtype, x->data, numElements(r), out->data);      \
+    return out;                                                                \
+  }
+#include "fsdp/Runtime/Activations.def"
 
 fsdp_tensor *fsdp_op_gelu(fsdp_program *, fsdp_type r, fsdp_tensor *x,
                           bool tanh_approximation) {

@@ -57,13 +57,15 @@ int int32(int64_t v) { return static_cast<int>(v); }
 
 } // namespace
 
-void fsdp_op_silu_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *x,
-                       fsdp_tensor *dy) {
-  sameType("silu_grad", dy, x->type, "gradient");
-  sameType("silu_grad", dx, x->type, "result");
-  fsdp_rt_silu_grad(nullptr, x->type.dtype, x->data, dy->data,
-                    numElements(x->type), dx->data);
-}
+#define FSDP_ACTIVATION(name, forward, gradient)                               \
+  void fsdp_op_##name##_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *x,  \
+                             fsdp_tensor *dy) {                                \
+    sameType(#name "_grad", dy, x->type, "gradient");                          \
+    sameType(#name "_grad", dx, x->type, "result");                            \
+    fsdp_rt_##name##_grad(nullptr, x->type.dtype, x->data, dy->data,           \
+                          numElements(x->type), dx->data);                     \
+  }
+#include "fsdp/Runtime/Activations.def"
 
 void fsdp_op_gelu_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *x,
                        fsdp_tensor *dy, bool tanh_approximation) {

@@ -77,6 +77,11 @@ mlir::Operation *rebuildWithShapeRule(mlir::OpBuilder &builder,
 
 /// The state gradient rules work on (Gradient.h).
 class GradientBuilder;
+
+/// Marks the pointwise activations of NN_Activation (NNOps.td).
+template <typename ConcreteType>
+class ActivationTrait
+    : public mlir::OpTrait::TraitBase<ConcreteType, ActivationTrait> {};
 } // namespace fsdp::nn
 
 #include "fsdp/Dialect/NN/IR/NNInterfaces.h.inc"

@@ -94,6 +94,12 @@ class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+/// Marks the pointwise activations (NN_Activation), so that the graph
+/// importer knows their operands without a table of its own.
+def NN_ActivationTrait : NativeOpTrait<"ActivationTrait"> {
+  let cppNamespace = "::fsdp::nn";
+}
+
 /// A pointwise activation `y = f(x)` whose gradient is its op
 /// `gradClass` (NN_ActivationGradOp): `dx = dy · f'(x)`. The class gives it
 /// all an op needs but `f`: its shape, shard and gradient rules and its
@@ -101,7 +107,7 @@ class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
 /// of include/fsdp/Runtime/Activations.def.
 class NN_ActivationOp<string mnemonic, string gradClass>
     : NN_UnaryOp<mnemonic, [RuntimeCall<"fsdp_op_" # mnemonic>,
-                            NN_Differentiable]> {
+                            NN_Differentiable, NN_ActivationTrait]> {
   let extraClassDefinition = NN_SameTypeRule # [{
     ::llvm::FailureOr<::fsdp::nn::ShardRule>
     $cppClass::getShardRule(::llvm::ArrayRef<::fsdp::nn::OperandShard> operands,
@@ -141,6 +147,16 @@ class NN_ActivationGradOp<string mnemonic>
       return ::mlir::success();
     }
   }];
+}
+
+/// One activation: `defm NN_Relu : NN_Activation<"relu", "...">` defines
+/// `nn.relu` (ReluOp) and its gradient `nn.relu_grad` (ReluGradOp). Its
+/// runtime computation is its line in include/fsdp/Runtime/Activations.def.
+multiclass NN_Activation<string mnemonic, string brief> {
+  def Op : NN_ActivationOp<mnemonic, !subst("NN_", "", NAME) # "GradOp"> {
+    let summary = brief;
+  }
+  def GradOp : NN_ActivationGradOp<mnemonic>;
 }
 
 class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
@@ -272,9 +288,7 @@ def NN_ScaleOp : NN_SameTypeOp<"scale", [
   let assemblyFormat = "$input `by` $factor attr-dict `:` type($input)";
 }
 
-def NN_SiluOp : NN_ActivationOp<"silu", "SiluGradOp"> {
-  let summary = "SiLU / swish: `x · sigmoid(x)`";
-}
+defm NN_Silu : NN_Activation<"silu", "SiLU / swish: `x · sigmoid(x)`">;
 
 def NN_GeluOp : NN_SameTypeOp<"gelu", [
     RuntimeCall<"fsdp_op_gelu", "approximate:tanh">, NN_Differentiable]> {
@@ -538,8 +552,6 @@ def NN_CrossEntropyCombineOp
 // Backward ops: the gradients autodiff emits for ops whose transpose is not
 // another forward op
 //===----------------------------------------------------------------------===//
-
-def NN_SiluGradOp : NN_ActivationGradOp<"silu">;
 
 def NN_GeluGradOp : NN_Op<"gelu_grad", [
     RuntimeOutCall<"fsdp_op_gelu_grad", "approximate:tanh">]> {
