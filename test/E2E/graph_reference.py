@@ -63,6 +63,8 @@ def run_node(op, xs, a):
         return xs[0] * a["factor"]
     if op == "silu":
         return F.silu(xs[0])
+    if op == "relu":
+        return F.relu(xs[0])
     if op == "gelu":
         return F.gelu(xs[0], approximate=a.get("approximate", "none"))
     if op == "rms_norm":

@@ -289,6 +289,7 @@ def NN_ScaleOp : NN_SameTypeOp<"scale", [
 }
 
 defm NN_Silu : NN_Activation<"silu", "SiLU / swish: `x · sigmoid(x)`">;
+defm NN_Relu : NN_Activation<"relu", "ReLU: `max(x, 0)`">;
 
 def NN_GeluOp : NN_SameTypeOp<"gelu", [
     RuntimeCall<"fsdp_op_gelu", "approximate:tanh">, NN_Differentiable]> {
