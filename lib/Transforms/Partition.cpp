@@ -192,11 +192,8 @@ LogicalResult Partitioner::repeatKeyValueHeads() {
       while (
           isa_and_nonnull<nn::RotaryOp, nn::RMSNormOp, nn::ReshapeOp>(producer))
         producer = producer->getOperand(0).getDefiningOp();
-      bool malformed = false;
       std::optional<TPStyle> style =
-          producer ? tp::decode(producer, malformed) : std::nullopt;
-      if (malformed)
-        return failure();
+          producer ? tp::decode(producer) : std::nullopt;
       if (!isa_and_nonnull<nn::LinearOp>(producer) || !style ||
           style->kind != TPStyle::Colwise)
         return attention.emitOpError("has ")
@@ -232,7 +229,6 @@ LogicalResult Partitioner::repeatKeyValueHeads() {
 
 LogicalResult Partitioner::decideSplits() {
   Block &body = forward.getBody().front();
-  bool malformed = false;
   // The vocabulary: the classes of the loss. A table or head whose rows
   // are the vocabulary may be padded to a multiple of tp, as Megatron pads
   // it; the loss leaves the padded classes out.
@@ -241,9 +237,7 @@ LogicalResult Partitioner::decideSplits() {
     if (auto loss = dyn_cast<nn::CrossEntropyOp>(op))
       vocab = loss.getLogits().getType().getShape().back();
   for (Operation &op : body) {
-    std::optional<TPStyle> style = tp::decode(&op, malformed);
-    if (malformed)
-      return failure();
+    std::optional<TPStyle> style = tp::decode(&op);
     if (!style || style->kind == TPStyle::SequenceParallel)
       continue;
     if (!isa<nn::LinearOp, nn::MatmulOp, nn::EmbeddingOp, nn::AddOp>(op))
@@ -304,8 +298,7 @@ LogicalResult Partitioner::decideSplits() {
   // A split parameter may not be used whole by another op.
   for (auto &[argNumber, split] : splits)
     for (Operation *user : forward.getArgument(argNumber).getUsers()) {
-      bool absent = false;
-      std::optional<TPStyle> style = tp::decode(user, absent);
+      std::optional<TPStyle> style = tp::decode(user);
       if (!style || style->kind == TPStyle::SequenceParallel) {
         InFlightDiagnostic diag =
             user->emitOpError("uses parameter '")
@@ -729,10 +722,7 @@ LogicalResult Partitioner::generic(Operation &op) {
 LogicalResult Partitioner::partition(Operation &op) {
   if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>())
     return op.emitOpError("cannot be partitioned over tp (not an nn op)");
-  bool malformed = false;
-  std::optional<TPStyle> style = tp::decode(&op, malformed);
-  if (malformed)
-    return failure();
+  std::optional<TPStyle> style = tp::decode(&op);
   return style ? styled(op, *style) : generic(op);
 }
 

@@ -37,15 +37,18 @@ inline dist::TPStyleAttr encode(mlir::Builder &b, const TPStyle &style,
       style.kind == TPStyle::Colwise   ? dist::TPStyleKind::colwise
       : style.kind == TPStyle::Rowwise ? dist::TPStyleKind::rowwise
                                        : dist::TPStyleKind::sequence_parallel;
+  auto layout = [&](TPLayout l) {
+    return dist::TPLayoutAttr::get(b.getContext(), l.shard,
+                                   l.shard ? l.dim : 0);
+  };
   return dist::TPStyleAttr::get(
-      b.getContext(), kind, b.getStringAttr(style.input.str()),
-      b.getStringAttr(style.output.str()), b.getBoolAttr(style.useLocalOutput),
-      b.getStringAttr(entry));
+      b.getContext(), kind, layout(style.input), layout(style.output),
+      b.getBoolAttr(style.useLocalOutput), b.getStringAttr(entry));
 }
 
 /// The style an op was annotated with, if any. The dist dialect verified
-/// the annotation; `failed` is kept for callers that check it.
-inline std::optional<TPStyle> decode(mlir::Operation *op, bool &failed) {
+/// the annotation, which is typed, so decoding cannot fail.
+inline std::optional<TPStyle> decode(mlir::Operation *op) {
   auto attr = op->getAttrOfType<dist::TPStyleAttr>(kStyleAttrName);
   if (!attr)
     return std::nullopt;
@@ -61,17 +64,12 @@ inline std::optional<TPStyle> decode(mlir::Operation *op, bool &failed) {
     style = TPStyle::sequenceParallel();
     break;
   }
-  std::optional<TPLayout> in = TPLayout::parse(attr.getInput().str());
-  std::optional<TPLayout> out = TPLayout::parse(attr.getOutput().str());
-  if (!in || !out) {
-    op->emitOpError("has a ") << kStyleAttrName << " layout "
-                              << (in ? attr.getOutput() : attr.getInput())
-                              << " the partitioner cannot read";
-    failed = true;
-    return std::nullopt;
-  }
-  style.input = *in;
-  style.output = *out;
+  auto layout = [](dist::TPLayoutAttr l) {
+    return l.getSharded() ? TPLayout::sharded(l.getDim())
+                          : TPLayout::replicate();
+  };
+  style.input = layout(attr.getInput());
+  style.output = layout(attr.getOutput());
   style.useLocalOutput = attr.getUseLocalOutput().getValue();
   return style;
 }

@@ -91,15 +91,12 @@ LogicalResult writePlanReport(ModuleOp module, func::FuncOp forward,
                               StringRef path, const PlanSummary &plan) {
   // Parameters each styled op splits; all others stay whole on every rank.
   llvm::DenseSet<unsigned> split;
-  bool malformed = false;
   forward.walk([&](Operation *op) {
-    if (std::optional<TPStyle> style = tp::decode(op, malformed))
+    if (std::optional<TPStyle> style = tp::decode(op))
       for (auto [v, dim] : tp::splitOperands(op, *style))
         if (auto arg = dyn_cast<BlockArgument>(v))
           split.insert(arg.getArgNumber());
   });
-  if (malformed)
-    return failure();
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "tensor-parallel plan: " << (plan.arch.empty() ? "?" : plan.arch)

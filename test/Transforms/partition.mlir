@@ -12,11 +12,11 @@ func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"},
                    %norm: tensor<4xf32> {nn.param = "layer.self_attn.q_norm.weight"},
                    %wo: tensor<8x8xf32> {nn.param = "layer.self_attn.o_proj.weight"})
     -> (tensor<2x4x8xf32> {nn.output = "y"}) {
-  %q = nn.linear %x, %wq, %bq {path = "layer.self_attn.q_proj", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "layer.self_attn.q_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %q = nn.linear %x, %wq, %bq {path = "layer.self_attn.q_proj", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "layer.self_attn.q_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
   %h = nn.reshape %q to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
   %n = nn.rms_norm %h, %norm {eps = 1.0e-6 : f64} : (tensor<2x4x2x4xf32>, tensor<4xf32>) -> tensor<2x4x2x4xf32>
   %m = nn.reshape %n to [2, 4, 8] : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
-  %y = nn.linear %m, %wo {path = "layer.self_attn.o_proj", dist.tp = #dist.tp<rowwise, input = "shard(-1)", output = "replicate", use_local_output = true, entry = "layer.self_attn.o_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %y = nn.linear %m, %wo {path = "layer.self_attn.o_proj", dist.tp = #dist.tp<rowwise, input = shard(-1), output = replicate, use_local_output = true, entry = "layer.self_attn.o_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
   return %y : tensor<2x4x8xf32>
 }
 // CHECK-LABEL: func.func @forward(
@@ -45,8 +45,8 @@ func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"},
                    %w: tensor<8x24xf32> {nn.param = "attn.c_attn.weight"},
                    %b: tensor<24xf32> {nn.param = "attn.c_attn.bias"})
     -> (tensor<2x4x8xf32> {nn.output = "q"}, tensor<2x4x8xf32> {nn.output = "v"}) {
-  %y = nn.matmul %x, %w {path = "attn.c_attn", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "attn.c_attn">} : (tensor<2x4x8xf32>, tensor<8x24xf32>) -> tensor<2x4x24xf32>
-  %z = nn.add %y, %b {path = "attn.c_attn", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "attn.c_attn">} : (tensor<2x4x24xf32>, tensor<24xf32>) -> tensor<2x4x24xf32>
+  %y = nn.matmul %x, %w {path = "attn.c_attn", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "attn.c_attn">} : (tensor<2x4x8xf32>, tensor<8x24xf32>) -> tensor<2x4x24xf32>
+  %z = nn.add %y, %b {path = "attn.c_attn", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "attn.c_attn">} : (tensor<2x4x24xf32>, tensor<24xf32>) -> tensor<2x4x24xf32>
   %q, %k, %v = nn.split %z dim 2 sizes [8, 8, 8] : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
   return %q, %v : tensor<2x4x8xf32>, tensor<2x4x8xf32>
 }
@@ -69,9 +69,9 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"},
                    %g: tensor<8xf32> {nn.param = "norm.weight"},
                    %w: tensor<8x8xf32> {nn.param = "proj.weight"})
     -> (tensor<2x4x8xf32> {nn.output = "y"}) {
-  %e = nn.embedding %table, %ids {path = "embed", dist.tp = #dist.tp<rowwise, input = "replicate", output = "shard(1)", use_local_output = false, entry = "embed">} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
-  %n = nn.rms_norm %e, %g {eps = 1.0e-6 : f64, path = "norm", dist.tp = #dist.tp<sequence_parallel, input = "shard(1)", output = "shard(1)", use_local_output = false, entry = "norm">} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
-  %y = nn.linear %n, %w {path = "proj", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %e = nn.embedding %table, %ids {path = "embed", dist.tp = #dist.tp<rowwise, input = replicate, output = shard(1), use_local_output = false, entry = "embed">} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+  %n = nn.rms_norm %e, %g {eps = 1.0e-6 : f64, path = "norm", dist.tp = #dist.tp<sequence_parallel, input = shard(1), output = shard(1), use_local_output = false, entry = "norm">} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %y = nn.linear %n, %w {path = "proj", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
   return %y : tensor<2x4x8xf32>
 }
 // CHECK-LABEL: func.func @forward(
@@ -91,7 +91,7 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"},
                    %labels: tensor<2xi64> {nn.input = "labels"},
                    %w: tensor<16x8xf32> {nn.param = "lm_head.weight"})
     -> (tensor<f32> {nn.output = "loss"}) {
-  %l = nn.linear %x, %w {path = "lm_head", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = false, entry = "lm_head">} : (tensor<2x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>
+  %l = nn.linear %x, %w {path = "lm_head", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = false, entry = "lm_head">} : (tensor<2x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>
   %loss = nn.cross_entropy %l, %labels {path = "loss"} : (tensor<2x16xf32>, tensor<2xi64>) -> tensor<f32>
   return %loss : tensor<f32>
 }
@@ -111,7 +111,7 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"},
 dist.mesh @mesh(tp = 2)
 func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<5x8xf32> {nn.param = "w"}) -> tensor<2x5xf32> {
   // expected-error @+1 {{'nn.linear' op weight 'tensor<5x8xf32>' dim 0 does not divide by tp = 2}}
-  %y = nn.linear %x, %w {path = "mlp.up_proj", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "mlp.*_proj">} : (tensor<2x8xf32>, tensor<5x8xf32>) -> tensor<2x5xf32>
+  %y = nn.linear %x, %w {path = "mlp.up_proj", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "mlp.*_proj">} : (tensor<2x8xf32>, tensor<5x8xf32>) -> tensor<2x5xf32>
   return %y : tensor<2x5xf32>
 }
 
@@ -124,7 +124,7 @@ dist.mesh @mesh(tp = 2)
 // expected-note @+1 {{the value gets its layout here}}
 func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn.param = "w"}) -> tensor<2x8xf32> {
   // expected-error @+1 {{'nn.linear' op input is replicated, but tensor-parallel plan entry 'down' declares input_layouts shard(-1)}}
-  %y = nn.linear %x, %w {path = "down", dist.tp = #dist.tp<rowwise, input = "shard(-1)", output = "replicate", use_local_output = true, entry = "down">} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+  %y = nn.linear %x, %w {path = "down", dist.tp = #dist.tp<rowwise, input = shard(-1), output = replicate, use_local_output = true, entry = "down">} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
   return %y : tensor<2x8xf32>
 }
 
@@ -134,7 +134,7 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn
 dist.mesh @mesh(tp = 2)
 func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"}, %w: tensor<16x8xf32> {nn.param = "wte.weight"}) -> tensor<2x4x16xf32> {
   // expected-note @+1 {{plan entry 'wte' splits it here}}
-  %e = nn.embedding %w, %ids {path = "wte", dist.tp = #dist.tp<rowwise, input = "replicate", output = "replicate", use_local_output = true, entry = "wte">} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+  %e = nn.embedding %w, %ids {path = "wte", dist.tp = #dist.tp<rowwise, input = replicate, output = replicate, use_local_output = true, entry = "wte">} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
   // expected-error @+1 {{'nn.linear' op uses parameter '"wte.weight"' whole, but plan entry 'wte' splits it over tp; give this module a plan entry too}}
   %l = nn.linear %e, %w {path = "lm_head"} : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
   return %l : tensor<2x4x16xf32>
@@ -147,9 +147,9 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"}, %w: tensor<16x8xf32
 dist.mesh @mesh(tp = 2)
 func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"}, %w: tensor<16x8xf32> {nn.param = "wte.weight"}) -> tensor<2x4x16xf32> {
   // expected-note @+1 {{plan entry 'wte' splits it here}}
-  %e = nn.embedding %w, %ids {path = "wte", dist.tp = #dist.tp<rowwise, input = "replicate", output = "replicate", use_local_output = true, entry = "wte">} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+  %e = nn.embedding %w, %ids {path = "wte", dist.tp = #dist.tp<rowwise, input = replicate, output = replicate, use_local_output = true, entry = "wte">} : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
   // expected-error @+1 {{'nn.linear' op splits parameter '"wte.weight"' on dim 1, but plan entry 'wte' splits it on dim 0 (tied weights need one layout)}}
-  %l = nn.linear %e, %w {path = "lm_head", dist.tp = #dist.tp<rowwise, input = "shard(-1)", output = "replicate", use_local_output = true, entry = "lm_head">} : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+  %l = nn.linear %e, %w {path = "lm_head", dist.tp = #dist.tp<rowwise, input = shard(-1), output = replicate, use_local_output = true, entry = "lm_head">} : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
   return %l : tensor<2x4x16xf32>
 }
 
@@ -159,7 +159,7 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "ids"}, %w: tensor<16x8xf32
 // column-parallel by mistake) cannot be computed per rank.
 dist.mesh @mesh(tp = 2)
 func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn.param = "w"}, %g: tensor<8xf32> {nn.param = "g"}) -> tensor<2x8xf32> {
-  %y = nn.linear %x, %w {path = "o_proj", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "o_proj">} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+  %y = nn.linear %x, %w {path = "o_proj", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "o_proj">} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
   // expected-error @+1 {{'nn.rms_norm' op normalizes along dim 1, which is sharded}}
   %n = nn.rms_norm %y, %g {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
   return %n : tensor<2x8xf32>
@@ -171,7 +171,7 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn
 dist.mesh @mesh(tp = 2)
 func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {nn.param = "w"}) -> tensor<2x4x8xf32> {
   // expected-error @+1 {{'nn.linear' op is matched by sequence-parallel plan entry 'up', which applies to norms}}
-  %y = nn.linear %x, %w {path = "up", dist.tp = #dist.tp<sequence_parallel, input = "shard(1)", output = "shard(1)", use_local_output = false, entry = "up">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %y = nn.linear %x, %w {path = "up", dist.tp = #dist.tp<sequence_parallel, input = shard(1), output = shard(1), use_local_output = false, entry = "up">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
   return %y : tensor<2x4x8xf32>
 }
 
@@ -184,7 +184,7 @@ func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %w: tensor<8x8xf32> {
 // CHECK: nn.attention %{{.+}}, %[[K]], %[[K]] {causal}
 dist.mesh @mesh(tp = 2)
 func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %wq: tensor<8x8xf32> {nn.param = "wq"}, %k: tensor<2x4x2x4xf32> {nn.input = "k"}) -> tensor<2x4x2x4xf32> {
-  %q = nn.linear %x, %wq {path = "q_proj", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "q_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %q = nn.linear %x, %wq {path = "q_proj", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "q_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
   %h = nn.reshape %q to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
   %a = nn.attention %h, %k, %k {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
   return %a : tensor<2x4x2x4xf32>
@@ -195,7 +195,7 @@ func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %wq: tensor<8x8xf32> 
 // The query must be split by heads.
 dist.mesh @mesh(tp = 2)
 func.func @forward(%q: tensor<2x4x2x4xf32> {nn.input = "q"}, %x: tensor<2x4x8xf32> {nn.input = "x"}, %wk: tensor<8x8xf32> {nn.param = "wk"}) -> tensor<2x4x2x4xf32> {
-  %k = nn.linear %x, %wk {path = "k_proj", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "k_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %k = nn.linear %x, %wk {path = "k_proj", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "k_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
   %h = nn.reshape %k to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
   // expected-error @+1 {{'nn.attention' op cannot be partitioned with operand #0 replicated}}
   %a = nn.attention %q, %h, %h {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
@@ -208,7 +208,7 @@ func.func @forward(%q: tensor<2x4x2x4xf32> {nn.input = "q"}, %x: tensor<2x4x8xf3
 dist.mesh @mesh(tp = 2)
 func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}) -> tensor<2x8xf32> {
   // expected-error @+1 {{'nn.silu' op is matched by tensor-parallel plan entry 'act' (colwise), which applies to linear, embedding and Conv1D (matmul + add) modules}}
-  %y = nn.silu %x {path = "act", dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "act">} : tensor<2x8xf32>
+  %y = nn.silu %x {path = "act", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "act">} : tensor<2x8xf32>
   return %y : tensor<2x8xf32>
 }
 
@@ -217,7 +217,7 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"}) -> tensor<2x8xf32> {
 // A cross-entropy of logits sharded on another dim than the vocabulary.
 dist.mesh @mesh(tp = 2)
 func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %labels: tensor<2x4xi64> {nn.input = "labels"}, %g: tensor<8xf32> {nn.param = "g"}) -> tensor<f32> {
-  %n = nn.rms_norm %x, %g {eps = 1.0e-6 : f64, path = "norm", dist.tp = #dist.tp<sequence_parallel, input = "shard(1)", output = "shard(1)", use_local_output = false, entry = "norm">} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %n = nn.rms_norm %x, %g {eps = 1.0e-6 : f64, path = "norm", dist.tp = #dist.tp<sequence_parallel, input = shard(1), output = shard(1), use_local_output = false, entry = "norm">} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
   // expected-error @+1 {{'nn.cross_entropy' op takes logits sharded on dim 1; a cross-entropy is partitioned only over the vocabulary (lm_head column-parallel with output_layouts Shard(-1))}}
   %l = nn.cross_entropy %n, %labels : (tensor<2x4x8xf32>, tensor<2x4xi64>) -> tensor<f32>
   return %l : tensor<f32>

@@ -30,19 +30,19 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"},
 // CHECK: module attributes {fsdp.defer_grad_sync = true, fsdp.mp_policy = #fsdp.mp_policy<param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>, fsdp.reshard_after_forward = "none"}
 // CHECK: dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2)
 // CHECK-LABEL: func.func @forward
-// CHECK: nn.embedding {{.*}}dist.tp = #dist.tp<rowwise, input = "replicate", output = "replicate", use_local_output = true, entry = "model.embed_tokens">
+// CHECK: nn.embedding {{.*}}dist.tp = #dist.tp<rowwise, input = replicate, output = replicate, use_local_output = true, entry = "model.embed_tokens">
 // CHECK: nn.rms_norm
 // CHECK-NOT: dist.tp
 // CHECK-SAME: path = "model.layers.0.input_layernorm"
-// CHECK: nn.linear {{.*}}dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "model.layers.*.self_attn.q_proj">
-// CHECK: nn.linear {{.*}}dist.tp = #dist.tp<rowwise, input = "shard(-1)", output = "replicate", use_local_output = true, entry = "model.layers.*.self_attn.o_proj">
-// CHECK: nn.linear {{.*}}dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = false, entry = "lm_head">
+// CHECK: nn.linear {{.*}}dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "model.layers.*.self_attn.q_proj">
+// CHECK: nn.linear {{.*}}dist.tp = #dist.tp<rowwise, input = shard(-1), output = replicate, use_local_output = true, entry = "model.layers.*.self_attn.o_proj">
+// CHECK: nn.linear {{.*}}dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = false, entry = "lm_head">
 
 // SP-LABEL: func.func @forward
 // SP: nn.rms_norm {{.*}}dist.tp = #dist.tp<sequence_parallel, {{.*}}entry = "model.layers.*.input_layernorm">
-// SP: nn.linear {{.*}}dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "model.layers.*.self_attn.q_proj">
-// SP: nn.linear {{.*}}dist.tp = #dist.tp<rowwise, input = "shard(-1)", output = "shard(1)", use_local_output = false, entry = "model.layers.*.self_attn.o_proj">
-// SP: nn.linear {{.*}}dist.tp = #dist.tp<colwise, input = "shard(1)", output = "shard(-1)", {{.*}}entry = "lm_head">
+// SP: nn.linear {{.*}}dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "model.layers.*.self_attn.q_proj">
+// SP: nn.linear {{.*}}dist.tp = #dist.tp<rowwise, input = shard(-1), output = shard(1), use_local_output = false, entry = "model.layers.*.self_attn.o_proj">
+// SP: nn.linear {{.*}}dist.tp = #dist.tp<colwise, input = shard(1), output = shard(-1), {{.*}}entry = "lm_head">
 
 // -----
 

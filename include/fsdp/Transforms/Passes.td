@@ -230,7 +230,7 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
 
     Every op whose `path` a plan key matches gets `dist.tp`, the style it
     runs under, a `#dist.tp` attribute the dist dialect verifies:
-    `#dist.tp<colwise, input = "replicate", output = "shard(-1)",
+    `#dist.tp<colwise, input = replicate, output = shard(-1),
     use_local_output = true, entry = "<key>">`. This is the
     global annotated program `fsdp-partition` turns into the per-rank one.
     A key that matches no module is a warning listing it (an error with
@@ -246,8 +246,8 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
     %q = nn.linear %h, %wq {path = "model.layers.0.self_attn.q_proj"} : ...
     // becomes, with tp = 2 and the built-in plan:
     dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2) {views = {...}}
-    %q = nn.linear %h, %wq {dist.tp = #dist.tp<colwise, input = "replicate",
-        output = "shard(-1)", use_local_output = true,
+    %q = nn.linear %h, %wq {dist.tp = #dist.tp<colwise, input = replicate,
+        output = shard(-1), use_local_output = true,
         entry = "model.layers.*.self_attn.q_proj">,
         path = "model.layers.0.self_attn.q_proj"} : ...
     ```

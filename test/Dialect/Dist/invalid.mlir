@@ -61,9 +61,20 @@ func.func @tp_not_a_style(%x: tensor<4x8xf32>, %w: tensor<4x8xf32>) -> tensor<4x
 // -----
 
 func.func @tp_bad_layout(%x: tensor<4x8xf32>, %w: tensor<4x8xf32>) -> tensor<4x4xf32> {
-  // expected-error @+1 {{output must be "replicate" or "shard(d)", got "shard(last)"}}
-  %y = nn.linear %x, %w {dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(last)", use_local_output = true, entry = "proj">} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
+  // expected-error @+1 {{expected a tp layout, 'replicate' or 'shard(d)', got 'sharded'}}
+  %y = nn.linear %x, %w {dist.tp = #dist.tp<colwise, input = replicate, output = sharded(1), use_local_output = true, entry = "proj">} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
   return %y : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @tp_layout_dim_not_integer(%x: tensor<4x8xf32>, %w: tensor<4x8xf32>) -> tensor<4x4xf32> {
+  // expected-error @+1 {{expected integer value}}
+  %y = nn.linear %x, %w {dist.tp = #dist.tp<colwise, input = replicate, output = shard(last), use_local_output = true, entry = "proj">} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
+  return %y : tensor<4x4xf32>
+}
+  %y = nn.neg %x {dist.layout = #dist.layout<replicate>, other = #dist.layout<shard(0)>, bad = #dist.layout<replicate>} : tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
 }
 
 // -----
@@ -71,7 +82,7 @@ func.func @tp_bad_layout(%x: tensor<4x8xf32>, %w: tensor<4x8xf32>) -> tensor<4x4
 func.func @tp_unknown_style(%x: tensor<4x8xf32>, %w: tensor<4x8xf32>) -> tensor<4x4xf32> {
   // expected-error @+2 {{expected one of [colwise, rowwise, sequence_parallel] for a tensor-parallel style, got: diagonal}}
   // expected-error @+1 {{failed to parse Dist_TPStyleAttr parameter 'kind'}}
-  %y = nn.linear %x, %w {dist.tp = #dist.tp<diagonal, input = "replicate", output = "replicate", use_local_output = true, entry = "proj">} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
+  %y = nn.linear %x, %w {dist.tp = #dist.tp<diagonal, input = replicate, output = replicate, use_local_output = true, entry = "proj">} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x4xf32>
   return %y : tensor<4x4xf32>
 }
 

@@ -12,9 +12,16 @@ dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 4)
 // CHECK-SAME: {dist.sharding = #dist.sharding<@mesh, {{\[}}[], [], []], partial = [tp]>}
 func.func @annotate(%w: tensor<64x32xf32> {dist.sharding = #dist.sharding<@mesh, [[dp_shard, tp], []]>}, %y: tensor<2x16x32xf32>)
     -> (tensor<64x32xf32>, tensor<2x16x32xf32> {dist.sharding = #dist.sharding<@mesh, [[], [], []], partial = [tp]>}) {
-  // CHECK: nn.neg %{{.+}} {dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "model.*.proj">}
-  %0 = nn.neg %w {dist.tp = #dist.tp<colwise, input = "replicate", output = "shard(-1)", use_local_output = true, entry = "model.*.proj">} : tensor<64x32xf32>
+  // CHECK: nn.neg %{{.+}} {dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "model.*.proj">}
+  %0 = nn.neg %w {dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "model.*.proj">} : tensor<64x32xf32>
   return %0, %y : tensor<64x32xf32>, tensor<2x16x32xf32>
+}
+
+// Tests the layout attribute on its own.
+// CHECK-LABEL: func.func @layouts
+// CHECK-SAME: layouts = [#dist.layout<replicate>, #dist.layout<shard(-1)>]
+func.func @layouts() attributes {layouts = [#dist.layout<replicate>, #dist.layout<shard(-1)>]} {
+  return
 }
 
 // Tests the synchronous collectives.

@@ -21,6 +21,46 @@ using namespace fsdp::dist;
 #include "fsdp/Dialect/Dist/IR/DistEnums.cpp.inc"
 #include "fsdp/Dialect/Dist/IR/DistOpsDialect.cpp.inc"
 
+/// A tp layout's body: `replicate` or `shard(d)`.
+static ParseResult parseTPLayoutBody(AsmParser &parser, bool &sharded,
+                                     int64_t &dim) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  if (parser.parseKeyword(&keyword))
+    return failure();
+  sharded = keyword == "shard";
+  dim = 0;
+  if (sharded)
+    return failure(parser.parseLParen() || parser.parseInteger(dim) ||
+                   parser.parseRParen());
+  if (keyword != "replicate")
+    return parser.emitError(loc, "expected a tp layout, 'replicate' or "
+                                 "'shard(d)', got '")
+           << keyword << "'";
+  return success();
+}
+
+static void printTPLayoutBody(AsmPrinter &printer, bool sharded, int64_t dim) {
+  if (sharded)
+    printer << "shard(" << dim << ")";
+  else
+    printer << "replicate";
+}
+
+/// A #dist.layout written bare inside #dist.tp.
+static ParseResult parseTPLayout(AsmParser &parser, TPLayoutAttr &layout) {
+  bool sharded;
+  int64_t dim;
+  if (parseTPLayoutBody(parser, sharded, dim))
+    return failure();
+  layout = TPLayoutAttr::get(parser.getContext(), sharded, dim);
+  return success();
+}
+
+static void printTPLayout(AsmPrinter &printer, TPLayoutAttr layout) {
+  printTPLayoutBody(printer, layout.getSharded(), layout.getDim());
+}
+
 #define GET_ATTRDEF_CLASSES
 #include "fsdp/Dialect/Dist/IR/DistAttrs.cpp.inc"
 
@@ -211,26 +251,20 @@ ShardingAttr::verifyFor(Operation *meshOp, RankedTensorType type,
 // TPStyleAttr and the dialect's discardable attributes
 //===----------------------------------------------------------------------===//
 
-/// Whether `layout` is `replicate` or `shard(d)`.
-static bool isLayout(StringRef layout) {
-  int64_t dim;
-  return layout == "replicate" ||
-         (layout.consume_front("shard(") && layout.consume_back(")") &&
-          !layout.getAsInteger(10, dim));
+LogicalResult TPLayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   bool sharded, int64_t dim) {
+  if (!sharded && dim != 0)
+    return emitError() << "a replicated layout has no dim";
+  return success();
 }
 
 LogicalResult TPStyleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                                  TPStyleKind kind, StringAttr input,
-                                  StringAttr output, BoolAttr useLocalOutput,
+                                  TPStyleKind kind, TPLayoutAttr input,
+                                  TPLayoutAttr output, BoolAttr useLocalOutput,
                                   StringAttr entry) {
-  for (auto [name, layout] :
-       {std::pair<StringRef, StringAttr>{"input", input}, {"output", output}})
-    if (!layout || !isLayout(layout.getValue()))
-      return emitError() << name
-                         << " must be \"replicate\" or \"shard(d)\", got "
-                         << layout;
-  if (!useLocalOutput || !entry)
-    return emitError() << "needs use_local_output and entry";
+  if (!input || !output || !useLocalOutput || !entry)
+    return emitError()
+           << "needs input and output layouts, use_local_output and entry";
   return success();
 }
 

@@ -96,6 +96,24 @@ def Dist_TPStyleKind : I32EnumAttr<"TPStyleKind",
   let genSpecializedAttr = 0;
 }
 
+def Dist_TPLayoutAttr : AttrDef<Dist_Dialect, "TPLayout"> {
+  let mnemonic = "layout";
+  let summary = "A tensor's layout over the tp axis: replicated or sharded";
+  let description = [{
+    Torch's placements `Replicate()` and `Shard(dim)`: `#dist.layout<replicate>`
+    or `#dist.layout<shard(-1)>` (a negative dim counts from the end). Inside
+    `#dist.tp` the layout is written without the `#dist.layout<...>` around
+    it.
+  }];
+  let parameters = (ins "bool":$sharded, "int64_t":$dim);
+  let assemblyFormat = "`<` custom<TPLayoutBody>($sharded, $dim) `>`";
+  let genVerifyDecl = 1;
+  let builders = [
+    AttrBuilder<(ins), [{ return $_get($_ctxt, false, 0); }]>,
+    AttrBuilder<(ins "int64_t":$dim), [{ return $_get($_ctxt, true, dim); }]>
+  ];
+}
+
 def Dist_TPStyleAttr : AttrDef<Dist_Dialect, "TPStyle"> {
   let mnemonic = "tp";
   let summary = "The tensor-parallel style an op of the global program runs under";
@@ -104,26 +122,28 @@ def Dist_TPStyleAttr : AttrDef<Dist_Dialect, "TPStyle"> {
     discardable attribute `dist.tp`, and `fsdp-partition` reads: the style
     (torch's ColwiseParallel, RowwiseParallel, SequenceParallel), the
     layouts the module's input and output have over tp (`replicate` or
-    `shard(d)`, torch's `input_layouts`/`output_layouts`), whether the
+    `shard(d)`, torch's `input_layouts`/`output_layouts`, as
+    `#dist.layout`s), whether the
     output stays local (`use_local_output`), and the plan key it came from.
     The dist dialect verifies every `dist.tp` on an op, so a malformed one
     is an error where it is parsed.
 
     ```mlir
-    %q = nn.linear %h, %wq {dist.tp = #dist.tp<colwise, input = "replicate",
-        output = "shard(-1)", use_local_output = true,
+    %q = nn.linear %h, %wq {dist.tp = #dist.tp<colwise, input = replicate,
+        output = shard(-1), use_local_output = true,
         entry = "model.layers.*.self_attn.q_proj">} : ...
     ```
   }];
   let parameters = (ins
     "::fsdp::dist::TPStyleKind":$kind,
-    "::mlir::StringAttr":$input,
-    "::mlir::StringAttr":$output,
+    "::fsdp::dist::TPLayoutAttr":$input,
+    "::fsdp::dist::TPLayoutAttr":$output,
     "::mlir::BoolAttr":$useLocalOutput,
     "::mlir::StringAttr":$entry
   );
   let assemblyFormat = [{
-    `<` $kind `,` `input` `=` $input `,` `output` `=` $output `,`
+    `<` $kind `,` `input` `=` custom<TPLayout>($input) `,`
+    `output` `=` custom<TPLayout>($output) `,`
     `use_local_output` `=` $useLocalOutput `,` `entry` `=` $entry `>`
   }];
   let genVerifyDecl = 1;
