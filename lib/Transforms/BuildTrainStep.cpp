@@ -478,9 +478,15 @@ Value TrainStep::clipScale() {
     llvm::sort(axes, [](Attribute x, Attribute y) {
       return cast<StringAttr>(x).getValue() < cast<StringAttr>(y).getValue();
     });
-    Value s = build.make<SumSquaresOp>(g);
+    // Each parameter's share of the norm carries the parameter's name as
+    // its path, so that the lowering sees which layer it belongs to.
+    auto named = [&](Operation *op) {
+      op->setAttr("path", b.getStringAttr(paramName(k)));
+      return op->getResult(0);
+    };
+    Value s = named(build.make<SumSquaresOp>(g));
     Value &sum = partials[b.getArrayAttr(axes)];
-    sum = sum ? build.make<AddOp>(sum, s).getResult() : s;
+    sum = sum ? named(build.make<AddOp>(sum, s)) : s;
   }
   Value total;
   for (auto [axes, sum] : partials) {

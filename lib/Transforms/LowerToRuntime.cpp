@@ -44,6 +44,7 @@ struct LowerToRuntimePass
     numReleases += stats.releases;
     numLayerFunctions += stats.layerFunctions;
     numLayerCalls += stats.layerCalls;
+    numLayerLoops += stats.layerLoops;
   }
 };
 

@@ -33,23 +33,31 @@ func.func @forward(%x: tensor<2x8xf32> {nn.input = "x"},
 // CHECK-NEXT:    fsdp_release([[H]]);
 // CHECK-NEXT:    fsdp_frame_set([[F]], 2, [[A]]);
 // CHECK-NEXT:    return;
+// The two calls are one loop: layer i reads its activation from slot i of
+// a table (slot 0: layer 0's, put there first) and its weight from program
+// argument 2 + i, and writes its output to slot i + 1.
 // CHECK-LABEL: void fsdp_program_forward(
-// CHECK:         fsdp_tensor* [[W1:v[0-9]+]] = fsdp_prog_arg({{v[0-9]+}}, 2);
 // CHECK:         fsdp_tensor* [[A0:v[0-9]+]] = fsdp_op_silu(
-// CHECK-NEXT:    fsdp_frame* [[F1:v[0-9]+]] = fsdp_frame_new({{v[0-9]+}}, 3);
-// CHECK-NEXT:    fsdp_frame_set([[F1]], 0, [[A0]]);
-// CHECK-NEXT:    fsdp_frame_set([[F1]], 1, [[W1]]);
-// CHECK-NEXT:    fsdp_layer_function_0({{v[0-9]+}}, [[F1]]);
-// CHECK-NEXT:    fsdp_tensor* [[A1:v[0-9]+]] = fsdp_frame_get([[F1]], 2);
-// CHECK-NEXT:    fsdp_frame_free([[F1]]);
-// CHECK:         fsdp_frame_set({{v[0-9]+}}, 0, [[A1]]);
-// CHECK:         fsdp_layer_function_0(
-// CHECK-NEXT:    fsdp_tensor* [[A2:v[0-9]+]] = fsdp_frame_get({{v[0-9]+}}, 2);
+// CHECK-NEXT:    fsdp_frame* [[T:v[0-9]+]] = fsdp_frame_new({{v[0-9]+}}, 3);
+// CHECK-NEXT:    fsdp_frame_set([[T]], 0, [[A0]]);
+// CHECK-NEXT:    fsdp_frame* [[F:v[0-9]+]] = fsdp_frame_new({{v[0-9]+}}, 3);
+// CHECK-NEXT:    for (int64_t [[I:i[0-9]+]] = 0; [[I]] < 2; [[I]] += 1) {
+// CHECK-NEXT:      fsdp_tensor* [[X:v[0-9]+]] = fsdp_frame_get([[T]], [[I]]);
+// CHECK-NEXT:      fsdp_frame_set([[F]], 0, [[X]]);
+// CHECK-NEXT:      int64_t [[K:v[0-9]+]] = 2 + [[I]];
+// CHECK-NEXT:      fsdp_tensor* [[W:v[0-9]+]] = fsdp_prog_arg({{v[0-9]+}}, [[K]]);
+// CHECK-NEXT:      fsdp_frame_set([[F]], 1, [[W]]);
+// CHECK-NEXT:      fsdp_layer_function_0({{v[0-9]+}}, [[F]]);
+// CHECK-NEXT:      fsdp_tensor* [[Y:v[0-9]+]] = fsdp_frame_get([[F]], 2);
+// CHECK-NEXT:      int64_t [[S:v[0-9]+]] = 1 + [[I]];
+// CHECK-NEXT:      fsdp_frame_set([[T]], [[S]], [[Y]]);
+// CHECK-NEXT:    }
+// CHECK-NEXT:    fsdp_frame_free([[F]]);
+// CHECK-NEXT:    fsdp_tensor* [[A2:v[0-9]+]] = fsdp_frame_get([[T]], 2);
 // CHECK-NOT:     fsdp_release([[A0]]);
-// CHECK-NOT:     fsdp_release([[A1]]);
 // CHECK:         fsdp_release([[A2]]);
 // CHECK-NOT:     fsdp_release([[A0]]);
-// CHECK-NOT:     fsdp_release([[A1]]);
+// CHECK:         fsdp_frame_free([[T]]);
 // CHECK:         return;
 
 // INLINE-NOT: fsdp_layer_function

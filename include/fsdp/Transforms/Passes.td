@@ -67,7 +67,8 @@ def LowerToRuntimePass : Pass<"fsdp-lower-to-runtime", "mlir::ModuleOp"> {
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The function to lower">,
     Option<"outlineLayers", "outline-layers", "bool", /*default=*/"true",
-           "Emit runs of ops that repeat per layer once, as a function">,
+           "Emit runs of ops that repeat per layer once, as a function, "
+           "and adjacent calls of one such function as a loop">,
   ];
   let statistics = [
     Statistic<"numOpCalls", "op-calls", "Runtime op calls emitted">,
@@ -75,6 +76,8 @@ def LowerToRuntimePass : Pass<"fsdp-lower-to-runtime", "mlir::ModuleOp"> {
     Statistic<"numLayerFunctions", "layer-functions",
               "Functions emitted for runs that repeat per layer">,
     Statistic<"numLayerCalls", "layer-calls", "Calls of those functions">,
+    Statistic<"numLayerLoops", "layer-loops",
+              "Loops over the layers that make those calls">,
   ];
 }
 

@@ -81,11 +81,8 @@ SmallVector<Layer> Attribution::run() {
   for (auto [i, op] : llvm::enumerate(ops)) {
     if (layers[i] != kNone)
       continue;
-    if (Layer at = byLoc.lookup(op->getLoc()); at >= 0) {
-      layers[i] = at;
-      continue;
-    }
-    // An op on a layer's parameter (its cast, its optimizer step).
+    // An op on a layer's parameter (its cast, its optimizer step), which
+    // may stand at a location an op of one layer has too.
     for (Value operand : op->getOperands())
       if (auto arg = dyn_cast<BlockArgument>(operand))
         if (auto name = func.getArgAttrOfType<StringAttr>(
@@ -94,6 +91,13 @@ SmallVector<Layer> Attribution::run() {
             layers[i] = layer;
             break;
           }
+    if (layers[i] != kNone)
+      continue;
+    // The step's own location (the loss, the optimizer) is no evidence.
+    if (op->getLoc() == func.getLoc())
+      continue;
+    if (Layer at = byLoc.lookup(op->getLoc()); at >= 0)
+      layers[i] = at;
   }
   // An op whose results only one layer reads belongs to it (FSDP's packing
   // of a unit before its gather).

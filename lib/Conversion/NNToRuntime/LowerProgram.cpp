@@ -11,10 +11,12 @@
 //   3. writes `fsdp_program_describe` from the step's signature;
 //   4. outlines repeated per-layer runs (LayerSegments.h) into functions;
 //   5. gives each function its handles (program arguments or a frame's
-//      slots) and lets the conversion patterns replace every op.
+//      slots), turns each run of calls of one layer function into a loop
+//      (LayerLoops.h) and lets the conversion patterns replace every op.
 //
 //===----------------------------------------------------------------------===//
 
+#include "LayerLoops.h"
 #include "LayerSegments.h"
 #include "LoweringState.h"
 
@@ -320,8 +322,8 @@ SmallVector<func::FuncOp> outlineLayers(func::FuncOp entry,
 /// Replaces `func` by an EmitC function `name` whose arguments are the
 /// program handle and, for a layer function, its frame; the old arguments
 /// become handles read from the program or the frame.
-void emitShell(func::FuncOp func, StringRef name, bool layer,
-               LoweringState &state, OpBuilder &builder) {
+emitc::FuncOp emitShell(func::FuncOp func, StringRef name, bool layer,
+                        LoweringState &state, OpBuilder &builder) {
   SmallVector<Type> argTypes = {state.programType};
   if (layer)
     argTypes.push_back(state.frameType);
@@ -347,6 +349,7 @@ void emitShell(func::FuncOp func, StringRef name, bool layer,
   }
   body->getOperations().splice(body->end(), old.getOperations());
   func.erase();
+  return shell;
 }
 
 } // namespace
@@ -357,6 +360,15 @@ RuntimeTypeConverter::RuntimeTypeConverter(MLIRContext *context) {
                     RankedTensorType) -> Type { return tensor; });
   addConversion([future = handleType(context, "fsdp_future")](
                     dist::FutureType) -> Type { return future; });
+  // Loops read handles of values defined outside them through casts
+  // (LayerLoops.h); the casts fold away once every op is converted.
+  auto cast = [](OpBuilder &builder, Type type, ValueRange inputs,
+                 Location loc) -> Value {
+    return UnrealizedConversionCastOp::create(builder, loc, type, inputs)
+        .getResult(0);
+  };
+  addSourceMaterialization(cast);
+  addTargetMaterialization(cast);
 }
 
 LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
@@ -387,7 +399,13 @@ LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
     layers = ::outlineLayers(entry, state);
   for (func::FuncOp layer : layers)
     emitShell(layer, layer.getSymName().str(), /*layer=*/true, state, builder);
-  emitShell(entry, "fsdp_program_forward", /*layer=*/false, state, builder);
+  std::optional<LayerLoops> loops;
+  if (outlineLayers)
+    loops.emplace(entry);
+  emitc::FuncOp shell = emitShell(entry, "fsdp_program_forward",
+                                  /*layer=*/false, state, builder);
+  if (loops)
+    loops->emit(shell, state);
   // The description last, as a reader of the program expects it.
   describer.function->moveBefore(module.getBody(), module.getBody()->end());
 

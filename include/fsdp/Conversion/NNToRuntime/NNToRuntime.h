@@ -23,7 +23,8 @@ namespace fsdp {
 
 /// What the lowering emitted.
 struct RuntimeLoweringStats {
-  unsigned opCalls = 0, releases = 0, layerFunctions = 0, layerCalls = 0;
+  unsigned opCalls = 0, releases = 0, layerFunctions = 0, layerCalls = 0,
+           layerLoops = 0;
 };
 
 /// The runtime's handle types: a tensor becomes `fsdp_tensor *`, a
