@@ -104,6 +104,13 @@ private:
   // Ops.
   LogicalResult partition(Operation &op);
   LogicalResult styled(Operation &op, const TPStyle &style);
+  /// A norm under a SequenceParallel entry: on the rank's sequence block.
+  LogicalResult sequenceParallelNorm(Operation &op);
+  /// The per-rank form of `x`, the activation operand of `op` under a
+  /// column- or row-parallel `style`: whole for column-parallel, the
+  /// rank's features for row-parallel.
+  FailureOr<Value> styledActivation(Operation &op, const TPStyle &style,
+                                    Value x);
   LogicalResult generic(Operation &op);
   LogicalResult crossEntropy(nn::CrossEntropyOp op);
   LogicalResult finishModule(Operation &op, Value result, const TPStyle &style,
@@ -446,7 +453,35 @@ LogicalResult Partitioner::finishModule(Operation &op, Value result,
   return success();
 }
 
-LogicalResult Partitioner::styled(Operation &op, const TPStyle &style) {
+LogicalResult Partitioner::sequenceParallelNorm(Operation &op) {
+  // A norm on the rank's sequence block; its weights are replicated.
+  if (!isa<nn::RMSNormOp, nn::LayerNormOp>(op))
+    return op.emitOpError("is matched by sequence-parallel plan entry '")
+           << entryOf(op) << "', which applies to norms";
+  SmallVector<Value> operands;
+  for (auto [i, old] : llvm::enumerate(op.getOperands())) {
+    Value v = lookup(old);
+    if (i == 0) {
+      FailureOr<Value> in = resolve(&op, v);
+      if (succeeded(in))
+        in = slice(&op, *in, 1);
+      if (failed(in))
+        return failure();
+      v = *in;
+    } else {
+      v = copyIn(v);
+    }
+    operands.push_back(v);
+  }
+  Operation *copy = rebuild(op, operands);
+  if (!copy)
+    return failure();
+  set(op.getResult(0), copy->getResult(0), Layout::sharded(1));
+  return success();
+}
+
+FailureOr<Value> Partitioner::styledActivation(Operation &op,
+                                               const TPStyle &style, Value x) {
   auto declared = [&](Value v, TPLayout want) -> LogicalResult {
     Layout have = layoutOf(v);
     int64_t rank = tensorOf(v).getRank();
@@ -462,69 +497,43 @@ LogicalResult Partitioner::styled(Operation &op, const TPStyle &style) {
             << "' declares input_layouts " << want.str(),
         v);
   };
-
-  if (style.kind == TPStyle::SequenceParallel) {
-    // A norm on the rank's sequence block; its weights are replicated.
-    if (!isa<nn::RMSNormOp, nn::LayerNormOp>(op))
-      return op.emitOpError("is matched by sequence-parallel plan entry '")
-             << entryOf(op) << "', which applies to norms";
-    SmallVector<Value> operands;
-    for (auto [i, old] : llvm::enumerate(op.getOperands())) {
-      Value v = lookup(old);
-      if (i == 0) {
-        FailureOr<Value> in = resolve(&op, v);
-        if (succeeded(in))
-          in = slice(&op, *in, 1);
-        if (failed(in))
-          return failure();
-        v = *in;
-      } else {
-        v = copyIn(v);
-      }
-      operands.push_back(v);
-    }
-    Operation *copy = rebuild(op, operands);
-    if (!copy)
-      return failure();
-    set(op.getResult(0), copy->getResult(0), Layout::sharded(1));
-    return success();
-  }
-
-  bool col = style.kind == TPStyle::Colwise;
-  // The activation operand and its per-rank form.
-  auto activation = [&](Value x) -> FailureOr<Value> {
-    FailureOr<Value> v = resolve(&op, lookup(x));
-    if (failed(v))
-      return failure();
-    Layout have = layoutOf(*v);
-    int64_t rank = tensorOf(*v).getRank();
-    if (col) {
-      // Column-parallel: the whole input on every rank.
-      if (have.isReplicated()) {
-        if (failed(declared(*v, style.input)))
-          return failure();
-        return copyIn(*v);
-      }
-      if (have == Layout::sharded(1) && rank > 2)
-        return gather(&op, *v, /*replicatedGrad=*/false);
-      return op.emitOpError("input is ")
-             << have.str() << "; a column-parallel module needs it "
-             << "replicated or sharded on the sequence dim";
-    }
-    // Row-parallel: the rank's features.
+  FailureOr<Value> v = resolve(&op, lookup(x));
+  if (failed(v))
+    return failure();
+  Layout have = layoutOf(*v);
+  int64_t rank = tensorOf(*v).getRank();
+  if (style.kind == TPStyle::Colwise) {
+    // Column-parallel: the whole input on every rank.
     if (have.isReplicated()) {
       if (failed(declared(*v, style.input)))
         return failure();
-      return slice(&op, *v, rank - 1);
+      return copyIn(*v);
     }
+    if (have == Layout::sharded(1) && rank > 2)
+      return gather(&op, *v, /*replicatedGrad=*/false);
+    return op.emitOpError("input is ")
+           << have.str() << "; a column-parallel module needs it "
+           << "replicated or sharded on the sequence dim";
+  }
+  // Row-parallel: the rank's features.
+  if (have.isReplicated()) {
     if (failed(declared(*v, style.input)))
       return failure();
-    if (have == Layout::sharded(rank - 1))
-      return *v;
-    return op.emitOpError("input is ")
-           << have.str()
-           << "; a row-parallel module needs the features sharded";
-  };
+    return slice(&op, *v, rank - 1);
+  }
+  if (failed(declared(*v, style.input)))
+    return failure();
+  if (have == Layout::sharded(rank - 1))
+    return *v;
+  return op.emitOpError("input is ")
+         << have.str() << "; a row-parallel module needs the features sharded";
+}
+
+LogicalResult Partitioner::styled(Operation &op, const TPStyle &style) {
+  if (style.kind == TPStyle::SequenceParallel)
+    return sequenceParallelNorm(op);
+  bool col = style.kind == TPStyle::Colwise;
+  auto activation = [&](Value x) { return styledActivation(op, style, x); };
 
   if (auto linear = dyn_cast<nn::LinearOp>(op)) {
     FailureOr<Value> x = activation(linear.getInput());
