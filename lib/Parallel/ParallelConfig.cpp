@@ -286,6 +286,12 @@ int64_t parseSize(const json &v, const std::string &where) {
   return v.get<int64_t>();
 }
 
+int64_t parseDepth(const json &v, const std::string &where) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0)
+    reject(where, "must be an integer >= 0, got " + v.dump());
+  return v.get<int64_t>();
+}
+
 bool parseBool(const json &v, const std::string &where) {
   if (!v.is_boolean())
     reject(where, "must be true or false, got " + v.dump());
@@ -377,11 +383,11 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
     else if (key == "enable_compile")
       requireDefault(v, false, at, "per-layer compile");
     else if (key == "enable_fsdp2_prefetch")
-      requireDefault(v, false, at, "explicit FSDP prefetch");
+      config.prefetch = parseBool(v, at);
     else if (key == "fsdp2_backward_prefetch_depth")
-      requireDefault(v, 2, at, "explicit FSDP prefetch");
+      config.backwardPrefetchDepth = parseDepth(v, at);
     else if (key == "fsdp2_forward_prefetch_depth")
-      requireDefault(v, 1, at, "explicit FSDP prefetch");
+      config.forwardPrefetchDepth = parseDepth(v, at);
     else if (key == "patch_is_packed_sequence")
       requireDefault(v, false, at,
                      "a transformers monkeypatch; compiled attention never "

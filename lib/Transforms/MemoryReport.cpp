@@ -81,6 +81,8 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         live -= bytesOf(b.getType());
     };
     ReleasePlan plan(body);
+    // Per started future: its input and the staging it holds.
+    DenseMap<Value, std::pair<Value, int64_t>> pending;
     for (Operation &op : body.without_terminator()) {
       for (Value result : op.getResults()) {
         if (isa<dist::CopyOp, dist::WaitOp>(op))
@@ -90,10 +92,30 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         if (ReleasePlan::isReleased(result))
           ++references[bufferOf(result)];
       }
-      // A collective's staging buffers live while it runs.
+      // A collective's staging buffers live while it runs. An async one
+      // keeps its input and the staging it transfers through until its
+      // wait (Collectives.cpp's fsdp_future).
       int64_t staging = 0;
-      if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op))
+      if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op)) {
         staging = stagingBytes(collective, groupSize(collective, mesh));
+        if (collective.isAsync()) {
+          Value input = collective.getInput();
+          if (!isa<BlockArgument>(bufferOf(input)))
+            ++references[bufferOf(input)];
+          int64_t held =
+              heldStagingBytes(collective, groupSize(collective, mesh));
+          pending[op.getResult(0)] = {input, held};
+          peak = std::max(peak, live + staging);
+          live += held;
+          staging = 0;
+        }
+      }
+      if (auto wait = dyn_cast<dist::WaitOp>(op)) {
+        auto [input, held] = pending.lookup(wait.getFuture());
+        if (input)
+          release(input);
+        live -= held;
+      }
       peak = std::max(peak, live + staging);
       if (auto gather = dyn_cast<dist::AllGatherOp>(op);
           gather && gather->hasAttr("fsdp.unit"))

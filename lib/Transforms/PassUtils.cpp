@@ -77,7 +77,8 @@ int64_t fsdp::groupSize(dist::CollectiveOpInterface op, dist::MeshOp mesh) {
   return n;
 }
 
-int64_t fsdp::stagingBytes(dist::CollectiveOpInterface op, int64_t n) {
+fsdp::accounting::Staging fsdp::stagingOf(dist::CollectiveOpInterface op,
+                                          int64_t n) {
   RankedTensorType in = op.getInput().getType();
   RankedTensorType out = op.getResultTensorType();
   // The elements before `dim` of `shape`.
@@ -110,6 +111,5 @@ int64_t fsdp::stagingBytes(dist::CollectiveOpInterface op, int64_t n) {
             bytesOf(in), n, outer(in.getShape(), o.getSplitDim()),
             outer(block, o.getConcatDim()));
       })
-      .Default([](Operation *) { return fsdp::accounting::Staging(); })
-      .total();
+      .Default([](Operation *) { return fsdp::accounting::Staging(); });
 }

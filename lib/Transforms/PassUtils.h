@@ -45,7 +45,14 @@ int64_t groupSize(dist::CollectiveOpInterface op, dist::MeshOp mesh);
 
 /// The staging bytes the runtime allocates while `op` runs over `n` ranks,
 /// by the runtime's own rules (Accounting.h).
-int64_t stagingBytes(dist::CollectiveOpInterface op, int64_t n);
+accounting::Staging stagingOf(dist::CollectiveOpInterface op, int64_t n);
+inline int64_t stagingBytes(dist::CollectiveOpInterface op, int64_t n) {
+  return stagingOf(op, n).total();
+}
+/// The part of it an asynchronous `op` holds until its wait.
+inline int64_t heldStagingBytes(dist::CollectiveOpInterface op, int64_t n) {
+  return accounting::heldUntilWait(collectiveKind(op), stagingOf(op, n));
+}
 
 /// Writes a report to `path` (- for stdout) with `write`; when the file
 /// cannot be opened, emits `what` and the reason at `op` and fails.

@@ -241,6 +241,9 @@ void TPPlanPass::runOnOperation() {
                   b.getStringAttr(parallel.reshardAfterForward));
   module->setAttr("fsdp.defer_grad_sync",
                   b.getBoolAttr(parallel.deferGradSync));
+  auto [forwardDepth, backwardDepth] = parallel.scheduleDepths();
+  module->setAttr("fsdp.prefetch",
+                  b.getDenseI64ArrayAttr({forwardDepth, backwardDepth}));
   const MixedPrecision &mp = parallel.mpPolicy;
   // The parallel config normalizes the dtypes to f32, bf16 and f16.
   auto dtype = [&](StringRef name) -> Type {

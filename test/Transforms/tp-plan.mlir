@@ -27,7 +27,7 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"},
   return %logits : tensor<2x4x32xf32>
 }
 
-// CHECK: module attributes {fsdp.defer_grad_sync = true, fsdp.mp_policy = #fsdp.mp_policy<param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>, fsdp.reshard_after_forward = "none"}
+// CHECK: module attributes {fsdp.defer_grad_sync = true, fsdp.mp_policy = #fsdp.mp_policy<param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>, fsdp.prefetch = array<i64: 1, 1>, fsdp.reshard_after_forward = "none"}
 // CHECK: dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2)
 // CHECK-LABEL: func.func @forward
 // CHECK: nn.embedding {{.*}}dist.tp = #dist.tp<rowwise, input = replicate, output = replicate, use_local_output = true, entry = "model.embed_tokens">

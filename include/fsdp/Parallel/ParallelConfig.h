@@ -85,6 +85,17 @@ struct ParallelConfig {
   std::string reshardAfterForward = "none";
   /// FSDP2Config.defer_fsdp_grad_sync.
   bool deferGradSync = true;
+  /// FSDP2Config.enable_fsdp2_prefetch and the chain depths.
+  bool prefetch = false;
+  int64_t forwardPrefetchDepth = 1, backwardPrefetchDepth = 2;
+  /// The depths fsdp-schedule uses: the chains' when prefetch is on and
+  /// reshard_after_forward is not false, else FSDP2's implicit one unit in
+  /// each direction.
+  std::pair<int64_t, int64_t> scheduleDepths() const {
+    if (prefetch && reshardAfterForward != "false")
+      return {forwardPrefetchDepth, backwardPrefetchDepth};
+    return {1, 1};
+  }
   /// Where the config came from, for messages.
   std::string file = "<defaults>";
 };

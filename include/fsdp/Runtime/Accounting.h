@@ -91,6 +91,14 @@ constexpr Staging allToAllStaging(int64_t bytes, int64_t n, int64_t outerSend,
           outerReceive > 1 && blocks ? bytes : 0};
 }
 
+/// The staging an asynchronous collective keeps from its start to its
+/// wait: all of it, but for a reduce_scatter's widened copy when a
+/// rearranged send buffer replaces it (the start frees that copy).
+constexpr int64_t heldUntilWait(Collective kind, Staging s) {
+  return kind == Collective::ReduceScatter && s.send ? s.send + s.recv
+                                                     : s.total();
+}
+
 } // namespace fsdp::accounting
 
 #endif // FSDP_RUNTIME_ACCOUNTING_H

@@ -391,6 +391,69 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
   ];
 }
 
+def SchedulePass : Pass<"fsdp-schedule", "mlir::ModuleOp"> {
+  let summary = "Overlap FSDP's collectives with compute: async starts ahead, waits at first use";
+  let description = [{
+    Runs on the per-rank step (after `fsdp-build-train-step`, or on a
+    forward) and turns FSDP's collectives into their asynchronous form
+    (`!dist.future` + `dist.wait`):
+
+    - Each decoder-layer unit's forward all-gather (`fsdp.unit`, not the
+      root's) starts `forward-depth` units ahead: at the start of unit
+      `j - depth`'s compute, right after that unit's wait, as FSDP2's
+      `set_modules_to_forward_prefetch` chains within the layer container
+      issue it. The backward re-gathers (`fsdp.regather`) do the same in
+      backward order with `backward-depth`. The ops that pack a unit's
+      blocks (casts, reshapes, concat of its parameters) move with the
+      start. Depth 0 leaves the gathers synchronous.
+    - Reduce-scatters and all-reduces over data-parallel axes (gradient
+      sync, HSDP) start where they stand; their wait, with the casts and
+      slices that only rearrange the result, moves down to the first op
+      that needs it (the clip norm, the optimizer), so they overlap the
+      rest of the backward.
+
+    Depths default to the module's `fsdp.prefetch` (written by
+    `fsdp-tp-plan` from FSDP2Config: `fsdp2_forward_prefetch_depth` and
+    `fsdp2_backward_prefetch_depth` when `enable_fsdp2_prefetch` is on and
+    `reshard_after_forward` is not false, else 1 and 1, FSDP2's implicit
+    prefetch of one unit in each direction). Numerics are unchanged: only
+    the order of independent ops changes.
+
+    The pass checks its result: every future has exactly one wait, after
+    its start and before every use of the value; and, as one SPMD program
+    without rank-dependent branches, every rank issues each group's
+    collectives in the same order. It says so in a remark.
+
+    ```mlir
+    %f1 = dist.all_gather %b1 on @mesh[dp_shard] dim 0 {fsdp.unit = "model.layers.1"}
+        : tensor<1x9280xbf16> -> !dist.future<tensor<2x9280xbf16>>
+    ... layer 0's compute ...
+    %all1 = dist.wait %f1 : !dist.future<tensor<2x9280xbf16>>
+    ```
+  }];
+  let dependentDialects = ["fsdp::dist::DistDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The step to schedule">,
+    Option<"forwardDepth", "forward-depth", "int64_t", /*default=*/"-1",
+           "Units ahead a layer's forward all-gather starts (0: "
+           "synchronous; -1: the module's fsdp.prefetch, else 1)">,
+    Option<"backwardDepth", "backward-depth", "int64_t", /*default=*/"-1",
+           "Units ahead a layer's backward re-gather starts (0: "
+           "synchronous; -1: the module's fsdp.prefetch, else 1)">,
+    Option<"overlapGradientSync", "overlap-gradient-sync", "bool",
+           /*default=*/"true",
+           "Start data-parallel reduce-scatters and all-reduces where they "
+           "stand and wait where their result is first needed">,
+  ];
+  let statistics = [
+    Statistic<"numPrefetched", "prefetched-gathers",
+              "All-gathers started ahead of their unit">,
+    Statistic<"numOverlapped", "overlapped-syncs",
+              "Gradient reduce-scatters and all-reduces waited later">,
+  ];
+}
+
 def MemoryReportPass : Pass<"fsdp-memory-report", "mlir::ModuleOp"> {
   let summary = "Report the memory one rank holds in one step, without running";
   let description = [{

@@ -81,6 +81,13 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
     return expect(isa<UnitAttr>(value), "a unit attribute");
   if (name == "fsdp.defer_grad_sync")
     return expect(isa<BoolAttr>(value), "true or false");
+  if (name == "fsdp.prefetch") {
+    auto depths = dyn_cast<DenseI64ArrayAttr>(value);
+    return expect(
+        depths && depths.size() == 2 &&
+            llvm::all_of(depths.asArrayRef(), [](int64_t d) { return d >= 0; }),
+        "two depths >= 0 (forward, backward)");
+  }
   if (name == "fsdp.data_parallel") {
     auto axes = dyn_cast<ArrayAttr>(value);
     return expect(

@@ -1,0 +1,269 @@
+//===- Schedule.cpp - Overlap FSDP's collectives with compute -------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// fsdp-schedule: FSDP2's prefetch as a reordering of the per-rank program.
+// A collective becomes a start (its result a `!dist.future`) and a
+// `dist.wait`; a layer's all-gather starts units ahead, at the beginning of
+// an earlier unit's compute, and a gradient reduce-scatter is waited where
+// its result is first needed. Only independent ops change places, so the
+// numbers are those of the synchronous program.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PassUtils.h"
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace fsdp {
+#define GEN_PASS_DEF_SCHEDULEPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+
+namespace {
+
+constexpr llvm::StringLiteral kUnit = "fsdp.unit", kRegather = "fsdp.regather",
+                              kRoot = "<root>";
+
+/// An async collective: its start and its wait.
+struct Async {
+  Operation *start;
+  dist::WaitOp wait;
+};
+
+class Scheduler {
+public:
+  explicit Scheduler(func::FuncOp step)
+      : body(step.getBody().front()), builder(step.getContext()) {}
+
+  /// Makes the collective `op` asynchronous: a start where `op` stands and
+  /// a wait right after it.
+  Async makeAsync(Operation *op);
+  /// Moves `start` (and the pure ops computing its operands that come
+  /// after `point`) right after `point`, or after the last op it depends on
+  /// that cannot move.
+  void hoist(Operation *start, Operation *point);
+  /// Moves `wait`, with the pure ops that only rearrange its value, down to
+  /// right before the first op that needs them.
+  void sink(dist::WaitOp wait);
+  /// Starts the gathers of `chain` (in program order) `depth` units ahead.
+  unsigned prefetch(ArrayRef<Operation *> chain, int64_t depth);
+  /// Checks the schedule; emits an error at the offending op on failure.
+  LogicalResult verify(unsigned &collectives, unsigned &groups);
+
+  Block &body;
+  OpBuilder builder;
+};
+
+Async Scheduler::makeAsync(Operation *op) {
+  builder.setInsertionPoint(op);
+  Operation *start = builder.clone(*op);
+  Value result = op->getResult(0);
+  start->getResult(0).setType(dist::FutureType::get(
+      op->getContext(), cast<RankedTensorType>(result.getType())));
+  auto wait = dist::WaitOp::create(builder, op->getLoc(), result.getType(),
+                                   start->getResult(0));
+  result.replaceAllUsesWith(wait.getResult());
+  op->erase();
+  return {start, wait};
+}
+
+void Scheduler::hoist(Operation *start, Operation *point) {
+  for (;;) {
+    llvm::SetVector<Operation *> slice;
+    Operation *blocker = nullptr;
+    SmallVector<Value> work(start->getOperands());
+    while (!work.empty()) {
+      Operation *def = work.pop_back_val().getDefiningOp();
+      if (!def || def->getBlock() != &body || !point->isBeforeInBlock(def) ||
+          slice.contains(def))
+        continue;
+      if (!isMemoryEffectFree(def) || def->getNumRegions()) {
+        if (!blocker || blocker->isBeforeInBlock(def))
+          blocker = def;
+        continue;
+      }
+      slice.insert(def);
+      llvm::append_range(work, def->getOperands());
+    }
+    if (blocker) {
+      point = blocker;
+      continue;
+    }
+    SmallVector<Operation *> ordered = slice.takeVector();
+    llvm::sort(ordered, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+    Operation *cursor = point;
+    for (Operation *op : ordered) {
+      op->moveAfter(cursor);
+      cursor = op;
+    }
+    start->moveAfter(cursor);
+    return;
+  }
+}
+
+void Scheduler::sink(dist::WaitOp wait) {
+  // The wait and the pure single-result ops that consume only it (and
+  // values defined before it): the gradient's cast, slices, reshapes.
+  llvm::SetVector<Operation *> chain;
+  chain.insert(wait);
+  for (size_t i = 0; i < chain.size(); ++i)
+    for (Operation *user : chain[i]->getUsers()) {
+      if (user->getBlock() != &body || chain.contains(user) ||
+          !isMemoryEffectFree(user) || user->getNumRegions() ||
+          isa<dist::CollectiveOpInterface>(user))
+        continue;
+      bool fromChainOrBefore = llvm::all_of(user->getOperands(), [&](Value v) {
+        Operation *def = v.getDefiningOp();
+        return !def || def->getBlock() != &body || chain.contains(def) ||
+               def->isBeforeInBlock(wait);
+      });
+      if (fromChainOrBefore)
+        chain.insert(user);
+    }
+  // The first op outside the chain that uses a value of it.
+  Operation *first = nullptr;
+  for (Operation *op : chain)
+    for (Operation *user : op->getUsers()) {
+      Operation *at = body.findAncestorOpInBlock(*user);
+      if (!at || chain.contains(at))
+        continue;
+      if (!first || at->isBeforeInBlock(first))
+        first = at;
+    }
+  if (!first)
+    first = body.getTerminator();
+  SmallVector<Operation *> ordered = chain.takeVector();
+  llvm::sort(ordered,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  for (Operation *op : ordered)
+    op->moveBefore(first);
+}
+
+unsigned Scheduler::prefetch(ArrayRef<Operation *> chain, int64_t depth) {
+  if (depth <= 0)
+    return 0;
+  SmallVector<Async> units;
+  for (Operation *gather : chain)
+    units.push_back(makeAsync(gather));
+  // Unit i, at the start of its compute (its wait), issues the gathers of
+  // units i+1 .. i+depth that are not issued yet; unit 0 issues 1..depth.
+  for (size_t j = 1; j < units.size(); ++j) {
+    Operation *point =
+        units[std::max<int64_t>(0, int64_t(j) - depth)].wait.getOperation();
+    if (point->isBeforeInBlock(units[j - 1].start))
+      point = units[j - 1].start;
+    if (point->isBeforeInBlock(units[j].start))
+      hoist(units[j].start, point);
+  }
+  return units.size() - 1;
+}
+
+LogicalResult Scheduler::verify(unsigned &collectives, unsigned &groups) {
+  llvm::SetVector<Attribute> seen;
+  for (Operation &op : body) {
+    auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
+    if (!collective)
+      continue;
+    ++collectives;
+    seen.insert(collective.getMeshAxes());
+    if (!collective.isAsync())
+      continue;
+    Value future = op.getResult(0);
+    if (!future.hasOneUse() || !isa<dist::WaitOp>(*future.user_begin()))
+      return op.emitOpError("is started asynchronously but not waited "
+                            "exactly once");
+    auto wait = cast<dist::WaitOp>(*future.user_begin());
+    if (wait->getBlock() != &body || !op.isBeforeInBlock(wait))
+      return wait.emitOpError("waits before its collective starts");
+    for (Operation *user : wait.getResult().getUsers()) {
+      Operation *at = body.findAncestorOpInBlock(*user);
+      if (at && at->isBeforeInBlock(wait))
+        return (user->emitOpError("uses a collective's result before its "
+                                  "wait")
+                    .attachNote(wait.getLoc())
+                << "the wait");
+    }
+  }
+  groups = seen.size();
+  return success();
+}
+
+/// The depth `option` asks for, else the module's `fsdp.prefetch[index]`,
+/// else 1 (FSDP2's implicit prefetch).
+int64_t depthOf(ModuleOp module, int64_t option, unsigned index) {
+  if (option >= 0)
+    return option;
+  if (auto depths = module->getAttrOfType<DenseI64ArrayAttr>("fsdp.prefetch"))
+    if (depths.size() == 2)
+      return depths[index];
+  return 1;
+}
+
+/// Whether `op` syncs gradients over data-parallel axes.
+bool isGradientSync(dist::CollectiveOpInterface op) {
+  if (!isa<dist::ReduceScatterOp, dist::AllReduceOp>(op.getOperation()) ||
+      op.isAsync())
+    return false;
+  return llvm::all_of(op.getMeshAxes(), [](Attribute axis) {
+    StringRef name = cast<StringAttr>(axis).getValue();
+    return name == "dp_replicate" || name == "dp_shard";
+  });
+}
+
+struct SchedulePass : fsdp::impl::SchedulePassBase<SchedulePass> {
+  using SchedulePassBase::SchedulePassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp step = lookupEntry(module, entry, "schedule");
+    if (!step)
+      return signalPassFailure();
+    Scheduler scheduler(step);
+    SmallVector<Operation *> forward, backward, syncs;
+    for (Operation &op : scheduler.body) {
+      auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
+      if (!collective)
+        continue;
+      auto unit = op.getAttrOfType<StringAttr>(kUnit);
+      if (isa<dist::AllGatherOp>(op) && unit && unit.getValue() != kRoot &&
+          !collective.isAsync())
+        (op.hasAttr(kRegather) ? backward : forward).push_back(&op);
+      else if (overlapGradientSync && isGradientSync(collective))
+        syncs.push_back(&op);
+    }
+    unsigned prefetched =
+        scheduler.prefetch(forward, depthOf(module, forwardDepth, 0)) +
+        scheduler.prefetch(backward, depthOf(module, backwardDepth, 1));
+    numPrefetched += prefetched;
+    for (Operation *op : syncs)
+      scheduler.sink(scheduler.makeAsync(op).wait);
+    numOverlapped += syncs.size();
+    unsigned collectives = 0, groups = 0;
+    if (failed(scheduler.verify(collectives, groups)))
+      return signalPassFailure();
+    step.emitRemark() << "fsdp-schedule: " << prefetched
+                      << " all-gathers started ahead, " << syncs.size()
+                      << " gradient syncs waited at first use; " << collectives
+                      << " collectives over " << groups
+                      << " groups, each issued in the same order on every "
+                         "rank of its group (one program, no rank-dependent "
+                         "branch), every future waited once before its use";
+  }
+};
+
+} // namespace
