@@ -154,6 +154,10 @@ void *fsdp_tensor_data(fsdp_tensor *t);
 fsdp_frame *fsdp_frame_new(fsdp_program *p, int64_t size);
 void fsdp_frame_set(fsdp_frame *f, int64_t index, fsdp_tensor *t);
 fsdp_tensor *fsdp_frame_get(fsdp_frame *f, int64_t index);
+/// A future in a frame slot: an async collective one layer function starts
+/// and another waits on.
+void fsdp_frame_set_future(fsdp_frame *f, int64_t index, fsdp_future *future);
+fsdp_future *fsdp_frame_get_future(fsdp_frame *f, int64_t index);
 void fsdp_frame_free(fsdp_frame *f);
 
 //===----------------------------------------------------------------------===//

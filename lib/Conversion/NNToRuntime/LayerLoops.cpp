@@ -56,6 +56,8 @@ struct Input {
   int64_t base = 0, step = 0;
   unsigned run = 0, result = 0;
   SmallVector<Source> all;
+  /// The input's type: a tensor or a future.
+  Type type;
 };
 
 /// Adjacent calls of one layer function.
@@ -133,6 +135,7 @@ bool LayerLoops::Analysis::classify(unsigned r) {
   unsigned numInputs = run.calls.front().getNumOperands();
   for (unsigned p = 0; p < numInputs; ++p) {
     Input input;
+    input.type = run.calls.front().getOperand(p).getType();
     for (func::CallOp call : run.calls)
       input.all.push_back(source(call.getOperand(p)));
     ArrayRef<Source> all = input.all;
@@ -327,14 +330,16 @@ private:
         .literal(intLiteral(size))
         .emit(b, loc, state.frameType);
   }
-  Value get(Value frame, Value index) {
-    return Call(context, "fsdp_frame_get")
+  /// Slot `index` of `frame`, a handle for a value of `type` (a tensor or
+  /// a future).
+  Value get(Value frame, Value index, Type type) {
+    return Call(context, state.frameGetter(type))
         .value(frame)
         .value(index)
-        .emit(b, loc, state.tensorType);
+        .emit(b, loc, state.handleOf(type));
   }
   void set(Value frame, Value index, Value handle) {
-    Call(context, "fsdp_frame_set")
+    Call(context, state.frameSetter(handle.getType()))
         .value(frame)
         .value(index)
         .value(handle)
@@ -359,6 +364,10 @@ private:
   }
   /// The handle `s` names, read before a loop.
   Value materialize(const Source &s);
+  /// The type of result `result` of run `run`'s function.
+  Type resultType(unsigned run, unsigned result) const {
+    return a.runs[run].calls.front()->getResult(result).getType();
+  }
   /// What iteration `i` passes as `input`; `before` is what was read
   /// before the loop (an invariant handle or a gathered table).
   Value read(const Run &run, const Input &input, Value before, Value i);
@@ -404,9 +413,11 @@ Value LoopEmitter::materialize(const Source &s) {
         .literal(intLiteral(s.number))
         .emit(b, loc, state.tensorType);
   case Source::Result:
-    return get(a.runs[s.run].tables[s.number], literal(s.slot));
+    return get(a.runs[s.run].tables[s.number], literal(s.slot),
+               resultType(s.run, s.number));
   case Source::Other:
-    return UnrealizedConversionCastOp::create(b, loc, state.tensorType, s.value)
+    return UnrealizedConversionCastOp::create(
+               b, loc, state.handleOf(s.value.getType()), s.value)
         .getResult(0);
   }
   llvm_unreachable("unknown source");
@@ -424,11 +435,13 @@ Value LoopEmitter::read(const Run &run, const Input &input, Value before,
         .emit(b, loc, state.tensorType);
   case Input::Table:
     return get(a.runs[input.run].tables[input.result],
-               line(input.base, input.step, i));
+               line(input.base, input.step, i),
+               resultType(input.run, input.result));
   case Input::Carried:
-    return get(run.tables[input.result], i);
+    return get(run.tables[input.result], i,
+               run.calls.front()->getResult(input.result).getType());
   case Input::Gathered:
-    return get(before, i);
+    return get(before, i, input.type);
   }
   llvm_unreachable("unknown input");
 }
@@ -468,7 +481,8 @@ void LoopEmitter::emitRun(Run &run) {
   for (auto [q, table] : llvm::enumerate(run.tables))
     if (table)
       set(table, line(1, 1, i),
-          get(frame, literal(numInputs + static_cast<int64_t>(q))));
+          get(frame, literal(numInputs + static_cast<int64_t>(q)),
+              first.getResult(q).getType()));
   b.setInsertionPointAfter(loop);
   free(frame);
   for (Value g : gathered)
@@ -479,8 +493,9 @@ void LoopEmitter::emitRun(Run &run) {
       auto outside = [&](OpOperand &use) { return !looped(use); };
       if (llvm::none_of(result.getUses(), outside))
         continue;
-      Value handle = get(run.tables[result.getResultNumber()],
-                         literal(static_cast<int64_t>(i) + 1));
+      Value handle =
+          get(run.tables[result.getResultNumber()],
+              literal(static_cast<int64_t>(i) + 1), result.getType());
       result.replaceUsesWithIf(
           UnrealizedConversionCastOp::create(b, loc, result.getType(), handle)
               .getResult(0),
@@ -536,7 +551,9 @@ void LoopEmitter::emitReturn(func::ReturnOp ret) {
     b.setInsertionPointToStart(loop.getBody());
     Value i = loop.getInductionVar();
     result(line(r.base, r.step, i), std::nullopt,
-           get(a.runs[r.run].tables[r.result], line(1, 1, i)), r.dies);
+           get(a.runs[r.run].tables[r.result], line(1, 1, i),
+               resultType(r.run, r.result)),
+           r.dies);
   }
   for (OpOperand &operand : ret->getOpOperands()) {
     unsigned number = operand.getOperandNumber();

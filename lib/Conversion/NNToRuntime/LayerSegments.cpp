@@ -133,6 +133,23 @@ SmallVector<Layer> Attribution::run() {
     previous = layers[i];
     gapStart = i + 1;
   }
+  // A run of one layer's ops inside another layer's (a prefetch that
+  // fsdp-schedule started during the other layer's compute) belongs to the
+  // layer it runs in.
+  for (size_t i = 0; i < ops.size();) {
+    size_t j = i;
+    while (j < ops.size() && layers[j] == layers[i])
+      ++j;
+    bool starts =
+        llvm::any_of(ArrayRef(ops).slice(i, j - i), [](Operation *op) {
+          return llvm::any_of(op->getResultTypes(),
+                              [](Type t) { return isa<dist::FutureType>(t); });
+        });
+    if (starts && i > 0 && j < ops.size() && layers[i - 1] == layers[j] &&
+        layers[j] >= 0 && layers[i] >= 0)
+      std::fill(layers.begin() + i, layers.begin() + j, layers[j]);
+    i = j;
+  }
   return layers;
 }
 
@@ -155,11 +172,12 @@ FailureOr<std::string> describe(ArrayRef<Operation *> ops, unsigned begin,
   };
   for (unsigned i = begin; i < end; ++i) {
     Operation *op = ops[i];
-    if (op->getNumRegions() ||
-        llvm::any_of(op->getOperandTypes(),
-                     [](Type t) { return !isa<RankedTensorType>(t); }) ||
-        llvm::any_of(op->getResultTypes(),
-                     [](Type t) { return !isa<RankedTensorType>(t); }))
+    // Tensors and futures pass through frames; nothing else does.
+    auto handle = [](Type t) {
+      return isa<RankedTensorType, dist::FutureType>(t);
+    };
+    if (op->getNumRegions() || !llvm::all_of(op->getOperandTypes(), handle) ||
+        !llvm::all_of(op->getResultTypes(), handle))
       return failure();
     os << op->getName();
     for (NamedAttribute attr : op->getAttrs())

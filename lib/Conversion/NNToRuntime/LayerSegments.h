@@ -40,7 +40,7 @@ struct Segment {
 /// by lying between two ops of one layer); maximal runs of one layer whose
 /// ops, attributes (but for names), types and dataflow are the same form
 /// one function. Only functions called at least twice are returned, in
-/// block order; a run that touches an asynchronous collective is left out.
+/// block order. Futures of async collectives pass in and out like tensors.
 llvm::SmallVector<Segment> findLayerSegments(mlir::Block &body,
                                              const ReleasePlan &plan);
 

@@ -339,10 +339,12 @@ emitc::FuncOp emitShell(func::FuncOp func, StringRef name, bool layer,
   for (BlockArgument arg : old.getArguments()) {
     Call read =
         layer
-            ? Call(state.context, "fsdp_frame_get").value(body->getArgument(1))
+            ? Call(state.context, state.frameGetter(arg.getType()))
+                  .value(body->getArgument(1))
             : Call(state.context, "fsdp_prog_arg").value(body->getArgument(0));
-    Value handle = read.literal(intLiteral(arg.getArgNumber()))
-                       .emit(builder, arg.getLoc(), state.tensorType);
+    Value handle =
+        read.literal(intLiteral(arg.getArgNumber()))
+            .emit(builder, arg.getLoc(), state.handleOf(arg.getType()));
     arg.replaceAllUsesWith(UnrealizedConversionCastOp::create(
                                builder, arg.getLoc(), arg.getType(), handle)
                                .getResult(0));

@@ -104,6 +104,21 @@ struct LoweringState {
               mlir::ValueRange operands, mlir::ValueRange results,
               unsigned calls);
 
+  /// The runtime handle of a value of `type`: a future's or a tensor's.
+  mlir::Type handleOf(mlir::Type type) const {
+    return llvm::isa<dist::FutureType>(type) || type == futureType ? futureType
+                                                                   : tensorType;
+  }
+  /// The frame accessors for a handle of `type` (tensor or future).
+  llvm::StringRef frameGetter(mlir::Type type) const {
+    return handleOf(type) == futureType ? "fsdp_frame_get_future"
+                                        : "fsdp_frame_get";
+  }
+  llvm::StringRef frameSetter(mlir::Type type) const {
+    return handleOf(type) == futureType ? "fsdp_frame_set_future"
+                                        : "fsdp_frame_set";
+  }
+
   mlir::MLIRContext *context;
   mlir::Type programType, tensorType, futureType, frameType;
   dist::MeshOp mesh;

@@ -247,7 +247,7 @@ struct LayerCallPattern : StatePattern<func::CallOp> {
                       .literal(intLiteral(inputs.size() + op.getNumResults()))
                       .emit(rewriter, loc, state.frameType);
     for (auto [i, input] : llvm::enumerate(inputs))
-      Call(state.context, "fsdp_frame_set")
+      Call(state.context, state.frameSetter(input.getType()))
           .value(frame)
           .literal(intLiteral(i))
           .value(input)
@@ -255,10 +255,11 @@ struct LayerCallPattern : StatePattern<func::CallOp> {
     call(op.getCallee(), op).value(frame).emit(rewriter, loc);
     SmallVector<Value> outputs;
     for (unsigned i = 0; i < op.getNumResults(); ++i)
-      outputs.push_back(Call(state.context, "fsdp_frame_get")
-                            .value(frame)
-                            .literal(intLiteral(inputs.size() + i))
-                            .emit(rewriter, loc, state.tensorType));
+      outputs.push_back(
+          Call(state.context, state.frameGetter(op.getResult(i).getType()))
+              .value(frame)
+              .literal(intLiteral(inputs.size() + i))
+              .emit(rewriter, loc, state.handleOf(op.getResult(i).getType())));
     Call(state.context, "fsdp_frame_free").value(frame).emit(rewriter, loc);
     ++state.stats.layerCalls;
     rewriter.replaceOp(op, outputs);
@@ -279,7 +280,7 @@ struct ReturnPattern : StatePattern<func::ReturnOp> {
     ArrayRef<unsigned> dying = state.plan->operandsDyingAt(op);
     for (auto [i, v] : llvm::enumerate(adaptor.getOperands())) {
       if (layer != state.layerInputs.end()) {
-        Call(state.context, "fsdp_frame_set")
+        Call(state.context, state.frameSetter(v.getType()))
             .value(func.getArgument(1))
             .literal(intLiteral(layer->second + i))
             .value(v)

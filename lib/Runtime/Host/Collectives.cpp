@@ -21,8 +21,11 @@
 
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <thread>
 
 using namespace fsdp::host;
@@ -101,6 +104,12 @@ struct fsdp_future {
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   Staging send, recv;
   std::function<void(fsdp_future &)> finish;
+  /// Whether the program started it asynchronously, and whether the
+  /// communication thread advances it.
+  bool async = false, tracked = false;
+  /// Set by the communication thread when every request has finished.
+  bool done = false;
+  std::chrono::steady_clock::time_point started, finished;
 };
 
 namespace {
@@ -181,6 +190,7 @@ fsdp_future *begin(const char *op, const fsdp_type &r, fsdp_tensor *x,
   f->mask = mask;
   f->input = fsdp_retain(x);
   f->result = newTensor(r);
+  f->started = std::chrono::steady_clock::now();
   return f;
 }
 
@@ -208,6 +218,122 @@ MPI_Op mpiOp(fsdp_reduction reduction) {
 //===----------------------------------------------------------------------===//
 // Starts
 //===----------------------------------------------------------------------===//
+
+//===----------------------------------------------------------------------===//
+// The communication thread
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// MPI's non-blocking collectives advance only inside MPI calls, so while
+/// the rank computes, this thread tests the collectives the program started
+/// asynchronously until they finish. A tracked future belongs to the thread
+/// until then; fsdp_wait blocks on its completion. Collectives run
+/// synchronously (a start immediately waited) are not tracked.
+class CommThread {
+public:
+  static CommThread &get() {
+    static CommThread thread;
+    return thread;
+  }
+  ~CommThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    work.notify_all();
+    if (worker.joinable())
+      worker.join();
+  }
+
+  void track(fsdp_future *f) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!worker.joinable())
+      worker = std::thread([this] { run(); });
+    f->tracked = true;
+    pending.push_back(f);
+    work.notify_all();
+  }
+
+  /// Blocks until `f` has finished or `timeout` seconds (0: none) passed;
+  /// false on a timeout.
+  bool await(fsdp_future *f, double timeout) {
+    std::unique_lock<std::mutex> lock(mutex);
+    auto ready = [f] { return f->done; };
+    if (timeout <= 0) {
+      finished.wait(lock, ready);
+      return true;
+    }
+    return finished.wait_for(lock, std::chrono::duration<double>(timeout),
+                             ready);
+  }
+
+private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stop) {
+      if (pending.empty()) {
+        work.wait(lock);
+        continue;
+      }
+      bool any = false;
+      for (size_t i = 0; i < pending.size();) {
+        int complete = 0;
+        MPI_Testall(2, pending[i]->requests, &complete, MPI_STATUSES_IGNORE);
+        if (!complete) {
+          ++i;
+          continue;
+        }
+        pending[i]->finished = std::chrono::steady_clock::now();
+        pending[i]->done = true;
+        pending.erase(pending.begin() + i);
+        any = true;
+      }
+      if (any)
+        finished.notify_all();
+      // Let the rank compute between tests.
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex;
+  std::condition_variable work, finished;
+  std::vector<fsdp_future *> pending;
+  bool stop = false;
+  std::thread worker;
+};
+
+std::map<uint32_t, OverlapStats> overlap;
+/// Set while a synchronous collective starts: it is waited at once.
+thread_local bool startingSync = false;
+
+/// Hands a started asynchronous collective to the communication thread.
+fsdp_future *track(fsdp_program *p, fsdp_future *f) {
+  if (startingSync)
+    return f;
+  f->async = true;
+  if (p->commThread)
+    CommThread::get().track(f);
+  return f;
+}
+
+/// Runs `start` as a synchronous collective: started and waited at once,
+/// without the communication thread.
+template <typename Start>
+fsdp_tensor *synchronously(fsdp_program *p, Start start) {
+  startingSync = true;
+  fsdp_future *f = start();
+  startingSync = false;
+  return fsdp_wait(p, f);
+}
+
+} // namespace
+
+const std::map<uint32_t, OverlapStats> &fsdp::host::overlapStats() {
+  return overlap;
+}
 
 fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
                                       fsdp_tensor *x, uint32_t axis_mask,
@@ -240,7 +366,7 @@ fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
   int count = checkedCount(op, bytes);
   MPI_Iallgather(x->data, count, MPI_BYTE, dst, count, MPI_BYTE, g.comm,
                  &f->requests[0]);
-  return f;
+  return track(p, f);
 }
 
 fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
@@ -300,7 +426,7 @@ fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
   MPI_Ireduce_scatter_block(src, dst, checkedCount(op, count),
                             reduceType(dtype), mpiOp(reduction), g.comm,
                             &f->requests[0]);
-  return f;
+  return track(p, f);
 }
 
 fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
@@ -338,7 +464,7 @@ fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
   };
   MPI_Iallreduce(src, dst, checkedCount(op, count), reduceType(dtype),
                  mpiOp(reduction), g.comm, &f->requests[0]);
-  return f;
+  return track(p, f);
 }
 
 fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
@@ -389,7 +515,7 @@ fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
   int count = checkedCount(op, blockBytes);
   MPI_Ialltoall(src, count, MPI_BYTE, dst, count, MPI_BYTE, g.comm,
                 &f->requests[0]);
-  return f;
+  return track(p, f);
 }
 
 fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
@@ -411,7 +537,7 @@ fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
   MPI_Irecv(f->result->data, count, MPI_BYTE, from, tag, g.comm,
             &f->requests[0]);
   MPI_Isend(x->data, count, MPI_BYTE, to, tag, g.comm, &f->requests[1]);
-  return f;
+  return track(p, f);
 }
 
 fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
@@ -432,13 +558,27 @@ fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
     std::memcpy(f->result->data, x->data, size_t(bytes));
   MPI_Ibcast(f->result->data, checkedCount(op, bytes), MPI_BYTE, int(root),
              g.comm, &f->requests[0]);
-  return f;
+  return track(p, f);
 }
+
+namespace {
+[[noreturn]] void timedOut(const fsdp_program &p, const fsdp_future &f) {
+  fail(f.op, "step " + std::to_string(p.step) + ": the " + f.op + " over " +
+                 groupName(p, f.mask) + " did not complete within " +
+                 std::to_string(int64_t(p.collectiveTimeout)) +
+                 " s (--collective-timeout): a rank of the group is stuck or "
+                 "gone; stopping every rank");
+}
+} // namespace
 
 fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f) {
   if (!f)
     fail("wait", "future is null");
-  if (p->collectiveTimeout > 0) {
+  auto before = std::chrono::steady_clock::now();
+  if (f->tracked) {
+    if (!CommThread::get().await(f, p->collectiveTimeout))
+      timedOut(*p, *f);
+  } else if (p->collectiveTimeout > 0) {
     // Poll, so that a stuck or dead rank stops the others instead of
     // hanging them: spin briefly, then sleep between tests.
     auto start = std::chrono::steady_clock::now();
@@ -453,15 +593,23 @@ fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f) {
                           std::chrono::steady_clock::now() - start)
                           .count();
       if (waited > p->collectiveTimeout)
-        fail(f->op, "step " + std::to_string(p->step) + ": the " + f->op +
-                        " over " + groupName(*p, f->mask) +
-                        " did not complete within " +
-                        std::to_string(int64_t(p->collectiveTimeout)) +
-                        " s (--collective-timeout): a rank of the group is "
-                        "stuck or gone; stopping every rank");
+        timedOut(*p, *f);
     }
   }
-  MPI_Waitall(2, f->requests, MPI_STATUSES_IGNORE);
+  if (!f->tracked)
+    MPI_Waitall(2, f->requests, MPI_STATUSES_IGNORE);
+  {
+    // Without the thread, a collective is known finished when its wait
+    // returns; a synchronous one is exposed whole.
+    auto now = std::chrono::steady_clock::now();
+    auto ns = [](auto d) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    };
+    OverlapStats &stats = overlap[f->mask];
+    ++stats.calls;
+    stats.inFlightNs += ns((f->tracked ? f->finished : now) - f->started);
+    stats.blockedNs += ns(now - before);
+  }
   if (f->finish)
     f->finish(*f);
   fsdp_release(f->input);
@@ -476,36 +624,43 @@ fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f) {
 
 fsdp_tensor *fsdp_op_all_gather(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                 uint32_t axis_mask, int64_t dim) {
-  return fsdp_wait(p, fsdp_op_all_gather_start(p, r, x, axis_mask, dim));
+  return synchronously(
+      p, [&] { return fsdp_op_all_gather_start(p, r, x, axis_mask, dim); });
 }
 
 fsdp_tensor *fsdp_op_reduce_scatter(fsdp_program *p, fsdp_type r,
                                     fsdp_tensor *x, uint32_t axis_mask,
                                     fsdp_reduction reduction, int64_t dim) {
-  return fsdp_wait(
-      p, fsdp_op_reduce_scatter_start(p, r, x, axis_mask, reduction, dim));
+  return synchronously(p, [&] {
+    return fsdp_op_reduce_scatter_start(p, r, x, axis_mask, reduction, dim);
+  });
 }
 
 fsdp_tensor *fsdp_op_all_reduce(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                 uint32_t axis_mask, fsdp_reduction reduction) {
-  return fsdp_wait(p, fsdp_op_all_reduce_start(p, r, x, axis_mask, reduction));
+  return synchronously(p, [&] {
+    return fsdp_op_all_reduce_start(p, r, x, axis_mask, reduction);
+  });
 }
 
 fsdp_tensor *fsdp_op_all_to_all(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                 uint32_t axis_mask, int64_t split_dim,
                                 int64_t concat_dim) {
-  return fsdp_wait(
-      p, fsdp_op_all_to_all_start(p, r, x, axis_mask, split_dim, concat_dim));
+  return synchronously(p, [&] {
+    return fsdp_op_all_to_all_start(p, r, x, axis_mask, split_dim, concat_dim);
+  });
 }
 
 fsdp_tensor *fsdp_op_permute(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                              uint32_t axis_mask, int64_t offset) {
-  return fsdp_wait(p, fsdp_op_permute_start(p, r, x, axis_mask, offset));
+  return synchronously(
+      p, [&] { return fsdp_op_permute_start(p, r, x, axis_mask, offset); });
 }
 
 fsdp_tensor *fsdp_op_broadcast(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                uint32_t axis_mask, int64_t root) {
-  return fsdp_wait(p, fsdp_op_broadcast_start(p, r, x, axis_mask, root));
+  return synchronously(
+      p, [&] { return fsdp_op_broadcast_start(p, r, x, axis_mask, root); });
 }
 
 //===----------------------------------------------------------------------===//

@@ -118,6 +118,9 @@ struct fsdp_program {
   int64_t step = -1;
   /// Seconds a collective may take before every rank stops (0: forever).
   double collectiveTimeout = 600;
+  /// Whether a communication thread advances started collectives while
+  /// the rank computes (needs MPI_THREAD_MULTIPLE).
+  bool commThread = true;
 };
 
 namespace fsdp::host {
@@ -266,6 +269,14 @@ void fillInputs(fsdp_program &p, const DataOptions &options, int64_t step);
 void dumpTensors(const fsdp_program &p, const std::string &dir);
 /// Prints memory, kernel time and collective traffic (rank 0).
 void printReport(const fsdp_program &p);
+/// What a group's collectives cost: how many ran, how long they were in
+/// flight and how long the rank blocked on them (the exposed communication;
+/// all of it for a synchronous one).
+struct OverlapStats {
+  int64_t calls = 0, inFlightNs = 0, blockedNs = 0;
+};
+/// Per group mask, since the program started.
+const std::map<uint32_t, OverlapStats> &overlapStats();
 
 } // namespace fsdp::host
 

@@ -44,6 +44,7 @@ struct Options {
   int64_t saveEvery = 0, keep = 0;
   double collectiveTimeout = 600;
   bool report = false, quiet = false, strictLoad = false;
+  bool commThread = true;
 };
 
 const char *kUsage =
@@ -52,7 +53,7 @@ const char *kUsage =
     "          [--save DIR [--save-every N] [--keep K]] [--resume DIR]\n"
     "          [--consolidate DIR --output FILE.safetensors]\n"
     "          [--collective-timeout SECONDS] [--dump-dir DIR]\n"
-    "          [--dump-step K] [--report] [--quiet]\n";
+    "          [--dump-step K] [--report] [--quiet] [--no-comm-thread]\n";
 
 /// Parses the options; returns false (after printing why on rank 0) if they
 /// are wrong.
@@ -106,6 +107,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
         o.seed = uint64_t(n);
         o.seedGiven = true;
       }
+    } else if (arg == "--no-comm-thread") {
+      o.commThread = false;
     } else if (arg == "--collective-timeout") {
       char *end = nullptr;
       if (!next())
@@ -180,7 +183,9 @@ bool lossOf(const fsdp_program &p, double &loss) {
 } // namespace
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  // The communication thread calls MPI beside the rank's own calls.
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   fsdp_program p;
   MPI_Comm_rank(MPI_COMM_WORLD, &p.worldRank);
   MPI_Comm_size(MPI_COMM_WORLD, &p.worldSize);
@@ -190,6 +195,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   p.collectiveTimeout = o.collectiveTimeout;
+  p.commThread = o.commThread && provided == MPI_THREAD_MULTIPLE;
   // A write past a file-size limit fails with EFBIG instead of killing the
   // process, so a save reports it like a full disk.
   std::signal(SIGXFSZ, SIG_IGN);

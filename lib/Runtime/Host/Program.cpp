@@ -362,29 +362,57 @@ fsdp_tensor *fsdp_tensor_new(fsdp_program *, fsdp_type type) {
 void *fsdp_tensor_data(fsdp_tensor *t) { return t->data; }
 
 struct fsdp_frame {
-  std::vector<fsdp_tensor *> slots;
+  /// A slot holds a tensor or a future (an async collective a layer
+  /// function started and a later one waits on), never both.
+  struct Slot {
+    fsdp_tensor *tensor = nullptr;
+    fsdp_future *future = nullptr;
+  };
+  std::vector<Slot> slots;
+
+  Slot &at(int64_t index, bool set) {
+    if (index < 0 || size_t(index) >= slots.size())
+      fail("frame", std::string(set ? "cannot set" : "no") + " slot " +
+                        std::to_string(index) + " of " +
+                        std::to_string(slots.size()));
+    return slots[size_t(index)];
+  }
 };
 
 fsdp_frame *fsdp_frame_new(fsdp_program *, int64_t size) {
   if (size < 0)
     fail("frame", "negative size " + std::to_string(size));
   auto *f = new fsdp_frame;
-  f->slots.assign(size_t(size), nullptr);
+  f->slots.assign(size_t(size), {});
   return f;
 }
 
 void fsdp_frame_set(fsdp_frame *f, int64_t index, fsdp_tensor *t) {
-  if (index < 0 || size_t(index) >= f->slots.size() || !t)
-    fail("frame", "cannot set slot " + std::to_string(index) + " of " +
-                      std::to_string(f->slots.size()));
-  f->slots[size_t(index)] = t;
+  if (!t)
+    fail("frame", "cannot set slot " + std::to_string(index) + " to null");
+  f->at(index, true) = {t, nullptr};
 }
 
 fsdp_tensor *fsdp_frame_get(fsdp_frame *f, int64_t index) {
-  if (index < 0 || size_t(index) >= f->slots.size() || !f->slots[index])
+  fsdp_tensor *t = f->at(index, false).tensor;
+  if (!t)
     fail("frame", "slot " + std::to_string(index) + " of " +
-                      std::to_string(f->slots.size()) + " is empty");
-  return f->slots[size_t(index)];
+                      std::to_string(f->slots.size()) + " holds no tensor");
+  return t;
+}
+
+void fsdp_frame_set_future(fsdp_frame *f, int64_t index, fsdp_future *future) {
+  if (!future)
+    fail("frame", "cannot set slot " + std::to_string(index) + " to null");
+  f->at(index, true) = {nullptr, future};
+}
+
+fsdp_future *fsdp_frame_get_future(fsdp_frame *f, int64_t index) {
+  fsdp_future *future = f->at(index, false).future;
+  if (!future)
+    fail("frame", "slot " + std::to_string(index) + " of " +
+                      std::to_string(f->slots.size()) + " holds no future");
+  return future;
 }
 
 void fsdp_frame_free(fsdp_frame *f) { delete f; }

@@ -124,6 +124,20 @@ void fsdp::host::printReport(const fsdp_program &p) {
                   (long long)fsdp_rt_kernel_calls(cls),
                   double(fsdp_rt_kernel_time_ns(cls)) / 1e6);
   }
+  // How long collectives were in flight and how long the rank waited for
+  // them (the exposed communication), per step and group.
+  if (!overlapStats().empty()) {
+    double steps = double(std::max<int64_t>(1, p.step + 1));
+    std::printf("time in collectives per step (communication thread %s)\n",
+                p.commThread ? "on" : "off");
+    std::printf("%-12s %10s %14s %14s\n", "group", "calls", "in flight ms",
+                "exposed ms");
+    for (const auto &[mask, stats] : overlapStats())
+      std::printf("%-12s %10.1f %14.3f %14.3f\n", groupName(p, mask).c_str(),
+                  double(stats.calls) / steps,
+                  double(stats.inFlightNs) / steps / 1e6,
+                  double(stats.blockedNs) / steps / 1e6);
+  }
   std::printf("%-16s %-12s %10s %14s\n", "collective", "group", "calls",
               "bytes sent");
   for (int k = 0; k < FSDP_RT_NUM_COLLECTIVE_KINDS; ++k)
