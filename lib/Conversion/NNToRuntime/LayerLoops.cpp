@@ -364,6 +364,10 @@ private:
   }
   /// The handle `s` names, read before a loop.
   Value materialize(const Source &s);
+  /// Fills `table` with the handles of a Gathered `input`: the longest
+  /// stretch that reads slots `a + b · i` of one earlier table by a copy
+  /// loop, the rest one by one.
+  void gather(Value table, const Input &input);
   /// The type of result `result` of run `run`'s function.
   Type resultType(unsigned run, unsigned result) const {
     return a.runs[run].calls.front()->getResult(result).getType();
@@ -423,6 +427,41 @@ Value LoopEmitter::materialize(const Source &s) {
   llvm_unreachable("unknown source");
 }
 
+void LoopEmitter::gather(Value table, const Input &input) {
+  ArrayRef<Source> all = input.all;
+  auto onLine = [&](size_t i, size_t from) {
+    const Source &s = all[i], &f = all[from], &g = all[from + 1];
+    return s.kind == Source::Result && s.run == f.run && s.number == f.number &&
+           s.slot == f.slot + (g.slot - f.slot) * int64_t(i - from);
+  };
+  size_t bestFrom = 0, bestLength = 0;
+  for (size_t from = 0; from + 1 < all.size(); ++from) {
+    if (all[from].kind != Source::Result || !onLine(from + 1, from))
+      continue;
+    size_t to = from + 2;
+    while (to < all.size() && onLine(to, from))
+      ++to;
+    if (to - from > bestLength)
+      std::tie(bestFrom, bestLength) = std::make_pair(from, to - from);
+  }
+  if (bestLength < 3)
+    bestLength = 0;
+  for (auto [i, s] : llvm::enumerate(all))
+    if (i < bestFrom || i >= bestFrom + bestLength)
+      set(table, literal(i), materialize(s));
+  if (!bestLength)
+    return;
+  const Source &f = all[bestFrom];
+  auto loop =
+      emitc::ForOp::create(b, loc, literal(0), literal(bestLength), literal(1));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value j = loop.getInductionVar();
+  set(table, line(bestFrom, 1, j),
+      get(a.runs[f.run].tables[f.number],
+          line(f.slot, all[bestFrom + 1].slot - f.slot, j), input.type));
+}
+
 Value LoopEmitter::read(const Run &run, const Input &input, Value before,
                         Value i) {
   switch (input.kind) {
@@ -468,8 +507,7 @@ void LoopEmitter::emitRun(Run &run) {
     if (input.kind != Input::Gathered)
       continue;
     gathered.push_back(before[p] = newFrame(n));
-    for (auto [i, s] : llvm::enumerate(input.all))
-      set(before[p], literal(i), materialize(s));
+    gather(before[p], input);
   }
   Value frame = newFrame(numInputs + first.getNumResults());
   auto loop = emitc::ForOp::create(b, loc, literal(0), literal(n), literal(1));
