@@ -33,6 +33,11 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
   if (!options.step.empty() &&
       failed(parsePassPipeline(options.step, pm, llvm::errs())))
     return failure();
+  if (options.isParallel() && options.schedule) {
+    SchedulePassOptions schedule;
+    schedule.remark = false;
+    pm.addPass(createSchedulePass(schedule));
+  }
   if (options.report) {
     pm.addPass(createCommReportPass());
     pm.addPass(createMemoryReportPass());
@@ -58,7 +63,8 @@ void fsdp::registerPipeline() {
       "fsdp-pipeline",
       "Graph to per-rank program to runtime calls: fsdp-tp-plan, "
       "fsdp-partition and fsdp-shard when a parallel option is given, the "
-      "`step` passes, the reports, fsdp-lower-to-runtime",
+      "`step` passes, fsdp-schedule when parallel, the reports, "
+      "fsdp-lower-to-runtime",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
         PipelineOptions options;

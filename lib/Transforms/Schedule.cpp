@@ -56,8 +56,8 @@ public:
   /// that cannot move.
   void hoist(Operation *start, Operation *point);
   /// Moves `wait`, with the pure ops that only rearrange its value, down to
-  /// right before the first op that needs them.
-  void sink(dist::WaitOp wait);
+  /// right before the first op that needs them, but not past `limit`.
+  void sink(dist::WaitOp wait, Operation *limit);
   /// Starts the gathers of `chain` (in program order) `depth` units ahead.
   unsigned prefetch(ArrayRef<Operation *> chain, int64_t depth);
   /// Checks the schedule; emits an error at the offending op on failure.
@@ -116,7 +116,7 @@ void Scheduler::hoist(Operation *start, Operation *point) {
   }
 }
 
-void Scheduler::sink(dist::WaitOp wait) {
+void Scheduler::sink(dist::WaitOp wait, Operation *limit) {
   // The wait and the pure single-result ops that consume only it (and
   // values defined before it): the gradient's cast, slices, reshapes.
   llvm::SetVector<Operation *> chain;
@@ -147,6 +147,8 @@ void Scheduler::sink(dist::WaitOp wait) {
     }
   if (!first)
     first = body.getTerminator();
+  if (limit && limit->isBeforeInBlock(first))
+    first = limit;
   SmallVector<Operation *> ordered = chain.takeVector();
   llvm::sort(ordered,
              [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
@@ -250,12 +252,18 @@ struct SchedulePass : fsdp::impl::SchedulePassBase<SchedulePass> {
         scheduler.prefetch(forward, depthOf(module, forwardDepth, 0)) +
         scheduler.prefetch(backward, depthOf(module, backwardDepth, 1));
     numPrefetched += prefetched;
-    for (Operation *op : syncs)
-      scheduler.sink(scheduler.makeAsync(op).wait);
+    // One gradient sync in flight, as FSDP2 keeps it: a sync's future
+    // holds the unit's whole gradient, so it is waited before the next
+    // starts (or where its result is needed, if that is earlier).
+    for (auto [i, op] : llvm::enumerate(syncs))
+      scheduler.sink(scheduler.makeAsync(op).wait,
+                     i + 1 < syncs.size() ? syncs[i + 1] : nullptr);
     numOverlapped += syncs.size();
     unsigned collectives = 0, groups = 0;
     if (failed(scheduler.verify(collectives, groups)))
       return signalPassFailure();
+    if (!remark)
+      return;
     step.emitRemark() << "fsdp-schedule: " << prefetched
                       << " all-gathers started ahead, " << syncs.size()
                       << " gradient syncs waited at first use; " << collectives

@@ -94,6 +94,12 @@ static cl::opt<std::string>
     hostCompiler("cxx", cl::desc("C++ compiler (an MPI wrapper)"),
                  cl::init(FSDP_HOST_CXX));
 static cl::opt<bool> verbose("v", cl::desc("Print the compiler command"));
+static cl::opt<bool> schedule(
+    "schedule",
+    cl::desc("Overlap FSDP's collectives with compute (fsdp-schedule after "
+             "--passes): all-gathers start units ahead, gradient syncs are "
+             "waited later (off by default)"),
+    cl::init(false));
 static cl::opt<bool> outlineLayers(
     "outline-layers",
     cl::desc("Emit the code that repeats per layer once, as functions "
@@ -229,6 +235,7 @@ static LogicalResult run() {
   options.report = report;
   options.reportJson = reportJson;
   options.outlineLayers = outlineLayers;
+  options.schedule = schedule;
   if (options.isParallel() && !meshSpec.empty())
     return usageError("--mesh and the parallel options (--parallel, --tp, "
                       "--sequence-parallel, --world-size) both give a mesh; "

@@ -409,8 +409,9 @@ def SchedulePass : Pass<"fsdp-schedule", "mlir::ModuleOp"> {
     - Reduce-scatters and all-reduces over data-parallel axes (gradient
       sync, HSDP) start where they stand; their wait, with the casts and
       slices that only rearrange the result, moves down to the first op
-      that needs it (the clip norm, the optimizer), so they overlap the
-      rest of the backward.
+      that needs it, but not past the next gradient sync's start: one sync
+      is in flight at a time, as in FSDP2, since its future holds the
+      unit's whole gradient. Each overlaps the next unit's backward.
 
     Depths default to the module's `fsdp.prefetch` (written by
     `fsdp-tp-plan` from FSDP2Config: `fsdp2_forward_prefetch_depth` and
@@ -445,6 +446,8 @@ def SchedulePass : Pass<"fsdp-schedule", "mlir::ModuleOp"> {
            /*default=*/"true",
            "Start data-parallel reduce-scatters and all-reduces where they "
            "stand and wait where their result is first needed">,
+    Option<"remark", "remark", "bool", /*default=*/"true",
+           "Describe the schedule and its check in a remark">,
   ];
   let statistics = [
     Statistic<"numPrefetched", "prefetched-gathers",

@@ -63,6 +63,12 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Passes run on the per-rank program before the reports "
                      "and lowering, as a pipeline (e.g. "
                      "'fsdp-build-train-step{lr=1e-3}')")};
+  Option<bool> schedule{
+      *this, "schedule",
+      llvm::cl::desc("Overlap FSDP's collectives with compute (fsdp-schedule, "
+                     "at the config's prefetch depths) after the `step` "
+                     "passes of a parallel program"),
+      llvm::cl::init(false)};
   Option<bool> report{
       *this, "report",
       llvm::cl::desc("Print the plan, communication and memory tables on "

@@ -140,12 +140,13 @@ SmallVector<Layer> Attribution::run() {
     size_t j = i;
     while (j < ops.size() && layers[j] == layers[i])
       ++j;
-    bool starts =
-        llvm::any_of(ArrayRef(ops).slice(i, j - i), [](Operation *op) {
-          return llvm::any_of(op->getResultTypes(),
-                              [](Type t) { return isa<dist::FutureType>(t); });
+    auto future = [](Type t) { return isa<dist::FutureType>(t); };
+    bool async =
+        llvm::any_of(ArrayRef(ops).slice(i, j - i), [&](Operation *op) {
+          return llvm::any_of(op->getResultTypes(), future) ||
+                 llvm::any_of(op->getOperandTypes(), future);
         });
-    if (starts && i > 0 && j < ops.size() && layers[i - 1] == layers[j] &&
+    if (async && i > 0 && j < ops.size() && layers[i - 1] == layers[j] &&
         layers[j] >= 0 && layers[i] >= 0)
       std::fill(layers.begin() + i, layers.begin() + j, layers[j]);
     i = j;
