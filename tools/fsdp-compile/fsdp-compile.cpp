@@ -98,8 +98,9 @@ static cl::opt<bool> schedule(
     "schedule",
     cl::desc("Overlap FSDP's collectives with compute (fsdp-schedule after "
              "--passes): all-gathers start units ahead, gradient syncs are "
-             "waited later (off by default)"),
-    cl::init(false));
+             "waited later (default; --schedule=false keeps every "
+             "collective synchronous)"),
+    cl::init(true));
 static cl::opt<bool> outlineLayers(
     "outline-layers",
     cl::desc("Emit the code that repeats per layer once, as functions "

@@ -68,7 +68,7 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Overlap FSDP's collectives with compute (fsdp-schedule, "
                      "at the config's prefetch depths) after the `step` "
                      "passes of a parallel program"),
-      llvm::cl::init(false)};
+      llvm::cl::init(true)};
   Option<bool> report{
       *this, "report",
       llvm::cl::desc("Print the plan, communication and memory tables on "

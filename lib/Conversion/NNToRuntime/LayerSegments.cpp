@@ -81,6 +81,13 @@ SmallVector<Layer> Attribution::run() {
   for (auto [i, op] : llvm::enumerate(ops)) {
     if (layers[i] != kNone)
       continue;
+    // The wait of a collective a unit started is the unit's.
+    if (auto wait = dyn_cast<dist::WaitOp>(op))
+      if (Operation *start = wait.getFuture().getDefiningOp())
+        if (Layer layer = named(*start); layer != kNone) {
+          layers[i] = layer;
+          continue;
+        }
     // An op on a layer's parameter (its cast, its optimizer step), which
     // may stand at a location an op of one layer has too.
     for (Value operand : op->getOperands())
@@ -121,6 +128,31 @@ SmallVector<Layer> Attribution::run() {
     if (one)
       layerOf[ops[i]] = layers[i] = common;
   }
+  // A run of one layer's ops that starts or waits on a collective inside
+  // another layer's ops (a prefetch fsdp-schedule started during that
+  // layer's compute, a gradient sync it waits there) belongs to the layer
+  // it runs in. Unattributed ops in between do not count.
+  SmallVector<size_t> attributed;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (layers[i] != kNone)
+      attributed.push_back(i);
+  auto future = [](Type t) { return isa<dist::FutureType>(t); };
+  for (size_t a = 0; a < attributed.size();) {
+    size_t b = a;
+    while (b < attributed.size() &&
+           layers[attributed[b]] == layers[attributed[a]])
+      ++b;
+    bool async =
+        llvm::any_of(ArrayRef(attributed).slice(a, b - a), [&](size_t k) {
+          return llvm::any_of(ops[k]->getResultTypes(), future) ||
+                 llvm::any_of(ops[k]->getOperandTypes(), future);
+        });
+    if (async && a > 0 && b < attributed.size() &&
+        layers[attributed[a - 1]] == layers[attributed[b]])
+      for (size_t k = a; k < b; ++k)
+        layers[attributed[k]] = layers[attributed[b]];
+    a = b;
+  }
   // Ops between two ops of one layer belong to it.
   Layer previous = kNone;
   size_t gapStart = 0;
@@ -132,24 +164,6 @@ SmallVector<Layer> Attribution::run() {
         layers[j] = previous;
     previous = layers[i];
     gapStart = i + 1;
-  }
-  // A run of one layer's ops inside another layer's (a prefetch that
-  // fsdp-schedule started during the other layer's compute) belongs to the
-  // layer it runs in.
-  for (size_t i = 0; i < ops.size();) {
-    size_t j = i;
-    while (j < ops.size() && layers[j] == layers[i])
-      ++j;
-    auto future = [](Type t) { return isa<dist::FutureType>(t); };
-    bool async =
-        llvm::any_of(ArrayRef(ops).slice(i, j - i), [&](Operation *op) {
-          return llvm::any_of(op->getResultTypes(), future) ||
-                 llvm::any_of(op->getOperandTypes(), future);
-        });
-    if (async && i > 0 && j < ops.size() && layers[i - 1] == layers[j] &&
-        layers[j] >= 0 && layers[i] >= 0)
-      std::fill(layers.begin() + i, layers.begin() + j, layers[j]);
-    i = j;
   }
   return layers;
 }
