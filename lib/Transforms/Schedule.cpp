@@ -172,7 +172,9 @@ unsigned Scheduler::prefetch(ArrayRef<Operation *> chain, int64_t depth) {
     if (point->isBeforeInBlock(units[j].start))
       hoist(units[j].start, point);
   }
-  return units.size() - 1;
+  // Every unit but the first starts ahead; an empty chain (no resharded
+  // unit to gather again) starts none.
+  return units.empty() ? 0 : units.size() - 1;
 }
 
 LogicalResult Scheduler::verify(unsigned &collectives, unsigned &groups) {
@@ -266,8 +268,8 @@ struct SchedulePass : fsdp::impl::SchedulePassBase<SchedulePass> {
       return;
     step.emitRemark() << "fsdp-schedule: " << prefetched
                       << " all-gathers started ahead, " << syncs.size()
-                      << " gradient syncs waited at first use; " << collectives
-                      << " collectives over " << groups
+                      << " gradient syncs waited later, one in flight; "
+                      << collectives << " collectives over " << groups
                       << " groups, each issued in the same order on every "
                          "rank of its group (one program, no rank-dependent "
                          "branch), every future waited once before its use";

@@ -61,4 +61,4 @@ func.func @forward(%x: tensor<2x8xf32>, %w0: tensor<1x8xf32>, %w1: tensor<1x8xf3
 // D0-NOT: dist.wait
 // D0-NOT: !dist.future
 
-// REMARK: remark: fsdp-schedule: 3 all-gathers started ahead, 1 gradient syncs waited at first use; 6 collectives over 1 groups
+// REMARK: remark: fsdp-schedule: 3 all-gathers started ahead, 1 gradient syncs waited later, one in flight; 6 collectives over 1 groups
