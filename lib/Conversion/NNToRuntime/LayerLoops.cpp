@@ -348,20 +348,6 @@ private:
   void free(Value frame) {
     Call(context, "fsdp_frame_free").value(frame).emit(b, loc);
   }
-  /// Hands `handle` over as result `index` (a value, or a literal when
-  /// `number` is given) and releases it if it `dies` there.
-  void result(Value index, std::optional<int64_t> number, Value handle,
-              bool dies) {
-    Call call(context, "fsdp_prog_result");
-    call.value(program);
-    if (number)
-      call.literal(intLiteral(*number));
-    else
-      call.value(index);
-    call.value(handle).emit(b, loc);
-    if (dies)
-      state.release(b, loc, handle);
-  }
   /// The handle `s` names, read before a loop.
   Value materialize(const Source &s);
   /// Fills `table` with the handles of a Gathered `input`: the longest
@@ -559,15 +545,16 @@ void LoopEmitter::planReturn(func::ReturnOp ret) {
   }
   for (auto &[table, members] : byTable) {
     llvm::sort(members);
-    SmallVector<int64_t> calls, numbers;
+    SmallVector<int64_t> slots, numbers;
     for (auto [slot, number, dies] : members) {
-      calls.push_back(slot);
+      slots.push_back(slot);
       numbers.push_back(number);
     }
-    auto callLine = affine(calls), numberLine = affine(numbers);
+    // Every call's result (slots 1 .. n), as results `base + step · i`.
+    auto slotLine = affine(slots), numberLine = affine(numbers);
     bool dies = std::get<2>(members.front());
-    if (members.size() != a.runs[table.first].calls.size() || !callLine ||
-        *callLine != std::make_pair(int64_t(1), int64_t(1)) || !numberLine ||
+    if (members.size() != a.runs[table.first].calls.size() || !slotLine ||
+        *slotLine != std::make_pair(int64_t(1), int64_t(1)) || !numberLine ||
         llvm::any_of(members, [&](auto &m) { return std::get<2>(m) != dies; }))
       continue;
     resultLoops.push_back({table.first, table.second, numberLine->first,
@@ -588,10 +575,10 @@ void LoopEmitter::emitReturn(func::ReturnOp ret) {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     Value i = loop.getInductionVar();
-    result(line(r.base, r.step, i), std::nullopt,
-           get(a.runs[r.run].tables[r.result], line(1, 1, i),
-               resultType(r.run, r.result)),
-           r.dies);
+    state.handOverResult(b, loc, program, line(r.base, r.step, i),
+                         get(a.runs[r.run].tables[r.result], line(1, 1, i),
+                             resultType(r.run, r.result)),
+                         r.dies);
   }
   for (OpOperand &operand : ret->getOpOperands()) {
     unsigned number = operand.getOperandNumber();
@@ -599,7 +586,8 @@ void LoopEmitter::emitReturn(func::ReturnOp ret) {
       continue;
     Source s;
     s.value = operand.get();
-    result(Value(), number, materialize(s), llvm::is_contained(dying, number));
+    state.handOverResult(b, loc, program, int64_t(number), materialize(s),
+                         llvm::is_contained(dying, number));
   }
 }
 

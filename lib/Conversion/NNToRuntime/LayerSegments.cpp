@@ -168,8 +168,6 @@ SmallVector<Layer> Attribution::run() {
   return layers;
 }
 
-/// Whether `v` is a tensor the lowering owns a handle of (an op's result,
-/// not a future).
 /// The inputs, outputs and signature of the run [begin, end) of `ops`, or
 /// failure when it cannot be a function.
 FailureOr<std::string> describe(ArrayRef<Operation *> ops, unsigned begin,

@@ -175,6 +175,21 @@ void LoweringState::release(OpBuilder &builder, Location loc, Value v) {
   ++stats.releases;
 }
 
+void LoweringState::handOverResult(OpBuilder &builder, Location loc,
+                                   Value program,
+                                   std::variant<int64_t, Value> index,
+                                   Value handle, bool dies) {
+  Call call(context, "fsdp_prog_result");
+  call.value(program);
+  if (auto *number = std::get_if<int64_t>(&index))
+    call.literal(intLiteral(*number));
+  else
+    call.value(std::get<Value>(index));
+  call.value(handle).emit(builder, loc);
+  if (dies)
+    release(builder, loc, handle);
+}
+
 void LoweringState::releaseDead(OpBuilder &builder, Operation *op,
                                 ValueRange operands, ValueRange results) {
   for (unsigned i : plan->operandsDyingAt(op))

@@ -24,6 +24,8 @@
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <variant>
+
 namespace fsdp {
 
 //===----------------------------------------------------------------------===//
@@ -94,6 +96,13 @@ struct LoweringState {
   mlir::Value program(mlir::Operation *op) const;
   /// Emits `fsdp_release(v)`.
   void release(mlir::OpBuilder &builder, mlir::Location loc, mlir::Value v);
+  /// Hands `handle` to `program` as step result `index` (a number, or a
+  /// value a loop computes); the program keeps its own reference, so the
+  /// handle is released there when it `dies` there.
+  void handOverResult(mlir::OpBuilder &builder, mlir::Location loc,
+                      mlir::Value program,
+                      std::variant<int64_t, mlir::Value> index,
+                      mlir::Value handle, bool dies);
   /// Emits the releases the plan puts after `op`, whose operands and results
   /// are now `operands` and `results`.
   void releaseDead(mlir::OpBuilder &builder, mlir::Operation *op,

@@ -287,13 +287,8 @@ struct ReturnPattern : StatePattern<func::ReturnOp> {
             .emit(rewriter, loc);
         continue;
       }
-      // The program keeps its own reference to a result.
-      call("fsdp_prog_result", op)
-          .literal(intLiteral(i))
-          .value(v)
-          .emit(rewriter, loc);
-      if (llvm::is_contained(dying, i))
-        state.release(rewriter, loc, v);
+      state.handOverResult(rewriter, loc, state.program(op), int64_t(i), v,
+                           llvm::is_contained(dying, i));
     }
     rewriter.replaceOpWithNewOp<emitc::ReturnOp>(op, Value());
     return success();
