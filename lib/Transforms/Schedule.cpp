@@ -43,6 +43,14 @@ struct Async {
   dist::WaitOp wait;
 };
 
+/// `ops`, all in one block, in the block's order.
+SmallVector<Operation *> inBlockOrder(llvm::SetVector<Operation *> &ops) {
+  SmallVector<Operation *> ordered = ops.takeVector();
+  llvm::sort(ordered,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  return ordered;
+}
+
 class Scheduler {
 public:
   explicit Scheduler(func::FuncOp step)
@@ -102,12 +110,8 @@ void Scheduler::hoist(Operation *start, Operation *point) {
       point = blocker;
       continue;
     }
-    SmallVector<Operation *> ordered = slice.takeVector();
-    llvm::sort(ordered, [](Operation *a, Operation *b) {
-      return a->isBeforeInBlock(b);
-    });
     Operation *cursor = point;
-    for (Operation *op : ordered) {
+    for (Operation *op : inBlockOrder(slice)) {
       op->moveAfter(cursor);
       cursor = op;
     }
@@ -117,8 +121,9 @@ void Scheduler::hoist(Operation *start, Operation *point) {
 }
 
 void Scheduler::sink(dist::WaitOp wait, Operation *limit) {
-  // The wait and the pure single-result ops that consume only it (and
-  // values defined before it): the gradient's cast, slices, reshapes.
+  // The wait and the pure ops (not collectives) whose operands are its
+  // value, their results or values defined before it: the gradient's
+  // cast, slices, reshapes.
   llvm::SetVector<Operation *> chain;
   chain.insert(wait);
   for (size_t i = 0; i < chain.size(); ++i)
@@ -149,10 +154,7 @@ void Scheduler::sink(dist::WaitOp wait, Operation *limit) {
     first = body.getTerminator();
   if (limit && limit->isBeforeInBlock(first))
     first = limit;
-  SmallVector<Operation *> ordered = chain.takeVector();
-  llvm::sort(ordered,
-             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-  for (Operation *op : ordered)
+  for (Operation *op : inBlockOrder(chain))
     op->moveBefore(first);
 }
 

@@ -387,32 +387,42 @@ fsdp_frame *fsdp_frame_new(fsdp_program *, int64_t size) {
   return f;
 }
 
-void fsdp_frame_set(fsdp_frame *f, int64_t index, fsdp_tensor *t) {
-  if (!t)
+namespace {
+/// Puts `slot` (a tensor or a future, never null) in slot `index` of `f`.
+template <typename T>
+void setSlot(fsdp_frame *f, int64_t index, const T *handle,
+             fsdp_frame::Slot slot) {
+  if (!handle)
     fail("frame", "cannot set slot " + std::to_string(index) + " to null");
-  f->at(index, true) = {t, nullptr};
+  f->at(index, true) = slot;
+}
+
+/// The `member` of slot `index` of `f`, which must hold one (`what`).
+template <typename T>
+T *getSlot(fsdp_frame *f, int64_t index, T *fsdp_frame::Slot::*member,
+           const char *what) {
+  T *handle = f->at(index, false).*member;
+  if (!handle)
+    fail("frame", "slot " + std::to_string(index) + " of " +
+                      std::to_string(f->slots.size()) + " holds no " + what);
+  return handle;
+}
+} // namespace
+
+void fsdp_frame_set(fsdp_frame *f, int64_t index, fsdp_tensor *t) {
+  setSlot(f, index, t, {t, nullptr});
 }
 
 fsdp_tensor *fsdp_frame_get(fsdp_frame *f, int64_t index) {
-  fsdp_tensor *t = f->at(index, false).tensor;
-  if (!t)
-    fail("frame", "slot " + std::to_string(index) + " of " +
-                      std::to_string(f->slots.size()) + " holds no tensor");
-  return t;
+  return getSlot(f, index, &fsdp_frame::Slot::tensor, "tensor");
 }
 
 void fsdp_frame_set_future(fsdp_frame *f, int64_t index, fsdp_future *future) {
-  if (!future)
-    fail("frame", "cannot set slot " + std::to_string(index) + " to null");
-  f->at(index, true) = {nullptr, future};
+  setSlot(f, index, future, {nullptr, future});
 }
 
 fsdp_future *fsdp_frame_get_future(fsdp_frame *f, int64_t index) {
-  fsdp_future *future = f->at(index, false).future;
-  if (!future)
-    fail("frame", "slot " + std::to_string(index) + " of " +
-                      std::to_string(f->slots.size()) + " holds no future");
-  return future;
+  return getSlot(f, index, &fsdp_frame::Slot::future, "future");
 }
 
 void fsdp_frame_free(fsdp_frame *f) { delete f; }
