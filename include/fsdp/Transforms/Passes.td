@@ -392,7 +392,7 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
 }
 
 def SchedulePass : Pass<"fsdp-schedule", "mlir::ModuleOp"> {
-  let summary = "Overlap FSDP's collectives with compute: async starts ahead, waits at first use";
+  let summary = "Overlap FSDP's collectives with compute: gathers start ahead, gradient syncs are waited later";
   let description = [{
     Runs on the per-rank step (after `fsdp-build-train-step`, or on a
     forward) and turns FSDP's collectives into their asynchronous form
