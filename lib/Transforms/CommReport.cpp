@@ -61,19 +61,8 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
         op->emitOpError("has no mesh to report on");
         return WalkResult::interrupt();
       }
-      uint32_t mask = 0;
-      for (Attribute listed : op.getMeshAxes())
-        for (StringRef axis :
-             mesh.expandAxis(cast<StringAttr>(listed).getValue()))
-          for (auto [i, a] : llvm::enumerate(mesh.getAxes()))
-            if (cast<StringAttr>(a).getValue() == axis)
-              mask |= 1u << i;
-      std::string name;
-      for (auto [i, a] : llvm::enumerate(mesh.getAxes()))
-        if (mask & (1u << i))
-          name +=
-              (name.empty() ? "" : ",") + cast<StringAttr>(a).getValue().str();
-      groupNames[mask] = "{" + name + "}";
+      uint32_t mask = axisMask(op, mesh);
+      groupNames[mask] = groupName(mask, mesh);
       accounting::Collective kind = collectiveKind(op);
       Volume &v = volumes[{static_cast<int>(kind), mask}];
       ++v.calls;

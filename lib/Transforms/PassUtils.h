@@ -40,6 +40,13 @@ int64_t bytesOf(mlir::Type type);
 /// The runtime's name for collective `op` (Accounting.h).
 accounting::Collective collectiveKind(dist::CollectiveOpInterface op);
 
+/// The mesh axes `op` communicates over, as a mask (bit i: axis i of
+/// `mesh`), views expanded.
+uint32_t axisMask(dist::CollectiveOpInterface op, dist::MeshOp mesh);
+
+/// The group of the axes in `mask`, as the reports name it: "{dp,tp}".
+std::string groupName(uint32_t mask, dist::MeshOp mesh);
+
 /// The ranks in `op`'s group on `mesh`.
 int64_t groupSize(dist::CollectiveOpInterface op, dist::MeshOp mesh);
 

@@ -30,6 +30,10 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     shard.vocabUnits = options.vocabUnits;
     pm.addPass(createFSDPShardPass(shard));
   }
+  if (!options.trace.empty() && options.simulate.empty()) {
+    llvm::errs() << "fsdp-pipeline: `trace` needs `simulate`\n";
+    return failure();
+  }
   if (!options.step.empty() &&
       failed(parsePassPipeline(options.step, pm, llvm::errs())))
     return failure();
@@ -47,6 +51,12 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     json.format = ReportFormat::Json;
     json.output = options.reportJson;
     pm.addPass(createCommReportPass(json));
+  }
+  if (!options.simulate.empty()) {
+    SimulatePassOptions simulate;
+    simulate.hardware = options.simulate;
+    simulate.trace = options.trace;
+    pm.addPass(createSimulatePass(simulate));
   }
   if (options.lower) {
     LowerToRuntimePassOptions lowering;

@@ -3,10 +3,13 @@ synchronously (no fsdp-schedule), scheduled at depth 0 (the gradient syncs
 async only), and scheduled with FSDP2's implicit prefetch (one unit ahead
 each way), with and without the runtime's communication thread. Runs are
 interleaved, so machine noise hits every variant alike; prints the median
-step time and the exposed (waited) communication per step of each.
+step time and the exposed (waited) communication per step of each. With
+`--simulate HW.json`, also the simulator's prediction of each schedule on
+that hardware (fsdp-compile --simulate, 2 ranks on one node).
 
     /usr/bin/python3 test/bench/overlap_bench.py --bin-dir build/bin \
-        --config test/bench/small-llama.json --batch 2 --seq 64 --rounds 3
+        --config test/bench/small-llama.json --batch 2 --seq 64 --rounds 3 \
+        --simulate docs/hardware/h100-sxm.json
 """
 
 import argparse
@@ -43,6 +46,8 @@ def main():
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--simulate", metavar="HW.json",
+                        help="also predict each schedule on this hardware")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="overlap-bench-")
     graph = os.path.join(tmp, "g.json")
@@ -52,14 +57,25 @@ def main():
     with open(parallel, "w") as f:
         json.dump(F32, f)
     exes = {}
+    predicted = {}
     for name, schedule, _ in VARIANTS:
         passes = "fsdp-build-train-step" + ("," + schedule if schedule else "")
         exe = os.path.join(tmp, re.sub(r"\W+", "_", name))
-        if schedule not in exes:
-            run([os.path.join(args.bin_dir, "fsdp-compile"), graph,
-                 "--parallel", parallel, "--world-size", "2",
-                 "--passes=" + passes, "-o", exe])
-            exes[schedule] = exe
+        if schedule in exes:
+            continue
+        # The variant's own schedule only: not the pipeline's default one.
+        compile_cmd = [os.path.join(args.bin_dir, "fsdp-compile"), graph,
+                       "--parallel", parallel, "--world-size", "2",
+                       "--schedule=false", "--passes=" + passes]
+        run(compile_cmd + ["-o", exe])
+        exes[schedule] = exe
+        if args.simulate:
+            out = run(compile_cmd + ["--simulate", args.simulate,
+                                     "--source-only", "--emit-source",
+                                     exe + ".cpp"])
+            predicted[schedule] = [float(re.search(
+                "^" + what + r"\s+(\S+) ms", out, re.M).group(1))
+                for what in ("step time", "exposed communication")]
     times = {name: [] for name, _, _ in VARIANTS}
     exposed = {name: [] for name, _, _ in VARIANTS}
     for _ in range(args.rounds):
@@ -73,12 +89,17 @@ def main():
             rows = re.findall(r"^(\{[^}]*\})\s+\S+\s+\S+\s+(\S+)$", out, re.M)
             exposed[name].append(sum(float(r[1]) for r in rows))
     base = statistics.median(times["sync"])
+    sim = f" {'predicted ms':>13} {'exposed':>8}" if args.simulate else ""
     print(f"{'variant':32} {'step ms':>10} {'vs sync':>8} "
-          f"{'exposed ms/step':>16}")
-    for name, _, _ in VARIANTS:
+          f"{'exposed ms/step':>16}" + sim)
+    for name, schedule, _ in VARIANTS:
         t = statistics.median(times[name])
         e = statistics.median(exposed[name]) if exposed[name] else 0.0
-        print(f"{name:32} {t:10.2f} {base / t:8.3f} {e:16.2f}")
+        line = f"{name:32} {t:10.2f} {base / t:8.3f} {e:16.2f}"
+        if args.simulate:
+            line += f" {predicted[schedule][0]:13.3f} " \
+                    f"{predicted[schedule][1]:8.3f}"
+        print(line)
     return 0
 
 

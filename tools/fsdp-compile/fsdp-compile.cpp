@@ -88,6 +88,17 @@ static cl::opt<std::string>
     reportJson("report-json",
                cl::desc("Write the communication report as JSON here"),
                cl::value_desc("file"));
+static cl::opt<std::string> simulate(
+    "simulate",
+    cl::desc("Predict the step's time, exposed communication, MFU and "
+             "tokens/s per GPU on this hardware model (docs/simulator.md; "
+             "docs/hardware/ has H100 and H200)"),
+    cl::value_desc("hardware.json"));
+static cl::opt<std::string>
+    traceFile("trace",
+              cl::desc("With --simulate: write the predicted step as a "
+                       "Chrome/Perfetto trace (JSON) here"),
+              cl::value_desc("file"));
 static cl::opt<bool> sourceOnly("source-only",
                                 cl::desc("Stop after writing --emit-source"));
 static cl::opt<std::string>
@@ -237,6 +248,10 @@ static LogicalResult run() {
   options.reportJson = reportJson;
   options.outlineLayers = outlineLayers;
   options.schedule = schedule;
+  options.simulate = simulate;
+  options.trace = traceFile;
+  if (!traceFile.empty() && simulate.empty())
+    return usageError("--trace needs --simulate");
   if (options.isParallel() && !meshSpec.empty())
     return usageError("--mesh and the parallel options (--parallel, --tp, "
                       "--sequence-parallel, --world-size) both give a mesh; "

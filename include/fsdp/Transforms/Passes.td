@@ -492,4 +492,53 @@ def MemoryReportPass : Pass<"fsdp-memory-report", "mlir::ModuleOp"> {
   ];
 }
 
+def SimulatePass : Pass<"fsdp-simulate", "mlir::ModuleOp"> {
+  let summary = "Predict one step's time on a hardware model, with a trace";
+  let description = [{
+    Replays the per-rank step function (after `fsdp-schedule`) on one compute
+    stream and one stream per communicating mesh-axis group of a GPU
+    described by `hardware` (a JSON file: peak FLOP/s per dtype, HBM
+    bandwidth, kernel efficiencies, NVLink and network bandwidth and
+    latency, GPUs per node; docs/simulator.md). Costs:
+
+    - matmuls and attention by their FLOPs (CostOpInterface) at the stated
+      efficiency, other ops by the bytes they move at the HBM bandwidth;
+    - collectives by α-β models (ring; all-reduce the faster of ring and
+      tree) on NVLink when the group's ranks share a node, else on the
+      network at the bandwidth of the group's NICs per node (ranks are laid
+      out row-major over the mesh, the last axis fastest);
+    - an async collective starts on its group's stream when its input is
+      ready and the stream is free; `dist.wait`, and every synchronous
+      collective, holds the compute stream until the transfer is done: that
+      time is the exposed communication.
+
+    Prints the predicted step time, compute and exposed communication per
+    group, MFU (model FLOPs over step time and the bf16 dense peak) and
+    tokens/s per GPU, and writes a Chrome/Perfetto trace with one track per
+    stream. The IR is unchanged.
+
+    ```
+    simulated step on NVIDIA H100 SXM5 80GB, one of 64 ranks
+    step time                                  9871.4 ms
+    ...
+    ```
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The step function to simulate">,
+    Option<"hardware", "hardware", "std::string", /*default=*/"\"\"",
+           "The hardware model (JSON)">,
+    Option<"trace", "trace", "std::string", /*default=*/"\"\"",
+           "Write a Chrome/Perfetto trace (JSON) here">,
+    Option<"format", "format", "fsdp::ReportFormat",
+           /*default=*/"fsdp::ReportFormat::Table", "The report's layout: table or json", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::ReportFormat::Table, "table", "a table"),
+          clEnumValN(fsdp::ReportFormat::Json, "json", "JSON"))
+    }]>,
+    Option<"output", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the report (- for stdout)">,
+  ];
+}
+
 #endif // FSDP_TRANSFORMS_PASSES_TD

@@ -77,6 +77,14 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<std::string> reportJson{
       *this, "report-json",
       llvm::cl::desc("Write the communication report as JSON here")};
+  Option<std::string> simulate{
+      *this, "simulate",
+      llvm::cl::desc("Predict the step's time on this hardware model (JSON, "
+                     "docs/simulator.md) and print it (fsdp-simulate)")};
+  Option<std::string> trace{
+      *this, "trace",
+      llvm::cl::desc("With `simulate`: write the predicted step as a "
+                     "Chrome/Perfetto trace here")};
   Option<bool> outlineLayers{
       *this, "outline-layers",
       llvm::cl::desc("Lower the runs of ops that repeat per layer once, as "

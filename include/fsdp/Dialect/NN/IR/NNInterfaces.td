@@ -98,4 +98,21 @@ def NN_GradientOpInterface : OpInterface<"GradientOpInterface"> {
   ];
 }
 
+def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::fsdp::nn";
+  let description = [{
+    The work an op does on one rank, for the step-time simulator
+    (`fsdp-simulate`): the floating-point operations it executes, the ones
+    that count as model FLOPs for MFU (torchtitan's convention: matmuls and
+    attention, causal masking not credited, recomputation not counted), the
+    bytes it moves through memory, and the engine that bounds it. The rule
+    lives with the op, in NNCostRules.cpp. An op without one streams: it
+    reads its operands and writes its results once (`streamingCost`).
+  }];
+  let methods = [
+    InterfaceMethod<"The op's cost on its operand shapes.",
+      "::fsdp::nn::OpCost", "getCost">,
+  ];
+}
+
 #endif // FSDP_DIALECT_NN_IR_NNINTERFACES_TD

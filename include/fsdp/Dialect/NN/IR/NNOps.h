@@ -75,6 +75,25 @@ mlir::Operation *rebuildWithShapeRule(mlir::OpBuilder &builder,
                                       mlir::ValueRange operands,
                                       mlir::DictionaryAttr attributes);
 
+/// What bounds an op's time (CostOpInterface).
+enum class CostUnit { Memory, Matmul, AttentionForward, AttentionBackward };
+
+/// The work of one op on one rank (CostOpInterface).
+struct OpCost {
+  CostUnit unit = CostUnit::Memory;
+  /// Floating-point operations the kernel executes.
+  double flops = 0;
+  /// The part of them that counts as model FLOPs for MFU.
+  double modelFlops = 0;
+  /// Bytes read and written in memory.
+  double bytes = 0;
+  /// The element type the FLOPs run in (null for a memory-bound op).
+  mlir::Type dtype;
+};
+
+/// The cost of an op that reads its operands and writes its results once.
+OpCost streamingCost(mlir::Operation *op);
+
 /// The state gradient rules work on (Gradient.h).
 class GradientBuilder;
 

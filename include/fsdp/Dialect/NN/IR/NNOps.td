@@ -27,6 +27,10 @@ def NN_AnyTensor : RankedTensorOf<[F32, BF16, F16, I32, I64]>;
 /// An op with a gradient rule (GradientOpInterface, NNGradientRules.cpp).
 defvar NN_Differentiable = DeclareOpInterfaceMethods<NN_GradientOpInterface>;
 
+/// An op with a cost rule other than streaming its operands (CostOpInterface,
+/// NNCostRules.cpp).
+defvar NN_Costed = DeclareOpInterfaceMethods<NN_CostOpInterface>;
+
 /// The module path an op came from; tensor-parallel plans match on it.
 defvar NN_Path = (ins OptionalAttr<StrAttr>:$path);
 
@@ -173,7 +177,7 @@ class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
 //===----------------------------------------------------------------------===//
 
 def NN_EmbeddingOp : NN_Op<"embedding", [
-    RuntimeCall<"fsdp_op_embedding", "", 3>, NN_Differentiable,
+    RuntimeCall<"fsdp_op_embedding", "", 3>, NN_Differentiable, NN_Costed,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Table lookup: rows of `table` selected by integer ids";
   let description = [{
@@ -201,7 +205,7 @@ def NN_EmbeddingOp : NN_Op<"embedding", [
 }
 
 def NN_LinearOp : NN_Op<"linear", [
-    RuntimeCall<"fsdp_op_linear", "", 3>, NN_Differentiable,
+    RuntimeCall<"fsdp_op_linear", "", 3>, NN_Differentiable, NN_Costed,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "PyTorch `nn.Linear`: `input · weightᵀ + bias`";
   let description = [{
@@ -224,7 +228,7 @@ def NN_LinearOp : NN_Op<"linear", [
 
 def NN_MatmulOp : NN_Op<"matmul", [
     RuntimeCall<"fsdp_op_matmul", "transpose_a:bool transpose_b:bool">,
-    NN_Differentiable,
+    NN_Differentiable, NN_Costed,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Matrix product of a batch of rows with one matrix";
   let description = [{
@@ -243,7 +247,7 @@ def NN_MatmulOp : NN_Op<"matmul", [
 
 def NN_BatchMatmulOp : NN_Op<"batch_matmul", [
     RuntimeCall<"fsdp_op_batch_matmul", "transpose_a:bool transpose_b:bool">,
-    NN_Differentiable]> {
+    NN_Differentiable, NN_Costed]> {
   let summary = "Batched matrix product with equal batch dimensions";
   let description = [{
     `lhs` is `[b..., M, K]`, `rhs` `[b..., K, N]` with the same rank (>= 3)
@@ -358,7 +362,7 @@ def NN_RotaryOp : NN_Op<"rotary", [
 
 def NN_AttentionOp : NN_Op<"attention", [
     RuntimeCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">,
-    NN_Differentiable,
+    NN_Differentiable, NN_Costed,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
   let description = [{
@@ -398,7 +402,7 @@ def NN_SoftmaxOp : NN_SameTypeOp<"softmax", [
 //===----------------------------------------------------------------------===//
 
 def NN_ReshapeOp : NN_Op<"reshape", [
-    RuntimeCall<"fsdp_op_reshape">, NN_Differentiable,
+    RuntimeCall<"fsdp_op_reshape">, NN_Differentiable, NN_Costed,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Reinterpret a tensor with another static shape";
   let arguments = !con((ins NN_AnyTensor:$input, DenseI64ArrayAttr:$shape),
@@ -587,7 +591,8 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
 }
 
 def NN_AttentionGradOp : NN_Op<"attention_grad", [
-    RuntimeOutCall<"fsdp_op_attention_grad", "causal:bool sliding_window:int scale:f64">]> {
+    RuntimeOutCall<"fsdp_op_attention_grad", "causal:bool sliding_window:int scale:f64">,
+    NN_Costed]> {
   let summary = "Gradients of attention w.r.t. query, key and value";
   let description = [{
     Recomputes the attention probabilities from `query` and `key` (nothing
