@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <fnmatch.h>
 #include <functional>
 #include <map>
@@ -298,6 +299,73 @@ bool parseBool(const json &v, const std::string &where) {
   return v.get<bool>();
 }
 
+/// FSDP2Config.activation_checkpointing as Automodel normalizes it: a bool,
+/// or a string where true/on/full/enabled/yes mean full, false/off/none/
+/// disabled/no mean none, and "selective" the op policy (case-insensitive,
+/// '-' and '_' alike).
+std::string parseCheckpointing(const json &v, const std::string &where) {
+  if (v.is_boolean())
+    return v.get<bool>() ? "full" : "none";
+  if (!v.is_string())
+    reject(where, "must be true, false, \"full\" or \"selective\", got " +
+                      v.dump());
+  std::string s = v.get<std::string>();
+  for (char &c : s)
+    c = c == '-' ? '_' : static_cast<char>(std::tolower(c));
+  for (const char *full : {"true", "on", "full", "enabled", "yes"})
+    if (s == full)
+      return "full";
+  for (const char *none : {"false", "off", "none", "disabled", "no"})
+    if (s == none)
+      return "none";
+  if (s == "selective")
+    return "selective";
+  reject(where, "must be true, false, \"full\" or \"selective\", got " +
+                    v.dump());
+}
+
+/// FSDP2Config.activation_checkpointing_scope: our graphs are language
+/// models, so "all" (or default/auto) and "language" select every decoder
+/// layer; a vision or audio group matches nothing here.
+void checkCheckpointingScope(const json &v, const std::string &where) {
+  std::vector<std::string> groups;
+  if (v.is_string()) {
+    std::string s = v.get<std::string>();
+    size_t start = 0;
+    for (size_t i = 0; i <= s.size(); ++i)
+      if (i == s.size() || s[i] == ',' || s[i] == '+') {
+        groups.push_back(s.substr(start, i - start));
+        start = i + 1;
+      }
+  } else if (v.is_array()) {
+    for (const json &x : v) {
+      if (!x.is_string())
+        reject(where, "must be a string or a list of strings, got " + v.dump());
+      groups.push_back(x.get<std::string>());
+    }
+  } else {
+    reject(where, "must be a string or a list of strings, got " + v.dump());
+  }
+  for (std::string &g : groups) {
+    for (char &c : g)
+      c = static_cast<char>(std::tolower(c));
+    g.erase(0, g.find_first_not_of(' '));
+    g.erase(g.find_last_not_of(' ') + 1);
+    if (g == "default" || g == "auto")
+      g = "all";
+    if (g == "all" && groups.size() > 1)
+      reject(where, "\"all\" cannot be combined with other groups");
+    if (g == "vision" || g == "audio" || g == "multimodal")
+      reject(where, "selects the " + g +
+                        " layers, and the graph is a language model with "
+                        "none; use \"all\" or \"language\"");
+    if (g != "all" && g != "language")
+      reject(where, "unknown layer group \"" + g +
+                        "\" (expected all, language, vision, audio or "
+                        "multimodal)");
+  }
+}
+
 /// A field whose only accepted value is its default: the feature it
 /// switches is not built yet, and a config that asks for it must not run as
 /// if it had been applied.
@@ -371,9 +439,9 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
     else if (key == "autocast_dtype")
       requireDefault(v, nullptr, at, "autocast");
     else if (key == "activation_checkpointing")
-      requireDefault(v, false, at, "activation checkpointing");
+      config.activationCheckpointing = parseCheckpointing(v, at);
     else if (key == "activation_checkpointing_scope")
-      requireDefault(v, "all", at, "activation checkpointing");
+      checkCheckpointingScope(v, at);
     else if (key == "defer_fsdp_grad_sync")
       config.deferGradSync = parseBool(v, at);
     else if (key == "reshard_after_forward")

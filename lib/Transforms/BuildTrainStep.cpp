@@ -16,6 +16,7 @@
 
 #include "FSDPGradients.h"
 #include "PassUtils.h"
+#include "Remat.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
@@ -103,6 +104,18 @@ struct BuildTrainStepPass
   void runOnOperation() override;
   /// Checks the optimizer options against torch.optim's bounds.
   LogicalResult checkOptions(func::FuncOp forward);
+  /// The activation checkpointing to apply: the option's, else the parallel
+  /// config's (fsdp-tp-plan records it).
+  Checkpointing checkpointingMode() {
+    if (activationCheckpointing != Checkpointing::Config)
+      return activationCheckpointing;
+    auto mode = getOperation()->getAttrOfType<StringAttr>(
+        "fsdp.activation_checkpointing");
+    if (!mode)
+      return Checkpointing::None;
+    return mode.getValue() == "selective" ? Checkpointing::Selective
+                                          : Checkpointing::Full;
+  }
   /// FSDP2's defer_fsdp_grad_sync, as fsdp-shard recorded it.
   bool deferGradSync() {
     auto defer =
@@ -158,6 +171,9 @@ private:
   Value allReduceSum(Value v, ArrayAttr axes);
   Value tokenCount();
   LogicalResult microbatchStep(int64_t m, Value seed, DeferredGradSync &sync);
+  /// Says what activation checkpointing recomputed; fails when it was asked
+  /// for and the model has no decoder layer to apply it to.
+  LogicalResult reportRemat();
   LogicalResult backward(int64_t m, ArrayRef<Operation *> cloned,
                          IRMapping &map, Value logits, Value labels, Value sum,
                          Value seed, DeferredGradSync &sync);
@@ -210,6 +226,7 @@ private:
   SmallVector<Value> paramGrads, extraOutputs;
   Value lossSum;
   unsigned gradOps = 0;
+  RematStats recomputed;
   SmallVector<Value> results;
   SmallVector<DictionaryAttr> resultAttrs;
 };
@@ -446,6 +463,11 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
   gradOps += grads.getNumCreated();
   if (failed(result))
     return failure();
+  RematStats r =
+      rematerialize(b, cloned, backwardStart, pass.checkpointingMode());
+  recomputed.layers += r.layers;
+  recomputed.ops += r.ops;
+  recomputed.collectives += r.collectives;
   regatherForBackward(b, cloned, backwardStart);
   for (unsigned k = 0; k < params.size(); ++k) {
     // Mixed precision: the forward read a cast copy; its gradient comes
@@ -457,6 +479,24 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
       paramGrads[k] =
           paramGrads[k] ? build.make<AddOp>(paramGrads[k], g).getResult() : g;
   }
+  return success();
+}
+
+LogicalResult TrainStep::reportRemat() {
+  Checkpointing mode = pass.checkpointingMode();
+  if (mode != Checkpointing::Full && mode != Checkpointing::Selective)
+    return success();
+  StringRef name = mode == Checkpointing::Full ? "full" : "selective";
+  if (recomputed.layers == 0)
+    return forward.emitError("activation checkpointing (")
+           << name
+           << ") found no decoder layer with values to recompute (ops "
+              "whose path is in a `...layers.N` or `...h.N` module)";
+  emitRemark(forward.getLoc())
+      << "activation checkpointing (" << name << "): "
+      << recomputed.layers / pass.microbatches << " layers recompute "
+      << recomputed.ops << " ops before their backward, re-issuing "
+      << recomputed.collectives << " collectives";
   return success();
 }
 
@@ -585,6 +625,8 @@ LogicalResult TrainStep::run() {
     if (ret.getOperand(r) != loss->getResult(0) && next < extraOutputs.size())
       addOutput(extraOutputs[next++], forward.getResultAttrDict(r));
   pass.numGradOps += gradOps + build.getNumCreated();
+  if (failed(reportRemat()))
+    return failure();
   recordPrecision();
   replaceFunction(b, forward, step, forward.getLoc(), results, argAttrs,
                   resultAttrs);

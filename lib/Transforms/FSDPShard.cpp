@@ -28,7 +28,6 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
 
-#include <regex>
 
 namespace fsdp {
 #define GEN_PASS_DEF_FSDPSHARDPASS
@@ -40,17 +39,6 @@ using namespace fsdp;
 using nn::tensorOf;
 
 namespace {
-
-/// The unit a parameter belongs to: its decoder layer (`model.layers.3`,
-/// `transformer.h.3`), or the root ("").
-std::string unitOf(StringRef name) {
-  static const std::regex layer(R"(^(.*\.(layers|h)\.[0-9]+)\.)");
-  std::smatch match;
-  std::string s = name.str();
-  if (std::regex_search(s, match, layer))
-    return match[1].str();
-  return "";
-}
 
 struct Unit {
   std::string name;
@@ -137,7 +125,7 @@ void Sharder::collectUnits() {
         continue;
       std::string &unitName = unitNames[arg.getArgNumber()];
       if (unitName.empty()) {
-        unitName = unitOf(name.getValue());
+        unitName = decoderLayerOf(name.getValue());
         // A trainable vocabulary table that is not tied (one user: the
         // embedding or the head) may get its own unit, so the root's
         // buffers do not hold both tables at once.
@@ -163,7 +151,7 @@ void Sharder::collectUnits() {
   // are the first the backward needs).
   SmallVector<Unit *> layers;
   for (auto &[name, unit] : units)
-    if (!unit.name.empty() && !unitOf(unit.name + ".").empty())
+    if (!unit.name.empty() && !decoderLayerOf(unit.name).empty())
       layers.push_back(&unit);
   for (auto [i, unit] : llvm::enumerate(layers))
     unit->reshard =

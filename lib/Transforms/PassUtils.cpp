@@ -11,6 +11,8 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <regex>
+
 using namespace mlir;
 
 func::FuncOp fsdp::lookupEntry(ModuleOp module, StringRef entry,
@@ -34,6 +36,15 @@ void fsdp::replaceFunction(OpBuilder &b, func::FuncOp old, func::FuncOp now,
   for (NamedAttribute attr : old->getDiscardableAttrs())
     now->setAttr(attr.getName(), attr.getValue());
   old.erase();
+}
+
+std::string fsdp::decoderLayerOf(StringRef name) {
+  static const std::regex layer(R"(^(.*\.(layers|h)\.[0-9]+)\.)");
+  std::smatch match;
+  std::string s = name.str() + ".";
+  if (std::regex_search(s, match, layer))
+    return match[1].str();
+  return "";
 }
 
 LogicalResult

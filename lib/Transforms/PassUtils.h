@@ -33,6 +33,11 @@ void replaceFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
 mlir::func::FuncOp lookupEntry(mlir::ModuleOp module, llvm::StringRef entry,
                                llvm::StringRef purpose);
 
+/// The decoder layer a parameter name or module path belongs to
+/// (`model.layers.3.mlp.up_proj.weight` and `model.layers.3` give
+/// `model.layers.3`; GPT-2's `transformer.h.3`), or "" outside the layers.
+std::string decoderLayerOf(llvm::StringRef name);
+
 /// The bytes of a ranked tensor, or of the one a future holds (0 for any
 /// other type).
 int64_t bytesOf(mlir::Type type);

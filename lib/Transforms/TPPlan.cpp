@@ -241,6 +241,9 @@ void TPPlanPass::runOnOperation() {
                   b.getStringAttr(parallel.reshardAfterForward));
   module->setAttr("fsdp.defer_grad_sync",
                   b.getBoolAttr(parallel.deferGradSync));
+  if (parallel.activationCheckpointing != "none")
+    module->setAttr("fsdp.activation_checkpointing",
+                    b.getStringAttr(parallel.activationCheckpointing));
   auto [forwardDepth, backwardDepth] = parallel.scheduleDepths();
   module->setAttr("fsdp.prefetch",
                   b.getDenseI64ArrayAttr({forwardDepth, backwardDepth}));

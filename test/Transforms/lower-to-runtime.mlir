@@ -81,8 +81,8 @@ func.func @forward(%x: tensor<4x8xf32> {nn.input = "x"}) -> (tensor<8x8xf32> {nn
 
 // -----
 
-// Tests the data-movement lowerings: split becomes slices, a 3-way concat a
-// chain whose partial result is released, negative dims count from the end.
+// Tests the data-movement lowerings: split becomes slices, a 3-way concat one
+// variadic call (no partial results), negative dims count from the end.
 func.func @forward(%x: tensor<2x12xf32> {nn.input = "x"}) -> (tensor<2x12xf32> {nn.output = "y"}) {
   %a, %b, %c = nn.split %x dim -1 sizes [4, 4, 4] : tensor<2x12xf32> -> tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>
   %y = nn.concat %c, %b, %a dim 1 : (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x12xf32>
@@ -92,9 +92,8 @@ func.func @forward(%x: tensor<2x12xf32> {nn.input = "x"}) -> (tensor<2x12xf32> {
 // CHECK: %[[A:.+]] = call_opaque "fsdp_op_slice"({{.+}}) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 4}}">, 1 : index, #emitc.opaque<"1">, #emitc.opaque<"0">]}
 // CHECK: %[[B:.+]] = call_opaque "fsdp_op_slice"({{.+}}) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 4}}">, 1 : index, #emitc.opaque<"1">, #emitc.opaque<"4">]}
 // CHECK: %[[C:.+]] = call_opaque "fsdp_op_slice"({{.+}}) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 4}}">, 1 : index, #emitc.opaque<"1">, #emitc.opaque<"8">]}
-// CHECK: %[[CB:.+]] = call_opaque "fsdp_op_concat"(%{{.+}}, %[[C]], %[[B]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 8}}">, 1 : index, 2 : index, #emitc.opaque<"1">]}
-// CHECK: call_opaque "fsdp_op_concat"(%{{.+}}, %[[CB]], %[[A]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 12}}">, 1 : index, 2 : index, #emitc.opaque<"1">]}
-// CHECK-DAG: call_opaque "fsdp_release"(%[[CB]])
+// CHECK: call_opaque "fsdp_op_concat"(%{{.+}}, %[[C]], %[[B]], %[[A]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {2, 12}}">, #emitc.opaque<"1">, #emitc.opaque<"3">, 1 : index, 2 : index, 3 : index]}
+// CHECK-DAG: call_opaque "fsdp_release"(%[[C]])
 // CHECK-DAG: call_opaque "fsdp_release"(%[[A]])
 
 // -----

@@ -83,6 +83,9 @@ struct ParallelConfig {
   MixedPrecision mpPolicy;
   /// FSDP2Config.reshard_after_forward: "none" (null), "true" or "false".
   std::string reshardAfterForward = "none";
+  /// FSDP2Config.activation_checkpointing, normalized: "none", "full" or
+  /// "selective".
+  std::string activationCheckpointing = "none";
   /// FSDP2Config.defer_fsdp_grad_sync.
   bool deferGradSync = true;
   /// FSDP2Config.enable_fsdp2_prefetch and the chain depths.

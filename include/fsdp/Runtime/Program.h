@@ -219,9 +219,10 @@ fsdp_tensor *fsdp_op_transpose(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
 /// `dim` is non-negative; the result is `[start, start + r.dims[dim])`.
 fsdp_tensor *fsdp_op_slice(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                            int64_t dim, int64_t start);
-/// Joins two tensors along `dim` (n-ary concat is a chain).
-fsdp_tensor *fsdp_op_concat(fsdp_program *p, fsdp_type r, fsdp_tensor *a,
-                            fsdp_tensor *b, int64_t dim);
+/// Joins `count` tensors (the variadic arguments, each an `fsdp_tensor *`)
+/// along `dim` into one new tensor, in one pass.
+fsdp_tensor *fsdp_op_concat(fsdp_program *p, fsdp_type r, int64_t dim,
+                            int64_t count, ...);
 fsdp_tensor *fsdp_op_cast(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
 fsdp_tensor *fsdp_op_cross_entropy(fsdp_program *p, fsdp_type r,
                                    fsdp_tensor *logits, fsdp_tensor *labels,

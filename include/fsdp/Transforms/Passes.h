@@ -29,6 +29,11 @@ enum class FromConfig { Config, True, False };
 /// False, or the parallel config's choice.
 enum class Reshard { Config, None, True, False };
 
+/// Activation checkpointing (fsdp-build-train-step): none, every decoder
+/// layer recomputed from its input, the selective op policy, or the
+/// parallel config's choice.
+enum class Checkpointing { Config, None, Full, Selective };
+
 #define GEN_PASS_DECL
 #include "fsdp/Transforms/Passes.h.inc"
 

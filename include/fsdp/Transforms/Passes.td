@@ -111,7 +111,14 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
        result `updated.<name>` marked `nn.updates = <argument>`, which the
        runtime keeps in
        place of the old one. With `optimizer = none` the step returns the
-       gradients instead (`grad.<name>`), for testing.
+       gradients instead (`grad.<name>`), for testing;
+    7. with `activation-checkpointing = full` (or `selective`), each decoder
+       layer's values that the backward reads are recomputed right before
+       the layer's backward from what the layer keeps (its input; with
+       `selective` also every other matmul's, attention's and the
+       collectives' results): the clones carry `fsdp.recompute`, and under
+       FSDP they read the backward's re-gathered parameters, so no gather is
+       added. Same kernels, same order: the step's numbers do not change.
 
     ```mlir
     // Before: %loss = nn.cross_entropy %logits, %labels : ... -> tensor<f32>
@@ -183,6 +190,21 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
            /*default=*/"true",
            "MixedPrecisionPolicy.cast_forward_inputs: float data inputs are "
            "cast to param-dtype">,
+    Option<"activationCheckpointing", "activation-checkpointing",
+           "fsdp::Checkpointing", /*default=*/"fsdp::Checkpointing::Config",
+           "Activation checkpointing of the decoder layers: none, full (each "
+           "layer keeps its input and recomputes the rest before its "
+           "backward), selective (also keeps every other matmul's, "
+           "attention's and the collectives' results), or config (the "
+           "parallel config's activation_checkpointing; none without one)", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::Checkpointing::Config, "config",
+                     "the parallel config's"),
+          clEnumValN(fsdp::Checkpointing::None, "none", "keep everything"),
+          clEnumValN(fsdp::Checkpointing::Full, "full", "recompute layers"),
+          clEnumValN(fsdp::Checkpointing::Selective, "selective",
+                     "the selective op policy"))
+    }]>,
   ];
   let statistics = [
     Statistic<"numGradOps", "grad-ops", "Ops the backward pass emitted">,

@@ -195,42 +195,23 @@ struct SplitPattern : StatePattern<nn::SplitOp> {
   }
 };
 
-/// nn.concat: a chain of binary concats over growing prefixes, each
-/// partial result released once the next one is made.
+/// nn.concat: one variadic call over every input.
 struct ConcatPattern : StatePattern<nn::ConcatOp> {
   using StatePattern::StatePattern;
   LogicalResult
   matchAndRewrite(nn::ConcatOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    auto first = cast<RankedTensorType>(op.getInputs().front().getType());
-    int64_t dim = frontDim(static_cast<int64_t>(op.getDim()), first.getRank());
+    int64_t dim =
+        frontDim(static_cast<int64_t>(op.getDim()), op.getType().getRank());
     ValueRange inputs = adaptor.getInputs();
-    if (inputs.size() == 1) {
-      Value v = call("fsdp_op_reshape", op)
-                    .literal(typeLiteral(op.getResult().getType()))
-                    .value(inputs.front())
-                    .emit(rewriter, loc, state.tensorType);
-      state.finish(rewriter, op, adaptor.getOperands(), v, 1);
-      return success();
-    }
-    Value acc = inputs.front();
-    SmallVector<int64_t> shape(first.getShape());
-    for (auto [i, input] : llvm::enumerate(inputs.drop_front())) {
-      shape[dim] += cast<RankedTensorType>(op.getInputs()[i + 1].getType())
-                        .getDimSize(dim);
-      Value next = call("fsdp_op_concat", op)
-                       .literal(typeLiteral(RankedTensorType::get(
-                           shape, first.getElementType())))
-                       .value(acc)
-                       .value(input)
-                       .literal(intLiteral(dim))
-                       .emit(rewriter, loc, state.tensorType);
-      if (i > 0)
-        state.release(rewriter, loc, acc);
-      acc = next;
-    }
-    state.finish(rewriter, op, adaptor.getOperands(), acc, inputs.size() - 1);
+    Call concat = call("fsdp_op_concat", op);
+    concat.literal(typeLiteral(op.getResult().getType()))
+        .literal(intLiteral(dim))
+        .literal(intLiteral(static_cast<int64_t>(inputs.size())));
+    for (Value input : inputs)
+      concat.value(input);
+    Value v = concat.emit(rewriter, op.getLoc(), state.tensorType);
+    state.finish(rewriter, op, adaptor.getOperands(), v, 1);
     return success();
   }
 };

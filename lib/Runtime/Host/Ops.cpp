@@ -14,6 +14,7 @@
 #include "Host.h"
 
 #include <cmath>
+#include <cstdarg>
 #include <limits>
 
 using namespace fsdp::host;
@@ -449,28 +450,45 @@ fsdp_tensor *fsdp_op_slice(fsdp_program *, fsdp_type r, fsdp_tensor *x,
   return out;
 }
 
-fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, fsdp_tensor *a,
-                            fsdp_tensor *b, int64_t dim) {
+fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, int64_t dim,
+                            int64_t count, ...) {
   Check c{"concat"};
-  c.present(a, "lhs");
-  c.present(b, "rhs");
-  c.sameDtype(b->type, a->type, "rhs");
+  c.that(count >= 1, "needs at least one input, got " + std::to_string(count));
+  std::vector<fsdp_tensor *> xs(static_cast<size_t>(count));
+  va_list args;
+  va_start(args, count);
+  for (fsdp_tensor *&x : xs)
+    x = va_arg(args, fsdp_tensor *);
+  va_end(args);
+  fsdp_tensor *a = xs.front();
+  c.present(a, "input 0");
+  c.that(dim >= 0 && dim < a->type.rank,
+         "dim " + std::to_string(dim) + " out of range for " +
+             typeString(a->type));
   c.sameDtype(r, a->type, "result");
-  c.that(dim >= 0 && dim < a->type.rank && b->type.rank == a->type.rank,
-         "cannot join " + typeString(a->type) + " and " + typeString(b->type) +
-             " along dim " + std::to_string(dim));
   std::vector<int64_t> dims = Check::dimsOf(a->type);
-  for (int64_t i = 0; i < a->type.rank; ++i)
-    c.that(i == dim || a->type.dims[i] == b->type.dims[i],
-           "cannot join " + typeString(a->type) + " and " +
-               typeString(b->type) + " along dim " + std::to_string(dim));
-  dims[dim] += b->type.dims[dim];
+  dims[dim] = 0;
+  std::vector<const void *> inputs;
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    fsdp_tensor *x = xs[i];
+    std::string name = "input " + std::to_string(i);
+    c.present(x, name.c_str());
+    c.sameDtype(x->type, a->type, name.c_str());
+    bool fits = x->type.rank == a->type.rank;
+    for (int64_t d = 0; fits && d < a->type.rank; ++d)
+      fits = d == dim || x->type.dims[d] == a->type.dims[d];
+    c.that(fits, "cannot join " + typeString(a->type) + " and " +
+                     typeString(x->type) + " along dim " +
+                     std::to_string(dim));
+    dims[dim] += x->type.dims[dim];
+    inputs.push_back(x->data);
+    sizes.push_back(x->type.dims[dim]);
+  }
   c.shape(r, dims, "result");
   fsdp_tensor *out = alloc(r);
-  const void *inputs[] = {a->data, b->data};
-  int64_t sizes[] = {a->type.dims[dim], b->type.dims[dim]};
-  fsdp_rt_concat(nullptr, r.dtype, 2, inputs, sizes, r.dims, int(r.rank),
-                 int(dim), out->data);
+  fsdp_rt_concat(nullptr, r.dtype, int(count), inputs.data(), sizes.data(),
+                 r.dims, int(r.rank), int(dim), out->data);
   return out;
 }
 

@@ -77,8 +77,14 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
   };
   if (name == "fsdp.unit")
     return expect(isa<StringAttr>(value), "a unit name");
-  if (name == "fsdp.reshard" || name == "fsdp.regather")
+  if (name == "fsdp.reshard" || name == "fsdp.regather" ||
+      name == "fsdp.recompute")
     return expect(isa<UnitAttr>(value), "a unit attribute");
+  if (name == "fsdp.activation_checkpointing") {
+    auto s = dyn_cast<StringAttr>(value);
+    return expect(s && llvm::is_contained({"full", "selective"}, s.getValue()),
+                  "\"full\" or \"selective\"");
+  }
   if (name == "fsdp.defer_grad_sync")
     return expect(isa<BoolAttr>(value), "true or false");
   if (name == "fsdp.prefetch") {
