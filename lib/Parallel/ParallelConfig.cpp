@@ -307,8 +307,8 @@ std::string parseCheckpointing(const json &v, const std::string &where) {
   if (v.is_boolean())
     return v.get<bool>() ? "full" : "none";
   if (!v.is_string())
-    reject(where, "must be true, false, \"full\" or \"selective\", got " +
-                      v.dump());
+    reject(where,
+           "must be true, false, \"full\" or \"selective\", got " + v.dump());
   std::string s = v.get<std::string>();
   for (char &c : s)
     c = c == '-' ? '_' : static_cast<char>(std::tolower(c));
@@ -320,8 +320,8 @@ std::string parseCheckpointing(const json &v, const std::string &where) {
       return "none";
   if (s == "selective")
     return "selective";
-  reject(where, "must be true, false, \"full\" or \"selective\", got " +
-                    v.dump());
+  reject(where,
+         "must be true, false, \"full\" or \"selective\", got " + v.dump());
 }
 
 /// FSDP2Config.activation_checkpointing_scope: our graphs are language

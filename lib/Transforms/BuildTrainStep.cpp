@@ -493,8 +493,8 @@ LogicalResult TrainStep::reportRemat() {
            << ") found no decoder layer with values to recompute (ops "
               "whose path is in a `...layers.N` or `...h.N` module)";
   emitRemark(forward.getLoc())
-      << "activation checkpointing (" << name << "): "
-      << recomputed.layers / pass.microbatches << " layers recompute "
+      << "activation checkpointing (" << name
+      << "): " << recomputed.layers / pass.microbatches << " layers recompute "
       << recomputed.ops << " ops before their backward, re-issuing "
       << recomputed.collectives << " collectives";
   return success();

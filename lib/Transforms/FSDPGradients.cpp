@@ -36,11 +36,14 @@ void fsdp::regatherForBackward(OpBuilder &b, ArrayRef<Operation *> forward,
     auto gather = dyn_cast<dist::AllGatherOp>(op);
     if (!gather || !gather->hasAttr("fsdp.reshard"))
       continue;
-    // The unpacking: the gather, then splits and reshapes of the forward.
+    // The unpacking: the gather, then the forward's splits, reshapes and
+    // dist.copy (Megatron's f on a sequence-parallel norm weight), so that
+    // the backward holds nothing of the forward's gathered unit.
     SmallVector<Operation *> chain = {gather};
     for (size_t i = 0; i < chain.size(); ++i)
       for (Operation *user : chain[i]->getUsers())
-        if (inForward.contains(user) && isa<SplitOp, ReshapeOp>(user) &&
+        if (inForward.contains(user) &&
+            isa<SplitOp, ReshapeOp, dist::CopyOp>(user) &&
             !llvm::is_contained(chain, user))
           chain.push_back(user);
     Operation *first = nullptr;

@@ -28,7 +28,6 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
 
-
 namespace fsdp {
 #define GEN_PASS_DEF_FSDPSHARDPASS
 #include "fsdp/Transforms/Passes.h.inc"

@@ -75,6 +75,11 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
     };
     DenseMap<Value, int64_t> references;
     int64_t live = 0, peak = 0, gathered = 0, grads = 0;
+    double recomputedFlops = 0, forwardFlops = 0;
+    // The bytes live when the backward starts (at the loss's gradient):
+    // what the forward saved for it, the activation memory of the
+    // literature's formulas.
+    std::optional<int64_t> saved;
     auto release = [&](Value v) {
       Value b = bufferOf(v);
       if (!isa<BlockArgument>(b) && --references[b] == 0)
@@ -84,6 +89,9 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
     // Per started future: its input and the staging it holds.
     DenseMap<Value, std::pair<Value, int64_t>> pending;
     for (Operation &op : body.without_terminator()) {
+      if (!saved &&
+          isa<nn::CrossEntropyGradOp, nn::CrossEntropyPartialGradOp>(op))
+        saved = live;
       for (Value result : op.getResults()) {
         if (isa<dist::CopyOp, dist::WaitOp>(op))
           buffer[result] = bufferOf(op.getOperand(0));
@@ -122,6 +130,14 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         gathered = std::max(gathered, bytesOf(gather.getType()));
       if (isa<nn::AdamWOp, nn::SGDOp>(op))
         grads += bytesOf(op.getOperand(1).getType());
+      // What activation checkpointing trades for the memory: the FLOPs of
+      // the recomputed ops, against the forward's (ops with a module path).
+      if (auto costed = dyn_cast<nn::CostOpInterface>(op)) {
+        if (op.hasAttr("fsdp.recompute"))
+          recomputedFlops += costed.getCost().flops;
+        else if (op.hasAttr("path"))
+          forwardFlops += costed.getCost().flops;
+      }
       for (unsigned i : plan.operandsDyingAt(&op))
         release(op.getOperand(i));
       for (unsigned i : plan.unusedResults(&op))
@@ -142,15 +158,19 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
 
     auto write = [&](raw_ostream &os) {
       if (format == ReportFormat::Json) {
-        os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
-                                         {"parameters", params},
-                                         {"optimizer_state", state},
-                                         {"inputs", inputs},
-                                         {"gradients", grads},
-                                         {"largest_gathered_unit", gathered},
-                                         {"temporaries_peak", peak},
-                                         {"estimated_peak", estimate},
-                                         {"precision", std::move(precision)}}))
+        os << llvm::formatv("{0:2}",
+                            llvm::json::Value(llvm::json::Object{
+                                {"parameters", params},
+                                {"optimizer_state", state},
+                                {"inputs", inputs},
+                                {"gradients", grads},
+                                {"largest_gathered_unit", gathered},
+                                {"temporaries_peak", peak},
+                                {"estimated_peak", estimate},
+                                {"recomputed_flops", recomputedFlops},
+                                {"saved_for_backward", saved.value_or(0)},
+                                {"forward_flops", forwardFlops},
+                                {"precision", std::move(precision)}}))
            << "\n";
       } else {
         auto row = [&](StringRef what, int64_t bytes) {
@@ -163,9 +183,17 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         row("gradients (blocks, at the update)", grads);
         row("largest gathered unit", gathered);
         row("activations and temporaries, peak", peak);
+        if (saved)
+          row("saved for the backward", *saved);
         row("estimated peak", estimate);
         if (!precisionText.empty())
           os << "precision: " << precisionText << "\n";
+        if (recomputedFlops > 0)
+          os << llvm::formatv("activation checkpointing recomputes {0:e3} "
+                              "FLOPs per step ({1:f2} of the forward's "
+                              "{2:e3})\n",
+                              recomputedFlops, recomputedFlops / forwardFlops,
+                              forwardFlops);
       }
     };
     if (failed(writeReport(module, output, "", write)))

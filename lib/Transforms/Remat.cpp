@@ -93,8 +93,8 @@ RematStats fsdp::rematerialize(OpBuilder &b, ArrayRef<Operation *> forward,
   };
   for (auto &[name, ops] : layers) {
     DenseSet<Operation *> inLayer(ops.begin(), ops.end());
-    DenseSet<Value> kept = keptValues(ops, inLayer, inForward,
-                                      mode == Checkpointing::Selective);
+    DenseSet<Value> kept =
+        keptValues(ops, inLayer, inForward, mode == Checkpointing::Selective);
     // The values to recompute: the layer's, not kept, read in the backward;
     // then what they are computed from, back to kept values and inputs.
     llvm::SetVector<Value> needed;

@@ -63,6 +63,8 @@ struct Span {
 /// The replay's totals.
 struct Totals {
   double step = 0, matmul = 0, attention = 0, memory = 0, modelFlops = 0;
+  /// FLOPs of the ops activation checkpointing recomputes (not model FLOPs).
+  double recomputed = 0;
 };
 
 /// The name of the compute track.
@@ -223,7 +225,10 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
         ready[result] = compute;
       if (duration == 0)
         continue;
-      totals.modelFlops += cost.modelFlops;
+      if (op.hasAttr("fsdp.recompute"))
+        totals.recomputed += cost.flops;
+      else
+        totals.modelFlops += cost.modelFlops;
       switch (cost.unit) {
       case nn::CostUnit::Memory:
         totals.memory += duration;
@@ -284,6 +289,7 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
                                        {"exposed_communication_s", exposed},
                                        {"groups", std::move(groups)},
                                        {"model_flops", totals.modelFlops},
+                                       {"recomputed_flops", totals.recomputed},
                                        {"mfu", mfu},
                                        {"tokens_per_gpu", tokens},
                                        {"tokens_per_s_per_gpu", tokensPerS}}))
@@ -301,6 +307,9 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
     row("compute: memory-bound ops", ms(totals.memory).str());
     row("exposed communication", ms(exposed).str());
     row("model FLOPs per rank", llvm::formatv("{0:e3}", totals.modelFlops));
+    if (totals.recomputed > 0)
+      row("recomputed FLOPs per rank",
+          llvm::formatv("{0:e3}", totals.recomputed));
     row("MFU (vs bf16 dense peak)", llvm::formatv("{0:f1}%", 100 * mfu));
     row("tokens per GPU per step", llvm::formatv("{0:f0}", tokens));
     row("tokens/s per GPU", llvm::formatv("{0:f0}", tokensPerS));

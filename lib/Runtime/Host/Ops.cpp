@@ -462,9 +462,9 @@ fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, int64_t dim,
   va_end(args);
   fsdp_tensor *a = xs.front();
   c.present(a, "input 0");
-  c.that(dim >= 0 && dim < a->type.rank,
-         "dim " + std::to_string(dim) + " out of range for " +
-             typeString(a->type));
+  c.that(dim >= 0 && dim < a->type.rank, "dim " + std::to_string(dim) +
+                                             " out of range for " +
+                                             typeString(a->type));
   c.sameDtype(r, a->type, "result");
   std::vector<int64_t> dims = Check::dimsOf(a->type);
   dims[dim] = 0;
@@ -479,8 +479,7 @@ fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, int64_t dim,
     for (int64_t d = 0; fits && d < a->type.rank; ++d)
       fits = d == dim || x->type.dims[d] == a->type.dims[d];
     c.that(fits, "cannot join " + typeString(a->type) + " and " +
-                     typeString(x->type) + " along dim " +
-                     std::to_string(dim));
+                     typeString(x->type) + " along dim " + std::to_string(dim));
     dims[dim] += x->type.dims[dim];
     inputs.push_back(x->data);
     sizes.push_back(x->type.dims[dim]);
