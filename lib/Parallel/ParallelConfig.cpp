@@ -442,7 +442,13 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
       config.activationCheckpointing = parseCheckpointing(v, at);
     else if (key == "activation_checkpointing_scope")
       checkCheckpointingScope(v, at);
-    else if (key == "defer_fsdp_grad_sync")
+    else if (key == "activation_memory_budget") {
+      if (!v.is_null() && (!v.is_number() || v.get<double>() < 0))
+        reject(at, "must be a number of bytes per rank, or a fraction in "
+                   "(0, 1], or 0 or null for none; got " +
+                       v.dump());
+      config.activationMemoryBudget = v.is_null() ? 0 : v.get<double>();
+    } else if (key == "defer_fsdp_grad_sync")
       config.deferGradSync = parseBool(v, at);
     else if (key == "reshard_after_forward")
       config.reshardAfterForward = v.is_null()        ? "none"

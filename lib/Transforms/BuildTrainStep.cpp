@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FSDPGradients.h"
+#include "MemoryReplay.h"
 #include "PassUtils.h"
 #include "Remat.h"
 
@@ -116,6 +117,11 @@ struct BuildTrainStepPass
     return mode.getValue() == "selective" ? Checkpointing::Selective
                                           : Checkpointing::Full;
   }
+  /// The per-layer checkpointing whose saved activations fit `budget`
+  /// bytes (a fraction of the uncheckpointed when <= 1) with the least
+  /// recomputation along the plans' order; an error when none does.
+  FailureOr<RematPlan> planForBudget(func::FuncOp forward, double budget);
+  FailureOr<int64_t> savedWith(const RematPlan &plan);
   /// FSDP2's defer_fsdp_grad_sync, as fsdp-shard recorded it.
   bool deferGradSync() {
     auto defer =
@@ -154,9 +160,12 @@ LogicalResult BuildTrainStepPass::checkOptions(func::FuncOp forward) {
 /// Builds the training step of one forward function, a piece per method.
 class TrainStep {
 public:
-  TrainStep(BuildTrainStepPass &pass, func::FuncOp forward)
-      : pass(pass), forward(forward), context(forward.getContext()), b(context),
-        build(b, forward.getLoc()),
+  /// `plan`: the activation checkpointing; `quiet`: no remark (a trial
+  /// build for the memory budget).
+  TrainStep(BuildTrainStepPass &pass, func::FuncOp forward,
+            const RematPlan &plan, bool quiet = false)
+      : pass(pass), forward(forward), plan(plan), quiet(quiet),
+        context(forward.getContext()), b(context), build(b, forward.getLoc()),
         f32(RankedTensorType::get({}, b.getF32Type())) {}
 
   LogicalResult run();
@@ -199,6 +208,8 @@ private:
 
   BuildTrainStepPass &pass;
   func::FuncOp forward;
+  RematPlan plan;
+  bool quiet;
   MLIRContext *context;
   OpBuilder b;
   ShapeRuleBuilder build;
@@ -463,8 +474,7 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
   gradOps += grads.getNumCreated();
   if (failed(result))
     return failure();
-  RematStats r =
-      rematerialize(b, cloned, backwardStart, pass.checkpointingMode());
+  RematStats r = rematerialize(b, cloned, backwardStart, plan);
   recomputed.layers += r.layers;
   recomputed.ops += r.ops;
   recomputed.collectives += r.collectives;
@@ -483,10 +493,11 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
 }
 
 LogicalResult TrainStep::reportRemat() {
-  Checkpointing mode = pass.checkpointingMode();
-  if (mode != Checkpointing::Full && mode != Checkpointing::Selective)
+  if (!plan.any() || quiet)
     return success();
-  StringRef name = mode == Checkpointing::Full ? "full" : "selective";
+  StringRef name = plan.rest == Checkpointing::Full        ? "full"
+                   : plan.rest == Checkpointing::Selective ? "selective"
+                                                           : "budget";
   if (recomputed.layers == 0)
     return forward.emitError("activation checkpointing (")
            << name
@@ -633,6 +644,77 @@ LogicalResult TrainStep::run() {
   return success();
 }
 
+/// The saved activations (bytes live when the backward starts) of the step
+/// built from `module`'s copy with `plan`.
+FailureOr<int64_t> BuildTrainStepPass::savedWith(const RematPlan &plan) {
+  OwningOpRef<ModuleOp> trial = getOperation().clone();
+  auto forward = trial->lookupSymbol<func::FuncOp>(entry);
+  if (failed(TrainStep(*this, forward, plan, /*quiet=*/true).run()))
+    return failure();
+  auto step = trial->lookupSymbol<func::FuncOp>(entry);
+  return replayMemory(step, dist::findMesh(*trial)).saved.value_or(0);
+}
+
+FailureOr<RematPlan> BuildTrainStepPass::planForBudget(func::FuncOp forward,
+                                                       double budget) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : forward.getBody().front().without_terminator())
+    ops.push_back(&op);
+  int64_t layers = static_cast<int64_t>(decoderLayers(ops).size());
+  if (layers == 0)
+    return forward.emitError("an activation memory budget needs decoder "
+                             "layers to checkpoint (ops whose path is in a "
+                             "`...layers.N` or `...h.N` module)");
+  // Plan p of 0 ... 2·layers: selective on the first p layers, then full
+  // on the first p - layers; each recomputes more and saves less.
+  auto planAt = [&](int64_t p) {
+    RematPlan plan;
+    plan.selective = std::min(p, layers);
+    plan.full = std::max<int64_t>(p - layers, 0);
+    return plan;
+  };
+  int64_t trials = 0;
+  auto saved = [&](int64_t p) {
+    ++trials;
+    return savedWith(planAt(p));
+  };
+  FailureOr<int64_t> none = saved(0), all = saved(2 * layers);
+  if (failed(none) || failed(all))
+    return failure();
+  double target = budget <= 1 ? budget * *none : budget;
+  if (*all > target)
+    return forward.emitError("activation memory budget of ")
+           << static_cast<int64_t>(target)
+           << " bytes per rank cannot be met: with full checkpointing of "
+              "every layer the forward still saves "
+           << *all << " bytes for the backward (" << *none << " without)";
+  int64_t lo = -1, hi = 2 * layers, fits = *all;
+  if (*none <= target) {
+    hi = 0;
+    fits = *none;
+  }
+  while (hi - lo > 1) {
+    int64_t mid = (lo + hi) / 2;
+    FailureOr<int64_t> bytes = saved(mid);
+    if (failed(bytes))
+      return failure();
+    if (*bytes <= target) {
+      hi = mid;
+      fits = *bytes;
+    } else {
+      lo = mid;
+    }
+  }
+  RematPlan plan = planAt(hi);
+  emitRemark(forward.getLoc())
+      << "activation memory budget " << static_cast<int64_t>(target)
+      << " bytes: " << plan.selective - plan.full << " layers selective and "
+      << plan.full << " full of " << layers << " (the first ones), saving "
+      << fits << " bytes for the backward (" << *none
+      << " without checkpointing); " << trials << " plans tried";
+  return plan;
+}
+
 void BuildTrainStepPass::runOnOperation() {
   func::FuncOp forward = lookupEntry(getOperation(), entry, "train");
   if (!forward)
@@ -654,7 +736,29 @@ void BuildTrainStepPass::runOnOperation() {
     if (!castForwardInputs.hasValue())
       castForwardInputs = mp.getCastForwardInputs().getValue();
   }
-  if (failed(TrainStep(*this, forward).run()))
+  RematPlan plan = RematPlan::uniform(checkpointingMode());
+  double budget = activationMemoryBudget;
+  if (auto attr = getOperation()->getAttrOfType<FloatAttr>(
+          "fsdp.activation_memory_budget");
+      attr && !activationMemoryBudget.hasValue())
+    budget = attr.getValueAsDouble();
+  if (budget < 0) {
+    forward.emitError("activation-memory-budget must be >= 0, got ") << budget;
+    return signalPassFailure();
+  }
+  if (budget > 0) {
+    if (plan.any()) {
+      forward.emitError("activation checkpointing and an activation memory "
+                        "budget are both given; the budget chooses the "
+                        "checkpointing");
+      return signalPassFailure();
+    }
+    FailureOr<RematPlan> chosen = planForBudget(forward, budget);
+    if (failed(chosen))
+      return signalPassFailure();
+    plan = *chosen;
+  }
+  if (failed(TrainStep(*this, forward, plan).run()))
     signalPassFailure();
 }
 

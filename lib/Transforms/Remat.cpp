@@ -73,10 +73,19 @@ DenseSet<Value> keptValues(ArrayRef<Operation *> ops,
 
 } // namespace
 
+SmallVector<std::string> fsdp::decoderLayers(ArrayRef<Operation *> forward) {
+  SmallVector<std::string> layers;
+  for (std::string &name : layersOf(forward))
+    if (!name.empty() && (layers.empty() || layers.back() != name))
+      layers.push_back(name);
+  return layers;
+}
+
 RematStats fsdp::rematerialize(OpBuilder &b, ArrayRef<Operation *> forward,
-                               Operation *backwardStart, Checkpointing mode) {
+                               Operation *backwardStart,
+                               const RematPlan &plan) {
   RematStats stats;
-  if (mode != Checkpointing::Full && mode != Checkpointing::Selective)
+  if (!plan.any())
     return stats;
   DenseSet<Operation *> inForward(forward.begin(), forward.end());
   llvm::MapVector<StringRef, SmallVector<Operation *>> layers;
@@ -91,7 +100,11 @@ RematStats fsdp::rematerialize(OpBuilder &b, ArrayRef<Operation *> forward,
     return !inForward.contains(user) && !clones.contains(user) &&
            backwardStart->isBeforeInBlock(user);
   };
-  for (auto &[name, ops] : layers) {
+  for (auto [index, entry] : llvm::enumerate(layers)) {
+    ArrayRef<Operation *> ops = entry.second;
+    Checkpointing mode = plan.modeOf(static_cast<int64_t>(index));
+    if (mode != Checkpointing::Full && mode != Checkpointing::Selective)
+      continue;
     DenseSet<Operation *> inLayer(ops.begin(), ops.end());
     DenseSet<Value> kept =
         keptValues(ops, inLayer, inForward, mode == Checkpointing::Selective);

@@ -21,6 +21,34 @@ struct RematStats {
   int64_t layers = 0, ops = 0, collectives = 0;
 };
 
+/// Which decoder layers (numbered in forward order) recompute, and how:
+/// layers [0, full) fully, [full, selective) selectively, the others as
+/// `rest`.
+struct RematPlan {
+  int64_t full = 0, selective = 0;
+  Checkpointing rest = Checkpointing::None;
+
+  static RematPlan uniform(Checkpointing mode) {
+    RematPlan plan;
+    plan.rest = mode;
+    return plan;
+  }
+  Checkpointing modeOf(int64_t layer) const {
+    return layer < full        ? Checkpointing::Full
+           : layer < selective ? Checkpointing::Selective
+                               : rest;
+  }
+  /// Whether any layer recomputes.
+  bool any() const {
+    return full > 0 || selective > 0 || rest == Checkpointing::Full ||
+           rest == Checkpointing::Selective;
+  }
+};
+
+/// The decoder layers among `forward` ops, in order (see rematerialize).
+llvm::SmallVector<std::string>
+decoderLayers(llvm::ArrayRef<mlir::Operation *> forward);
+
 /// Activation checkpointing of the decoder layers among `forward` (one
 /// microbatch's forward ops, in order), after its backward was built after
 /// `backwardStart`. A layer's ops are those whose `path` lies in it and the
@@ -30,11 +58,12 @@ struct RematStats {
 /// from the kept values, and the backward reads the clones. A layer keeps
 /// its inputs and its outputs (values other forward ops read); `Selective`
 /// also keeps every other matmul's result (the first, third, ...),
-/// attention's and every collective's. Runs before fsdp's backward
+/// attention's and every collective's. `plan` says which mode each layer
+/// gets. Runs before fsdp's backward
 /// re-gather, which then serves the recompute too.
 RematStats rematerialize(mlir::OpBuilder &b,
                          llvm::ArrayRef<mlir::Operation *> forward,
-                         mlir::Operation *backwardStart, Checkpointing mode);
+                         mlir::Operation *backwardStart, const RematPlan &plan);
 
 } // namespace fsdp
 

@@ -244,6 +244,9 @@ void TPPlanPass::runOnOperation() {
   if (parallel.activationCheckpointing != "none")
     module->setAttr("fsdp.activation_checkpointing",
                     b.getStringAttr(parallel.activationCheckpointing));
+  if (parallel.activationMemoryBudget > 0)
+    module->setAttr("fsdp.activation_memory_budget",
+                    b.getF64FloatAttr(parallel.activationMemoryBudget));
   auto [forwardDepth, backwardDepth] = parallel.scheduleDepths();
   module->setAttr("fsdp.prefetch",
                   b.getDenseI64ArrayAttr({forwardDepth, backwardDepth}));

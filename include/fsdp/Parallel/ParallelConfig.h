@@ -86,6 +86,10 @@ struct ParallelConfig {
   /// FSDP2Config.activation_checkpointing, normalized: "none", "full" or
   /// "selective".
   std::string activationCheckpointing = "none";
+  /// activation_memory_budget (beyond the reference): saved activations per
+  /// rank in bytes, or a fraction (<= 1) of them without checkpointing; 0
+  /// for none.
+  double activationMemoryBudget = 0;
   /// FSDP2Config.defer_fsdp_grad_sync.
   bool deferGradSync = true;
   /// FSDP2Config.enable_fsdp2_prefetch and the chain depths.

@@ -119,6 +119,12 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
        collectives' results): the clones carry `fsdp.recompute`, and under
        FSDP they read the backward's re-gathered parameters, so no gather is
        added. Same kernels, same order: the step's numbers do not change.
+       With `activation-memory-budget`, the pass picks per layer: it walks
+       from no checkpointing to selective on the first 1, 2, ... layers,
+       then to full on the first 1, 2, ... (each step recomputes more and
+       saves less), and takes the first plan whose saved activations fit,
+       by binary search over trial builds; a budget that even full
+       checkpointing of every layer misses is an error naming both.
 
     ```mlir
     // Before: %loss = nn.cross_entropy %logits, %labels : ... -> tensor<f32>
@@ -205,6 +211,13 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
           clEnumValN(fsdp::Checkpointing::Selective, "selective",
                      "the selective op policy"))
     }]>,
+    Option<"activationMemoryBudget", "activation-memory-budget", "double",
+           /*default=*/"0",
+           "Choose the checkpointing per layer instead: the least recomputed "
+           "FLOPs whose saved activations (bytes live when the backward "
+           "starts) fit this many bytes per rank, or this fraction (<= 1) of "
+           "what the forward saves without checkpointing; 0: off (the "
+           "parallel config's activation_memory_budget, if any)">,
   ];
   let statistics = [
     Statistic<"numGradOps", "grad-ops", "Ops the backward pass emitted">,

@@ -80,6 +80,10 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
   if (name == "fsdp.reshard" || name == "fsdp.regather" ||
       name == "fsdp.recompute")
     return expect(isa<UnitAttr>(value), "a unit attribute");
+  if (name == "fsdp.activation_memory_budget") {
+    auto f = dyn_cast<FloatAttr>(value);
+    return expect(f && f.getValueAsDouble() > 0, "a number > 0");
+  }
   if (name == "fsdp.activation_checkpointing") {
     auto s = dyn_cast<StringAttr>(value);
     return expect(s && llvm::is_contained({"full", "selective"}, s.getValue()),

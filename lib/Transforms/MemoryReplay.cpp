@@ -1,0 +1,107 @@
+//===- MemoryReplay.cpp - The runtime's allocations of one step, replayed -===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "MemoryReplay.h"
+#include "PassUtils.h"
+
+#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+
+using namespace mlir;
+using namespace fsdp;
+
+MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
+  MemoryReplay r;
+  Block &body = step.getBody().front();
+  // The arguments stay for the whole step.
+  for (BlockArgument arg : step.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    int64_t bytes = bytesOf(arg.getType());
+    if (step.getArgAttr(i, nn::NNDialect::kParamAttrName))
+      r.params += bytes;
+    else if (step.getArgAttr(i, nn::NNDialect::kStateAttrName))
+      r.state += bytes;
+    else
+      r.inputs += bytes;
+  }
+
+  // The runtime's buffers: each op result is a new one, but dist.copy and
+  // dist.wait hand out another reference to their operand's. A buffer is
+  // freed when every handle to it is released where the lowering releases
+  // it (ReleasePlan.h); the step's results are kept.
+  DenseMap<Value, Value> buffer;
+  auto bufferOf = [&](Value v) {
+    auto it = buffer.find(v);
+    return it == buffer.end() ? v : it->second;
+  };
+  DenseMap<Value, int64_t> references;
+  int64_t live = 0;
+  auto release = [&](Value v) {
+    Value b = bufferOf(v);
+    if (!isa<BlockArgument>(b) && --references[b] == 0)
+      live -= bytesOf(b.getType());
+  };
+  ReleasePlan plan(body);
+  // Per started future: its input and the staging it holds.
+  DenseMap<Value, std::pair<Value, int64_t>> pending;
+  for (Operation &op : body.without_terminator()) {
+    if (!r.saved &&
+        isa<nn::CrossEntropyGradOp, nn::CrossEntropyPartialGradOp>(op))
+      r.saved = live;
+    for (Value result : op.getResults()) {
+      if (isa<dist::CopyOp, dist::WaitOp>(op))
+        buffer[result] = bufferOf(op.getOperand(0));
+      else
+        live += bytesOf(result.getType());
+      if (ReleasePlan::isReleased(result))
+        ++references[bufferOf(result)];
+    }
+    // A collective's staging buffers live while it runs. An async one
+    // keeps its input and the staging it transfers through until its
+    // wait (Collectives.cpp's fsdp_future).
+    int64_t staging = 0;
+    if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op)) {
+      staging = stagingBytes(collective, groupSize(collective, mesh));
+      if (collective.isAsync()) {
+        Value input = collective.getInput();
+        if (!isa<BlockArgument>(bufferOf(input)))
+          ++references[bufferOf(input)];
+        int64_t held =
+            heldStagingBytes(collective, groupSize(collective, mesh));
+        pending[op.getResult(0)] = {input, held};
+        r.peak = std::max(r.peak, live + staging);
+        live += held;
+        staging = 0;
+      }
+    }
+    if (auto wait = dyn_cast<dist::WaitOp>(op)) {
+      auto [input, held] = pending.lookup(wait.getFuture());
+      if (input)
+        release(input);
+      live -= held;
+    }
+    r.peak = std::max(r.peak, live + staging);
+    if (auto gather = dyn_cast<dist::AllGatherOp>(op);
+        gather && gather->hasAttr("fsdp.unit"))
+      r.gathered = std::max(r.gathered, bytesOf(gather.getType()));
+    if (isa<nn::AdamWOp, nn::SGDOp>(op))
+      r.grads += bytesOf(op.getOperand(1).getType());
+    // What activation checkpointing trades for the memory: the FLOPs of
+    // the recomputed ops, against the forward's (ops with a module path).
+    if (auto costed = dyn_cast<nn::CostOpInterface>(op)) {
+      if (op.hasAttr("fsdp.recompute"))
+        r.recomputedFlops += costed.getCost().flops;
+      else if (op.hasAttr("path"))
+        r.forwardFlops += costed.getCost().flops;
+    }
+    for (unsigned i : plan.operandsDyingAt(&op))
+      release(op.getOperand(i));
+    for (unsigned i : plan.unusedResults(&op))
+      release(op.getResult(i));
+  }
+  return r;
+}

@@ -1,0 +1,46 @@
+//===- MemoryReplay.h - The runtime's allocations of one step ---*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_LIB_TRANSFORMS_MEMORYREPLAY_H
+#define FSDP_LIB_TRANSFORMS_MEMORYREPLAY_H
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <optional>
+
+namespace fsdp {
+
+/// The bytes one rank holds in a step, as the runtime allocates them.
+struct MemoryReplay {
+  /// The arguments, held for the whole step.
+  int64_t params = 0, state = 0, inputs = 0;
+  /// Gradient blocks at the update, the largest gathered FSDP unit.
+  int64_t grads = 0, gathered = 0;
+  /// The peak of everything else: activations, temporaries, staging.
+  int64_t peak = 0;
+  /// The bytes live when the backward starts (at the loss's gradient):
+  /// what the forward saved for it.
+  std::optional<int64_t> saved;
+  /// FLOPs of the ops activation checkpointing recomputed, and of the
+  /// forward (ops with a module path).
+  double recomputedFlops = 0, forwardFlops = 0;
+  /// The estimated peak of the step.
+  int64_t estimate() const { return params + state + inputs + peak; }
+};
+
+/// Replays `step`'s allocations the way the runtime makes them: every op
+/// result is a new buffer, released where the lowering releases it
+/// (ReleasePlan.h); dist.copy and dist.wait share their operand's; a
+/// collective stages through temporary buffers, an async one holding them
+/// to its wait. `mesh` sizes the collectives (null when there are none).
+MemoryReplay replayMemory(mlir::func::FuncOp step, dist::MeshOp mesh);
+
+} // namespace fsdp
+
+#endif // FSDP_LIB_TRANSFORMS_MEMORYREPLAY_H
