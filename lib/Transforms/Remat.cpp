@@ -31,17 +31,20 @@ SmallVector<std::string> layersOf(ArrayRef<Operation *> forward) {
       layers[i] = decoderLayerOf(path.getValue());
       hasPath[i] = true;
     }
+  // The layer of the next op with a path, from the back.
+  std::string after;
+  for (size_t i = forward.size(); i-- > 0;) {
+    if (hasPath[i])
+      after = layers[i];
+    else
+      layers[i] = after;
+  }
   std::string before;
   for (size_t i = 0; i < forward.size(); ++i) {
-    if (hasPath[i]) {
+    if (hasPath[i])
       before = layers[i];
-      continue;
-    }
-    size_t next = i;
-    while (next < forward.size() && !hasPath[next])
-      ++next;
-    if (next < forward.size() && layers[next] == before)
-      layers[i] = before;
+    else if (layers[i] != before)
+      layers[i].clear();
   }
   return layers;
 }
