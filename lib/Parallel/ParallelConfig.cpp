@@ -430,10 +430,10 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
                       "cast_forward_inputs)");
       }
     } else if (key == "enable_async_tensor_parallel") {
-      if (parseBool(v, at) && !(root.contains("sequence_parallel") &&
-                                root["sequence_parallel"] == true))
+      config.asyncTP = parseBool(v, at);
+      if (config.asyncTP && !(root.contains("sequence_parallel") &&
+                              root["sequence_parallel"] == true))
         reject(at, "= true requires sequence_parallel = true");
-      requireDefault(v, false, at, "async tensor parallelism");
     } else if (key == "offload_policy")
       requireDefault(v, nullptr, at, "CPU offload");
     else if (key == "autocast_dtype")

@@ -37,6 +37,8 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
   if (!options.step.empty() &&
       failed(parsePassPipeline(options.step, pm, llvm::errs())))
     return failure();
+  if (options.isParallel())
+    pm.addPass(createAsyncTPPass());
   if (options.isParallel() && options.schedule) {
     SchedulePassOptions schedule;
     schedule.remark = false;

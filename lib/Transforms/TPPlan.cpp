@@ -244,6 +244,8 @@ void TPPlanPass::runOnOperation() {
   if (parallel.activationCheckpointing != "none")
     module->setAttr("fsdp.activation_checkpointing",
                     b.getStringAttr(parallel.activationCheckpointing));
+  if (parallel.asyncTP)
+    module->setAttr("fsdp.async_tp", b.getUnitAttr());
   if (parallel.activationMemoryBudget > 0)
     module->setAttr("fsdp.activation_memory_budget",
                     b.getF64FloatAttr(parallel.activationMemoryBudget));

@@ -78,6 +78,8 @@ struct ParallelConfig {
   int64_t tpSize = 1, cpSize = 1, ppSize = 1, epSize = 1;
   // FSDP2Config fields this compiler implements.
   bool sequenceParallel = false;
+  /// FSDP2Config.enable_async_tensor_parallel (fsdp-async-tp).
+  bool asyncTP = false;
   /// Null: the built-in plan of the model's family.
   std::optional<std::vector<TPPlanEntry>> tpPlan;
   MixedPrecision mpPolicy;

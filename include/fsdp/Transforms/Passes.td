@@ -576,4 +576,45 @@ def SimulatePass : Pass<"fsdp-simulate", "mlir::ModuleOp"> {
   ];
 }
 
+def AsyncTPPass : Pass<"fsdp-async-tp", "mlir::ModuleOp"> {
+  let summary = "Decompose tp all-gather→matmul and matmul→reduce-scatter into overlapped ring steps";
+  let description = [{
+    On the training step (forward and backward alike), with
+    `enable_async_tensor_parallel` (or `enable=true`):
+
+    - a synchronous `dist.all_gather` over `tp` along a row dim, read by
+      `nn.linear` / `nn.matmul` as their rows (q/k/v or gate/up share one):
+      tp ring steps, each multiplying the block the rank holds while an
+      async `dist.permute` brings the next one from the following rank; the
+      partial products are joined and rotated (`nn.roll` by the rank) into
+      rank order, and any other reader of the gathered value gets the
+      blocks joined the same way;
+    - a synchronous sum `dist.reduce_scatter` over `tp` of rows computed by
+      matmuls (through adds, subs and casts used once): step k computes the
+      rows of block (rank - 1 - k) mod tp and adds them to the running sum
+      an async permute brings from the previous rank, so the rank's own
+      block arrives summed.
+
+    The permutes move exactly the bytes of the collectives they replace.
+    The sums run in another order than MPI's reduce-scatter, so results
+    agree to rounding, not bitwise.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The step function to rewrite">,
+    Option<"enable", "enable", "fsdp::FromConfig",
+           /*default=*/"fsdp::FromConfig::Config",
+           "Decompose: the parallel config's enable_async_tensor_parallel "
+           "(config), or always (true) or never (false)", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::FromConfig::Config, "config", "the config's"),
+          clEnumValN(fsdp::FromConfig::True, "true", "on"),
+          clEnumValN(fsdp::FromConfig::False, "false", "off"))
+    }]>,
+    Option<"remark", "remark", "bool", /*default=*/"true",
+           "Say what was decomposed">,
+  ];
+  let dependentDialects = ["fsdp::dist::DistDialect", "fsdp::nn::NNDialect"];
+}
+
 #endif // FSDP_TRANSFORMS_PASSES_TD

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdarg>
+#include <cstring>
 #include <limits>
 
 using namespace fsdp::host;
@@ -488,6 +489,38 @@ fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, int64_t dim,
   fsdp_tensor *out = alloc(r);
   fsdp_rt_concat(nullptr, r.dtype, int(count), inputs.data(), sizes.data(),
                  r.dims, int(r.rank), int(dim), out->data);
+  return out;
+}
+
+fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                          fsdp_tensor *shift, int64_t dim, int64_t block,
+                          int64_t scale, int64_t offset) {
+  Check c{"roll"};
+  c.present(x, "input");
+  c.present(shift, "shift");
+  c.that(shift->type.dtype == FSDP_RT_I64 && shift->type.rank == 0,
+         "shift is " + typeString(shift->type) + ", expected an i64 scalar");
+  c.that(dim >= 0 && dim < x->type.rank && block > 0 &&
+             x->type.dims[dim] % block == 0,
+         "cannot rotate blocks of " + std::to_string(block) + " along dim " +
+             std::to_string(dim) + " of " + typeString(x->type));
+  c.sameDtype(r, x->type, "result");
+  c.sameShape(r, x->type, "result");
+  int64_t blocks = x->type.dims[dim] / block;
+  int64_t rotate = (scale * indexAt(shift, 0) + offset) % blocks;
+  if (rotate < 0)
+    rotate += blocks;
+  int64_t outer = product(x->type.dims, dim);
+  // Bytes of one block: `block` rows of everything after `dim`.
+  int64_t piece = byteSize(x->type) / (outer * blocks);
+  fsdp_tensor *out = alloc(r);
+  const char *src = static_cast<const char *>(x->data);
+  char *dst = static_cast<char *>(out->data);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < blocks; ++i)
+      std::memcpy(dst + (o * blocks + i) * piece,
+                  src + (o * blocks + (i - rotate + blocks) % blocks) * piece,
+                  size_t(piece));
   return out;
 }
 

@@ -78,7 +78,7 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
   if (name == "fsdp.unit")
     return expect(isa<StringAttr>(value), "a unit name");
   if (name == "fsdp.reshard" || name == "fsdp.regather" ||
-      name == "fsdp.recompute")
+      name == "fsdp.recompute" || name == "fsdp.async_tp")
     return expect(isa<UnitAttr>(value), "a unit attribute");
   if (name == "fsdp.activation_memory_budget") {
     auto f = dyn_cast<FloatAttr>(value);

@@ -435,6 +435,25 @@ LogicalResult SliceOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
+LogicalResult RollOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &results) {
+  RankedTensorType input = tensorOf(adaptor.getInput());
+  FailureOr<int64_t> dim =
+      normalizeDim<RollOp>(loc, adaptor.getDim(), input.getRank());
+  if (failed(dim))
+    return failure();
+  int64_t block = adaptor.getBlock();
+  if (block < 1 || input.getDimSize(*dim) % block != 0)
+    return reject<RollOp>(loc, "block ", block, " does not divide dim ", *dim,
+                          " of size ", input.getDimSize(*dim));
+  if (tensorOf(adaptor.getShift()).getRank() != 0)
+    return reject<RollOp>(loc, "shift must be a scalar, got ",
+                          adaptor.getShift().getType());
+  results.push_back(input);
+  return success();
+}
+
 LogicalResult SplitOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                                   Adaptor adaptor,
                                   SmallVectorImpl<Type> &results) {

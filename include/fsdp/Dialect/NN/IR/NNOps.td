@@ -435,6 +435,31 @@ def NN_SliceOp : NN_Op<"slice", [
   }];
 }
 
+def NN_RollOp : NN_Op<"roll", [
+    RuntimeCall<"fsdp_op_roll", "dim:dim block:int scale:int offset:int">]> {
+  let summary = "Rotate the blocks of one dim by a count known at run time";
+  let description = [{
+    `dim` of `input` holds `N / block` blocks of `block` elements. Result
+    block `i` is input block `(i - a) mod (N / block)`, where the rotation
+    `a = scale · shift + offset` and `shift` is a scalar i64 (a rank's
+    `dist.axis_index`). `fsdp-async-tp` puts a ring's blocks, which arrive
+    in an order that depends on the rank, back in rank order with it.
+
+    ```mlir
+    %r = dist.axis_index @mesh[tp] : tensor<i64>
+    %y = nn.roll %x, %r dim 1 block 8 scale 1 offset 0
+        : (tensor<2x16x64xf32>, tensor<i64>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = !con((ins NN_AnyTensor:$input, RankedTensorOf<[I64]>:$shift,
+                            I64Attr:$dim, I64Attr:$block, I64Attr:$scale,
+                            I64Attr:$offset), NN_Path);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $shift `dim` $dim `block` $block `scale` $scale `offset` $offset attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 def NN_SplitOp : NN_Op<"split", [NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Cut one dimension into consecutive pieces of the given sizes";
