@@ -10,43 +10,28 @@ the same programs on that hardware.
         --simulate docs/hardware/h100-sxm.json
 """
 
-import argparse
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 
-F32 = {"mp_policy": {"param_dtype": "float32", "reduce_dtype": "float32",
-                     "output_dtype": "float32"}, "sequence_parallel": True}
+import benchutil
+from benchutil import F32, run
 
-
-def run(cmd):
-    return subprocess.run(cmd, check=True, capture_output=True,
-                          text=True).stdout
+SP_F32 = dict(F32, sequence_parallel=True)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = benchutil.parser(__doc__, batch=4, seq=256, steps=3)
     parser.add_argument("--simulate", metavar="HW.json")
     args = parser.parse_args()
-    tmp = tempfile.mkdtemp(prefix="async-tp-bench-")
-    graph = os.path.join(tmp, "g.json")
-    run([os.path.join(args.bin_dir, "fsdp-graphgen"), args.config, "--batch",
-         str(args.batch), "--seq", str(args.seq), "-o", graph])
+    tmp, graph = benchutil.graph(args, "async-tp-bench-")
     variants, predicted = [], {}
     for tp in (2, 4):
         for asynchronous in (False, True):
             parallel = os.path.join(tmp, f"{tp}{asynchronous}.json")
-            json.dump(dict(F32, tp_size=tp,
+            json.dump(dict(SP_F32, tp_size=tp,
                            enable_async_tensor_parallel=asynchronous),
                       open(parallel, "w"))
             exe = os.path.join(tmp, f"p{tp}{asynchronous}")
@@ -72,9 +57,7 @@ def main():
             out = run(["mpirun", "--allow-run-as-root", "--oversubscribe",
                        "-np", str(key[0]), exe, "--steps", str(args.steps),
                        "--report"])
-            steps = [float(m) for m in re.findall(
-                r"^step \d+ loss \S+ time (\S+) ms", out, re.M)]
-            times[key] += steps[1:]
+            times[key] += benchutil.step_times(out)
             row = re.search(r"^\{tp\}\s+\S+\s+\S+\s+(\S+)$", out, re.M)
             exposed[key].append(float(row.group(1)) if row else 0.0)
     sim = (f" {'predicted ms':>13} {'pred. exposed tp ms':>20}"

@@ -12,17 +12,15 @@ that hardware (fsdp-compile --simulate, 2 ranks on one node).
         --simulate docs/hardware/h100-sxm.json
 """
 
-import argparse
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 
-F32 = {"mp_policy": {"param_dtype": "float32", "reduce_dtype": "float32",
-                     "output_dtype": "float32"}}
+import benchutil
+from benchutil import F32, run
+
 
 VARIANTS = [
     # name, fsdp-schedule pass (or None), runtime flags
@@ -33,26 +31,12 @@ VARIANTS = [
 ]
 
 
-def run(cmd):
-    return subprocess.run(cmd, check=True, capture_output=True,
-                          text=True).stdout
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = benchutil.parser(__doc__, batch=2, seq=64, steps=4)
     parser.add_argument("--simulate", metavar="HW.json",
                         help="also predict each schedule on this hardware")
     args = parser.parse_args()
-    tmp = tempfile.mkdtemp(prefix="overlap-bench-")
-    graph = os.path.join(tmp, "g.json")
-    run([os.path.join(args.bin_dir, "fsdp-graphgen"), args.config, "--batch",
-         str(args.batch), "--seq", str(args.seq), "-o", graph])
+    tmp, graph = benchutil.graph(args, "overlap-bench-")
     parallel = os.path.join(tmp, "f32.json")
     with open(parallel, "w") as f:
         json.dump(F32, f)
@@ -83,9 +67,7 @@ def main():
             out = run(["mpirun", "--allow-run-as-root", "--oversubscribe",
                        "-np", "2", exes[schedule], "--steps", str(args.steps),
                        "--report"] + flags)
-            steps = [float(m) for m in re.findall(
-                r"^step \d+ loss \S+ time (\S+) ms", out, re.M)]
-            times[name] += steps[1:]  # the first step warms up
+            times[name] += benchutil.step_times(out)
             rows = re.findall(r"^(\{[^}]*\})\s+\S+\s+\S+\s+(\S+)$", out, re.M)
             exposed[name].append(sum(float(r[1]) for r in rows))
     base = statistics.median(times["sync"])

@@ -9,38 +9,22 @@ static report's estimate, which must equal it).
         --config test/bench/small-llama.json --batch 4 --seq 256 --rounds 3
 """
 
-import argparse
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 
-F32 = {"mp_policy": {"param_dtype": "float32", "reduce_dtype": "float32",
-                     "output_dtype": "float32"}}
+import benchutil
+from benchutil import F32, run
+
 MODES = ["none", "selective", "full"]
 
 
-def run(cmd):
-    return subprocess.run(cmd, check=True, capture_output=True,
-                          text=True).stdout
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = benchutil.parser(__doc__, batch=4, seq=256, steps=3)
     args = parser.parse_args()
-    tmp = tempfile.mkdtemp(prefix="remat-bench-")
-    graph = os.path.join(tmp, "g.json")
-    run([os.path.join(args.bin_dir, "fsdp-graphgen"), args.config, "--batch",
-         str(args.batch), "--seq", str(args.seq), "-o", graph])
+    tmp, graph = benchutil.graph(args, "remat-bench-")
     variants = []
     for ranks in (1, 2):
         for mode in MODES:
@@ -62,9 +46,7 @@ def main():
             out = run(["mpirun", "--allow-run-as-root", "--oversubscribe",
                        "-np", str(ranks), exe, "--steps", str(args.steps),
                        "--report"])
-            steps = [float(m) for m in re.findall(
-                r"^step \d+ loss \S+ time (\S+) ms", out, re.M)]
-            times[(ranks, mode)] += steps[1:]
+            times[(ranks, mode)] += benchutil.step_times(out)
             measured[(ranks, mode)] = int(
                 re.search(r"peak (\d+) bytes", out).group(1))
     print(f"{'ranks':>5} {'checkpointing':>13} {'step ms':>9} {'vs none':>8} "

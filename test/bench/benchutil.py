@@ -1,0 +1,46 @@
+"""What the interleaved benchmarks share: running a tool, their command
+line, the graph they compile, f32 mixed precision, and reading a program's
+step times."""
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+F32 = {"mp_policy": {"param_dtype": "float32", "reduce_dtype": "float32",
+                     "output_dtype": "float32"}}
+
+
+def run(cmd):
+    """Runs `cmd`, fails on a non-zero exit, returns its stdout."""
+    return subprocess.run(cmd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def parser(doc, batch, seq, steps):
+    """The common options: --bin-dir, --config, --batch, --seq, --steps,
+    --rounds."""
+    p = argparse.ArgumentParser(description=doc)
+    p.add_argument("--bin-dir", required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--seq", type=int, default=seq)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--rounds", type=int, default=3)
+    return p
+
+
+def graph(args, prefix):
+    """A temporary folder and the graph of --config at --batch x --seq in it."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    path = os.path.join(tmp, "g.json")
+    run([os.path.join(args.bin_dir, "fsdp-graphgen"), args.config, "--batch",
+         str(args.batch), "--seq", str(args.seq), "-o", path])
+    return tmp, path
+
+
+def step_times(out):
+    """The step times of a program's log, without the first (warm-up)."""
+    return [float(m) for m in re.findall(
+        r"^step \d+ loss \S+ time (\S+) ms", out, re.M)][1:]
