@@ -97,13 +97,15 @@ private:
     int64_t block = nn::tensorOf(parts.front()).getDimSize(dim);
     return roll(loc, joined, rank, dim, block, /*scale=*/1, /*offset=*/0);
   }
-  /// nn.roll of `v`'s blocks along `dim` by scale * rank + offset.
+  /// nn.roll of `v`'s blocks along `dim` by scale * rank + offset; with
+  /// `count`, only the first `count` blocks of the rotation.
   Value roll(Location loc, Value v, Value rank, int64_t dim, int64_t block,
-             int64_t scale, int64_t offset) {
-    return nn::RollOp::create(b, loc, v, rank, b.getI64IntegerAttr(dim),
-                              b.getI64IntegerAttr(block),
-                              b.getI64IntegerAttr(scale),
-                              b.getI64IntegerAttr(offset), nullptr)
+             int64_t scale, int64_t offset, int64_t count = 0) {
+    return nn::RollOp::create(
+               b, loc, v, rank, b.getI64IntegerAttr(dim),
+               b.getI64IntegerAttr(block), b.getI64IntegerAttr(scale),
+               b.getI64IntegerAttr(offset),
+               count ? b.getI64IntegerAttr(count) : IntegerAttr(), nullptr)
         .getResult();
   }
 
@@ -209,26 +211,17 @@ LogicalResult Decomposer::scatter(dist::ReduceScatterOp op) {
   Location loc = op.getLoc();
   b.setInsertionPoint(op);
   Value r = axisIndex(loc);
-  // Leaf rows rotated so that step k's block, (r - 1 - k) mod tp, is block
-  // (-k) mod tp.
-  DenseMap<Value, Value> rotated;
-  for (Value leaf : leaves)
-    rotated[leaf] =
-        roll(loc, leaf, r, dim, nn::tensorOf(leaf).getDimSize(dim) / tp,
-             /*scale=*/-1, /*offset=*/1);
   SmallVector<Operation *> ordered(tree.begin(), tree.end());
   llvm::sort(ordered,
              [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
+  // Step k's rows of each leaf: block (r - 1 - k) mod tp, the one block of
+  // the leaf rotated by 1 + k - r.
   auto stepRows = [&](int64_t k) {
     IRMapping map;
-    for (Value leaf : leaves) {
-      int64_t rows = nn::tensorOf(leaf).getDimSize(dim) / tp;
-      map.map(leaf, nn::SliceOp::create(
-                        b, loc, rotated[leaf], b.getI64IntegerAttr(dim),
-                        b.getI64IntegerAttr(((tp - k) % tp) * rows),
-                        b.getI64IntegerAttr(rows), nullptr)
-                        .getResult());
-    }
+    for (Value leaf : leaves)
+      map.map(leaf,
+              roll(loc, leaf, r, dim, nn::tensorOf(leaf).getDimSize(dim) / tp,
+                   /*scale=*/-1, /*offset=*/1 + k, /*count=*/1));
     for (Operation *node : ordered) {
       SmallVector<Value> operands;
       for (Value x : node->getOperands())

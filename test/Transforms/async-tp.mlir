@@ -34,13 +34,14 @@ func.func @forward(%x: tensor<2x4x8xf32>, %wq: tensor<6x8xf32>, %wk: tensor<6x8x
 // CHECK: nn.roll %[[QJ]], %[[RANK]] dim 1 block 4 scale 1 offset 0
 // CHECK: %[[KJ:.+]] = nn.concat %[[K0]], %[[K1]] dim 1
 // CHECK: nn.roll %[[KJ]], %[[RANK]] dim 1 block 4 scale 1 offset 0
-// The reduce-scatter: the linear's rows, rotated by 1 - rank blocks.
+// The reduce-scatter: step k takes block (rank - 1 - k) mod 2 of the
+// linear's input rows (a one-block roll), so the rank's own block arrives
+// summed.
 // CHECK: %[[R2:.+]] = dist.axis_index @mesh[tp]
-// CHECK: %[[ROT:.+]] = nn.roll %{{.+}}, %[[R2]] dim 1 block 4 scale -1 offset 1
-// CHECK: %[[B0:.+]] = nn.slice %[[ROT]] dim 1 start 0 size 4
+// CHECK: %[[B0:.+]] = nn.roll %{{.+}}, %[[R2]] dim 1 block 4 scale -1 offset 1 count 1 : (tensor<2x8x6xf32>, tensor<i64>) -> tensor<2x4x6xf32>
 // CHECK: %[[P0:.+]] = nn.linear %[[B0]], {{.*}}o_proj
 // CHECK: %[[SEND:.+]] = dist.permute %[[P0]] on @mesh[tp] offset 1 : tensor<2x4x8xf32> -> !dist.future
-// CHECK: %[[B1:.+]] = nn.slice %[[ROT]] dim 1 start 4 size 4
+// CHECK: %[[B1:.+]] = nn.roll %{{.+}}, %[[R2]] dim 1 block 4 scale -1 offset 2 count 1
 // CHECK: %[[P1:.+]] = nn.linear %[[B1]], {{.*}}o_proj
 // CHECK: %[[GOT:.+]] = dist.wait %[[SEND]]
 // CHECK: %[[SUM:.+]] = nn.add %[[GOT]], %[[P1]]

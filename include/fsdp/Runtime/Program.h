@@ -221,10 +221,11 @@ fsdp_tensor *fsdp_op_slice(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                            int64_t dim, int64_t start);
 /// Rotates the blocks of `block` elements along `dim` by
 /// `scale * shift + offset` (`shift`: an i64 scalar): result block i is
-/// input block (i - that) mod the block count.
+/// input block (i - that) mod the block count, for the first `count`
+/// blocks (0: all).
 fsdp_tensor *fsdp_op_roll(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                           fsdp_tensor *shift, int64_t dim, int64_t block,
-                          int64_t scale, int64_t offset);
+                          int64_t scale, int64_t offset, int64_t count);
 /// Joins `count` tensors (the variadic arguments, each an `fsdp_tensor *`)
 /// along `dim` into one new tensor, in one pass.
 fsdp_tensor *fsdp_op_concat(fsdp_program *p, fsdp_type r, int64_t dim,

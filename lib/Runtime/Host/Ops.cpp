@@ -494,7 +494,7 @@ fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, int64_t dim,
 
 fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *x,
                           fsdp_tensor *shift, int64_t dim, int64_t block,
-                          int64_t scale, int64_t offset) {
+                          int64_t scale, int64_t offset, int64_t count) {
   Check c{"roll"};
   c.present(x, "input");
   c.present(shift, "shift");
@@ -504,9 +504,16 @@ fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *x,
              x->type.dims[dim] % block == 0,
          "cannot rotate blocks of " + std::to_string(block) + " along dim " +
              std::to_string(dim) + " of " + typeString(x->type));
-  c.sameDtype(r, x->type, "result");
-  c.sameShape(r, x->type, "result");
   int64_t blocks = x->type.dims[dim] / block;
+  if (count == 0)
+    count = blocks;
+  c.that(count >= 1 && count <= blocks, "count " + std::to_string(count) +
+                                            " is not between 1 and " +
+                                            std::to_string(blocks));
+  c.sameDtype(r, x->type, "result");
+  std::vector<int64_t> dims = Check::dimsOf(x->type);
+  dims[dim] = count * block;
+  c.shape(r, dims, "result");
   int64_t rotate = (scale * indexAt(shift, 0) + offset) % blocks;
   if (rotate < 0)
     rotate += blocks;
@@ -517,8 +524,8 @@ fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *x,
   const char *src = static_cast<const char *>(x->data);
   char *dst = static_cast<char *>(out->data);
   for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < blocks; ++i)
-      std::memcpy(dst + (o * blocks + i) * piece,
+    for (int64_t i = 0; i < count; ++i)
+      std::memcpy(dst + (o * count + i) * piece,
                   src + (o * blocks + (i - rotate + blocks) % blocks) * piece,
                   size_t(piece));
   return out;

@@ -450,7 +450,15 @@ LogicalResult RollOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   if (tensorOf(adaptor.getShift()).getRank() != 0)
     return reject<RollOp>(loc, "shift must be a scalar, got ",
                           adaptor.getShift().getType());
-  results.push_back(input);
+  int64_t blocks = input.getDimSize(*dim) / block;
+  std::optional<uint64_t> count = adaptor.getCount();
+  if (count && (*count < 1 || static_cast<int64_t>(*count) > blocks))
+    return reject<RollOp>(loc, "count ", static_cast<int64_t>(*count),
+                          " is not between 1 and the ", blocks, " blocks");
+  SmallVector<int64_t> shape(input.getShape());
+  if (count)
+    shape[*dim] = static_cast<int64_t>(*count) * block;
+  results.push_back(RankedTensorType::get(shape, input.getElementType()));
   return success();
 }
 
