@@ -87,22 +87,19 @@ private:
     auto type = cast<dist::FutureType>(future.getType()).getValueType();
     return dist::WaitOp::create(b, loc, type, future).getResult();
   }
-  /// The ring's blocks `parts` (block i from rank (r + i) mod tp) along
-  /// `dim`, in rank order.
+  /// The ring's blocks `parts` (block i from rank (r + i) mod tp) joined
+  /// along `dim` in rank order, in one copy.
   Value inRankOrder(Location loc, ArrayRef<Value> parts, int64_t dim,
                     Value rank) {
-    Value joined =
-        nn::ConcatOp::create(b, loc, parts, b.getI64IntegerAttr(dim), nullptr)
-            .getResult();
     int64_t block = nn::tensorOf(parts.front()).getDimSize(dim);
-    return roll(loc, joined, rank, dim, block, /*scale=*/1, /*offset=*/0);
+    return roll(loc, parts, rank, dim, block, /*scale=*/1, /*offset=*/0);
   }
-  /// nn.roll of `v`'s blocks along `dim` by scale * rank + offset; with
-  /// `count`, only the first `count` blocks of the rotation.
-  Value roll(Location loc, Value v, Value rank, int64_t dim, int64_t block,
-             int64_t scale, int64_t offset, int64_t count = 0) {
+  /// nn.roll of the blocks of `inputs` joined along `dim`, by scale * rank
+  /// + offset; with `count`, only the first `count` blocks of the rotation.
+  Value roll(Location loc, ValueRange inputs, Value rank, int64_t dim,
+             int64_t block, int64_t scale, int64_t offset, int64_t count = 0) {
     return nn::RollOp::create(
-               b, loc, v, rank, b.getI64IntegerAttr(dim),
+               b, loc, inputs, rank, b.getI64IntegerAttr(dim),
                b.getI64IntegerAttr(block), b.getI64IntegerAttr(scale),
                b.getI64IntegerAttr(offset),
                count ? b.getI64IntegerAttr(count) : IntegerAttr(), nullptr)

@@ -3,8 +3,7 @@
 // RUN: fsdp-opt %s -fsdp-async-tp 2>&1 | FileCheck %s --check-prefix=OFF
 // fsdp-async-tp on tp = 2: a sequence all-gather read by two linears (q and
 // k share it) becomes 2 ring steps: each multiplies the block held while a
-// permute brings the other; the products are joined and rotated into rank
-// order. The reduce-scatter of a linear's rows becomes partial products
+// permute brings the other; one nn.roll joins the products in rank order. The reduce-scatter of a linear's rows becomes partial products
 // added to a running sum passed on by a permute. An all-gather that no
 // matmul reads stays whole. Without enable=true or the config's
 // fsdp.async_tp nothing changes.
@@ -30,18 +29,16 @@ func.func @forward(%x: tensor<2x4x8xf32>, %wq: tensor<6x8xf32>, %wk: tensor<6x8x
 // CHECK: %[[NEXT:.+]] = dist.wait %[[F]]
 // CHECK: %[[Q1:.+]] = nn.linear %[[NEXT]], {{.*}}q_proj
 // CHECK: %[[K1:.+]] = nn.linear %[[NEXT]], {{.*}}k_proj
-// CHECK: %[[QJ:.+]] = nn.concat %[[Q0]], %[[Q1]] dim 1
-// CHECK: nn.roll %[[QJ]], %[[RANK]] dim 1 block 4 scale 1 offset 0
-// CHECK: %[[KJ:.+]] = nn.concat %[[K0]], %[[K1]] dim 1
-// CHECK: nn.roll %[[KJ]], %[[RANK]] dim 1 block 4 scale 1 offset 0
+// CHECK: nn.roll %[[Q0]], %[[Q1]] by %[[RANK]] dim 1 block 4 scale 1 offset 0 : (tensor<2x4x6xf32>, tensor<2x4x6xf32>, tensor<i64>) -> tensor<2x8x6xf32>
+// CHECK: nn.roll %[[K0]], %[[K1]] by %[[RANK]] dim 1 block 4 scale 1 offset 0
 // The reduce-scatter: step k takes block (rank - 1 - k) mod 2 of the
 // linear's input rows (a one-block roll), so the rank's own block arrives
 // summed.
 // CHECK: %[[R2:.+]] = dist.axis_index @mesh[tp]
-// CHECK: %[[B0:.+]] = nn.roll %{{.+}}, %[[R2]] dim 1 block 4 scale -1 offset 1 count 1 : (tensor<2x8x6xf32>, tensor<i64>) -> tensor<2x4x6xf32>
+// CHECK: %[[B0:.+]] = nn.roll %{{.+}} by %[[R2]] dim 1 block 4 scale -1 offset 1 count 1 : (tensor<2x8x6xf32>, tensor<i64>) -> tensor<2x4x6xf32>
 // CHECK: %[[P0:.+]] = nn.linear %[[B0]], {{.*}}o_proj
 // CHECK: %[[SEND:.+]] = dist.permute %[[P0]] on @mesh[tp] offset 1 : tensor<2x4x8xf32> -> !dist.future
-// CHECK: %[[B1:.+]] = nn.roll %{{.+}}, %[[R2]] dim 1 block 4 scale -1 offset 2 count 1
+// CHECK: %[[B1:.+]] = nn.roll %{{.+}} by %[[R2]] dim 1 block 4 scale -1 offset 2 count 1
 // CHECK: %[[P1:.+]] = nn.linear %[[B1]], {{.*}}o_proj
 // CHECK: %[[GOT:.+]] = dist.wait %[[SEND]]
 // CHECK: %[[SUM:.+]] = nn.add %[[GOT]], %[[P1]]

@@ -219,13 +219,14 @@ fsdp_tensor *fsdp_op_transpose(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
 /// `dim` is non-negative; the result is `[start, start + r.dims[dim])`.
 fsdp_tensor *fsdp_op_slice(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                            int64_t dim, int64_t start);
-/// Rotates the blocks of `block` elements along `dim` by
+/// Joins `n` tensors (the variadic arguments, each an `fsdp_tensor *`)
+/// along `dim` and rotates the blocks of `block` elements there by
 /// `scale * shift + offset` (`shift`: an i64 scalar): result block i is
-/// input block (i - that) mod the block count, for the first `count`
-/// blocks (0: all).
-fsdp_tensor *fsdp_op_roll(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                          fsdp_tensor *shift, int64_t dim, int64_t block,
-                          int64_t scale, int64_t offset, int64_t count);
+/// joined block (i - that) mod the block count, for the first `count`
+/// blocks (0: all). One pass over the result.
+fsdp_tensor *fsdp_op_roll(fsdp_program *p, fsdp_type r, fsdp_tensor *shift,
+                          int64_t dim, int64_t block, int64_t scale,
+                          int64_t offset, int64_t count, int64_t n, ...);
 /// Joins `count` tensors (the variadic arguments, each an `fsdp_tensor *`)
 /// along `dim` into one new tensor, in one pass.
 fsdp_tensor *fsdp_op_concat(fsdp_program *p, fsdp_type r, int64_t dim,

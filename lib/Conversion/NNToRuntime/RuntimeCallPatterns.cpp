@@ -195,24 +195,58 @@ struct SplitPattern : StatePattern<nn::SplitOp> {
   }
 };
 
-/// nn.concat: one variadic call over every input.
-struct ConcatPattern : StatePattern<nn::ConcatOp> {
-  using StatePattern::StatePattern;
+/// A runtime call that takes its inputs last, as C variadic arguments,
+/// after `literals` and their count: nn.concat and nn.roll.
+template <typename OpTy> struct VariadicPattern : StatePattern<OpTy> {
+  using StatePattern<OpTy>::StatePattern;
+  using StatePattern<OpTy>::call;
+  using StatePattern<OpTy>::state;
+
+  /// The runtime function.
+  virtual StringRef callee() const = 0;
+  /// The call's operands and literals before the inputs.
+  virtual void lead(OpTy op, typename OpTy::Adaptor adaptor,
+                    Call &call) const = 0;
+
   LogicalResult
-  matchAndRewrite(nn::ConcatOp op, OpAdaptor adaptor,
+  matchAndRewrite(OpTy op, typename OpTy::Adaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    int64_t dim =
-        frontDim(static_cast<int64_t>(op.getDim()), op.getType().getRank());
     ValueRange inputs = adaptor.getInputs();
-    Call concat = call("fsdp_op_concat", op);
-    concat.literal(typeLiteral(op.getResult().getType()))
-        .literal(intLiteral(dim))
-        .literal(intLiteral(static_cast<int64_t>(inputs.size())));
+    Call c = call(callee(), op);
+    c.literal(typeLiteral(op.getResult().getType()));
+    lead(op, adaptor, c);
+    c.literal(intLiteral(static_cast<int64_t>(inputs.size())));
     for (Value input : inputs)
-      concat.value(input);
-    Value v = concat.emit(rewriter, op.getLoc(), state.tensorType);
+      c.value(input);
+    Value v = c.emit(rewriter, op.getLoc(), state.tensorType);
     state.finish(rewriter, op, adaptor.getOperands(), v, 1);
     return success();
+  }
+};
+
+/// nn.concat: fsdp_op_concat(p, type, dim, n, inputs...).
+struct ConcatPattern : VariadicPattern<nn::ConcatOp> {
+  using VariadicPattern::VariadicPattern;
+  StringRef callee() const override { return "fsdp_op_concat"; }
+  void lead(nn::ConcatOp op, OpAdaptor, Call &c) const override {
+    c.literal(intLiteral(
+        frontDim(static_cast<int64_t>(op.getDim()), op.getType().getRank())));
+  }
+};
+
+/// nn.roll: fsdp_op_roll(p, type, shift, dim, block, scale, offset, count,
+/// n, inputs...).
+struct RollPattern : VariadicPattern<nn::RollOp> {
+  using VariadicPattern::VariadicPattern;
+  StringRef callee() const override { return "fsdp_op_roll"; }
+  void lead(nn::RollOp op, OpAdaptor adaptor, Call &c) const override {
+    c.value(adaptor.getShift())
+        .literal(intLiteral(frontDim(static_cast<int64_t>(op.getDim()),
+                                     op.getType().getRank())))
+        .literal(intLiteral(static_cast<int64_t>(op.getBlock())))
+        .literal(intLiteral(static_cast<int64_t>(op.getScale())))
+        .literal(intLiteral(static_cast<int64_t>(op.getOffset())))
+        .literal(intLiteral(static_cast<int64_t>(op.getCount().value_or(0))));
   }
 };
 
@@ -282,8 +316,8 @@ void fsdp::populateNNToRuntimePatterns(const TypeConverter &converter,
                                        RewritePatternSet &patterns,
                                        LoweringState &state) {
   patterns.add<RuntimeCallPattern, CopyPattern, WaitPattern, SplitPattern,
-               ConcatPattern, LayerCallPattern, ReturnPattern>(converter,
-                                                               state);
+               ConcatPattern, RollPattern, LayerCallPattern, ReturnPattern>(
+      converter, state);
 }
 
 LogicalResult fsdp::prepareLiterals(Block &body, LoweringState &state,
@@ -291,7 +325,7 @@ LogicalResult fsdp::prepareLiterals(Block &body, LoweringState &state,
   for (Operation &op : body) {
     auto call = dyn_cast<RuntimeCallOpInterface>(op);
     if (!call) {
-      if (isa<dist::CopyOp, dist::WaitOp, nn::SplitOp, nn::ConcatOp,
+      if (isa<dist::CopyOp, dist::WaitOp, nn::SplitOp, nn::ConcatOp, nn::RollOp,
               func::ReturnOp>(op))
         continue;
       return op.emitOpError("cannot be lowered to the runtime");

@@ -492,42 +492,73 @@ fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, int64_t dim,
   return out;
 }
 
-fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *x,
-                          fsdp_tensor *shift, int64_t dim, int64_t block,
-                          int64_t scale, int64_t offset, int64_t count) {
+fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *shift,
+                          int64_t dim, int64_t block, int64_t scale,
+                          int64_t offset, int64_t count, int64_t n, ...) {
   Check c{"roll"};
-  c.present(x, "input");
+  c.that(n >= 1, "needs at least one input, got " + std::to_string(n));
+  std::vector<fsdp_tensor *> xs(static_cast<size_t>(n));
+  va_list args;
+  va_start(args, n);
+  for (fsdp_tensor *&x : xs)
+    x = va_arg(args, fsdp_tensor *);
+  va_end(args);
   c.present(shift, "shift");
   c.that(shift->type.dtype == FSDP_RT_I64 && shift->type.rank == 0,
          "shift is " + typeString(shift->type) + ", expected an i64 scalar");
-  c.that(dim >= 0 && dim < x->type.rank && block > 0 &&
-             x->type.dims[dim] % block == 0,
+  fsdp_tensor *a = xs.front();
+  c.present(a, "input 0");
+  c.that(dim >= 0 && dim < a->type.rank && block > 0,
          "cannot rotate blocks of " + std::to_string(block) + " along dim " +
-             std::to_string(dim) + " of " + typeString(x->type));
-  int64_t blocks = x->type.dims[dim] / block;
+             std::to_string(dim) + " of " + typeString(a->type));
+  c.sameDtype(r, a->type, "result");
+  // Each joined block: its input's data, its index there, and the input's
+  // blocks per outer row.
+  struct Source {
+    const char *data;
+    int64_t index, blocks;
+  };
+  std::vector<Source> sources;
+  int64_t outer = product(a->type.dims, dim);
+  int64_t piece = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    fsdp_tensor *x = xs[i];
+    std::string name = "input " + std::to_string(i);
+    c.present(x, name.c_str());
+    c.sameDtype(x->type, a->type, name.c_str());
+    bool fits = x->type.rank == a->type.rank && x->type.dims[dim] % block == 0;
+    for (int64_t d = 0; fits && d < a->type.rank; ++d)
+      fits = d == dim || x->type.dims[d] == a->type.dims[d];
+    c.that(fits, "cannot join " + typeString(a->type) + " and " +
+                     typeString(x->type) + " in blocks of " +
+                     std::to_string(block) + " along dim " +
+                     std::to_string(dim));
+    int64_t blocksHere = x->type.dims[dim] / block;
+    piece = byteSize(x->type) / (outer * blocksHere);
+    for (int64_t k = 0; k < blocksHere; ++k)
+      sources.push_back({static_cast<const char *>(x->data), k, blocksHere});
+  }
+  int64_t blocks = static_cast<int64_t>(sources.size());
   if (count == 0)
     count = blocks;
   c.that(count >= 1 && count <= blocks, "count " + std::to_string(count) +
                                             " is not between 1 and " +
                                             std::to_string(blocks));
-  c.sameDtype(r, x->type, "result");
-  std::vector<int64_t> dims = Check::dimsOf(x->type);
+  std::vector<int64_t> dims = Check::dimsOf(a->type);
   dims[dim] = count * block;
   c.shape(r, dims, "result");
   int64_t rotate = (scale * indexAt(shift, 0) + offset) % blocks;
   if (rotate < 0)
     rotate += blocks;
-  int64_t outer = product(x->type.dims, dim);
-  // Bytes of one block: `block` rows of everything after `dim`.
-  int64_t piece = byteSize(x->type) / (outer * blocks);
   fsdp_tensor *out = alloc(r);
-  const char *src = static_cast<const char *>(x->data);
   char *dst = static_cast<char *>(out->data);
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < count; ++i)
+  for (int64_t i = 0; i < count; ++i) {
+    const Source &from = sources[size_t((i - rotate + blocks) % blocks)];
+    for (int64_t o = 0; o < outer; ++o)
       std::memcpy(dst + (o * count + i) * piece,
-                  src + (o * blocks + (i - rotate + blocks) % blocks) * piece,
+                  from.data + (o * from.blocks + from.index) * piece,
                   size_t(piece));
+  }
   return out;
 }
 

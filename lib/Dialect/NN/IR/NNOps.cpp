@@ -435,33 +435,6 @@ LogicalResult SliceOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult RollOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                 Adaptor adaptor,
-                                 SmallVectorImpl<Type> &results) {
-  RankedTensorType input = tensorOf(adaptor.getInput());
-  FailureOr<int64_t> dim =
-      normalizeDim<RollOp>(loc, adaptor.getDim(), input.getRank());
-  if (failed(dim))
-    return failure();
-  int64_t block = adaptor.getBlock();
-  if (block < 1 || input.getDimSize(*dim) % block != 0)
-    return reject<RollOp>(loc, "block ", block, " does not divide dim ", *dim,
-                          " of size ", input.getDimSize(*dim));
-  if (tensorOf(adaptor.getShift()).getRank() != 0)
-    return reject<RollOp>(loc, "shift must be a scalar, got ",
-                          adaptor.getShift().getType());
-  int64_t blocks = input.getDimSize(*dim) / block;
-  std::optional<uint64_t> count = adaptor.getCount();
-  if (count && (*count < 1 || static_cast<int64_t>(*count) > blocks))
-    return reject<RollOp>(loc, "count ", static_cast<int64_t>(*count),
-                          " is not between 1 and the ", blocks, " blocks");
-  SmallVector<int64_t> shape(input.getShape());
-  if (count)
-    shape[*dim] = static_cast<int64_t>(*count) * block;
-  results.push_back(RankedTensorType::get(shape, input.getElementType()));
-  return success();
-}
-
 LogicalResult SplitOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                                   Adaptor adaptor,
                                   SmallVectorImpl<Type> &results) {
@@ -490,30 +463,71 @@ LogicalResult SplitOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult ConcatOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                   Adaptor adaptor,
-                                   SmallVectorImpl<Type> &results) {
-  ValueRange inputs = adaptor.getInputs();
+/// The shape of `inputs` joined along `dim` (normalized there), or an
+/// error at `loc` in the words of `OpTy`.
+template <typename OpTy>
+static FailureOr<SmallVector<int64_t>>
+joinedShape(std::optional<Location> loc, ValueRange inputs, int64_t &dim) {
   if (inputs.empty())
-    return reject<ConcatOp>(loc, "needs at least one input");
+    return reject<OpTy>(loc, "needs at least one input");
   RankedTensorType first = tensorOf(inputs.front());
-  FailureOr<int64_t> dim =
-      normalizeDim<ConcatOp>(loc, adaptor.getDim(), first.getRank());
-  if (failed(dim))
+  FailureOr<int64_t> normalized = normalizeDim<OpTy>(loc, dim, first.getRank());
+  if (failed(normalized))
     return failure();
+  dim = *normalized;
   SmallVector<int64_t> shape(first.getShape());
   for (Value input : inputs.drop_front()) {
     RankedTensorType t = tensorOf(input);
     if (t.getRank() != first.getRank() ||
         t.getElementType() != first.getElementType())
-      return reject<ConcatOp>(loc, "input ", t, " does not match ", first);
+      return reject<OpTy>(loc, "input ", t, " does not match ", first);
     for (int64_t d = 0; d < first.getRank(); ++d)
-      if (d != *dim && t.getDimSize(d) != first.getDimSize(d))
-        return reject<ConcatOp>(loc, "input ", t, " differs from ", first,
-                                " outside dim ", *dim);
-    shape[*dim] += t.getDimSize(*dim);
+      if (d != dim && t.getDimSize(d) != first.getDimSize(d))
+        return reject<OpTy>(loc, "input ", t, " differs from ", first,
+                            " outside dim ", dim);
+    shape[dim] += t.getDimSize(dim);
   }
-  results.push_back(RankedTensorType::get(shape, first.getElementType()));
+  return shape;
+}
+
+LogicalResult ConcatOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                   Adaptor adaptor,
+                                   SmallVectorImpl<Type> &results) {
+  int64_t dim = adaptor.getDim();
+  FailureOr<SmallVector<int64_t>> shape =
+      joinedShape<ConcatOp>(loc, adaptor.getInputs(), dim);
+  if (failed(shape))
+    return failure();
+  results.push_back(RankedTensorType::get(
+      *shape, tensorOf(adaptor.getInputs().front()).getElementType()));
+  return success();
+}
+
+LogicalResult RollOp::inferTypes(MLIRContext *, std::optional<Location> loc,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &results) {
+  int64_t dim = adaptor.getDim();
+  FailureOr<SmallVector<int64_t>> shape =
+      joinedShape<RollOp>(loc, adaptor.getInputs(), dim);
+  if (failed(shape))
+    return failure();
+  int64_t block = adaptor.getBlock();
+  for (Value input : adaptor.getInputs())
+    if (block < 1 || tensorOf(input).getDimSize(dim) % block != 0)
+      return reject<RollOp>(loc, "block ", block, " does not divide dim ", dim,
+                            " of ", input.getType());
+  if (tensorOf(adaptor.getShift()).getRank() != 0)
+    return reject<RollOp>(loc, "shift must be a scalar, got ",
+                          adaptor.getShift().getType());
+  int64_t blocks = (*shape)[dim] / block;
+  std::optional<uint64_t> count = adaptor.getCount();
+  if (count && (*count < 1 || static_cast<int64_t>(*count) > blocks))
+    return reject<RollOp>(loc, "count ", static_cast<int64_t>(*count),
+                          " is not between 1 and the ", blocks, " blocks");
+  if (count)
+    (*shape)[dim] = static_cast<int64_t>(*count) * block;
+  results.push_back(RankedTensorType::get(
+      *shape, tensorOf(adaptor.getInputs().front()).getElementType()));
   return success();
 }
 

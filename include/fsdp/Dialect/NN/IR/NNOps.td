@@ -435,34 +435,33 @@ def NN_SliceOp : NN_Op<"slice", [
   }];
 }
 
-def NN_RollOp : NN_Op<"roll", [
-    RuntimeCall<"fsdp_op_roll", "dim:dim block:int scale:int offset:int count:int">]> {
-  let summary = "Rotate the blocks of one dim by a count known at run time";
+def NN_RollOp : NN_Op<"roll", []> {
+  let summary = "Rotate blocks of one dim by a count known at run time";
   let description = [{
-    `dim` of `input` holds `N / block` blocks of `block` elements. Result
-    block `i` is input block `(i - a) mod (N / block)`, where the rotation
-    `a = scale · shift + offset` and `shift` is a scalar i64 (a rank's
-    `dist.axis_index`). With `count`, the result holds only the first
-    `count` blocks of the rotation (`count 1`: the one block `-a`).
-    `fsdp-async-tp` puts a ring's blocks, which arrive in an order that
-    depends on the rank, back in rank order with it, and picks the
-    rank-dependent block each ring step works on.
+    The inputs, joined along `dim` (one input: itself), hold `N / block`
+    blocks of `block` elements there. Result block `i` is joined block
+    `(i - a) mod (N / block)`, where the rotation `a = scale · shift +
+    offset` and `shift` is a scalar i64 (a rank's `dist.axis_index`). With
+    `count`, the result holds only the first `count` blocks of the rotation
+    (`count 1`: the one block `-a`). `fsdp-async-tp` joins a ring's partial
+    products in rank order with it (one copy), and picks the rank-dependent
+    block each ring step works on.
 
     ```mlir
     %r = dist.axis_index @mesh[tp] : tensor<i64>
-    %y = nn.roll %x, %r dim 1 block 8 scale 1 offset 0
-        : (tensor<2x16x64xf32>, tensor<i64>) -> tensor<2x16x64xf32>
-    %b = nn.roll %x, %r dim 1 block 8 scale -1 offset 1 count 1
+    %y = nn.roll %p0, %p1 by %r dim 1 block 8 scale 1 offset 0
+        : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<i64>) -> tensor<2x16x64xf32>
+    %b = nn.roll %x by %r dim 1 block 8 scale -1 offset 1 count 1
         : (tensor<2x16x64xf32>, tensor<i64>) -> tensor<2x8x64xf32>
     ```
   }];
-  let arguments = !con((ins NN_AnyTensor:$input, RankedTensorOf<[I64]>:$shift,
-                            I64Attr:$dim, I64Attr:$block, I64Attr:$scale,
-                            I64Attr:$offset, OptionalAttr<I64Attr>:$count),
-                       NN_Path);
+  let arguments = !con((ins Variadic<NN_AnyTensor>:$inputs,
+                            RankedTensorOf<[I64]>:$shift, I64Attr:$dim,
+                            I64Attr:$block, I64Attr:$scale, I64Attr:$offset,
+                            OptionalAttr<I64Attr>:$count), NN_Path);
   let results = (outs NN_AnyTensor:$result);
   let assemblyFormat = [{
-    $input `,` $shift `dim` $dim `block` $block `scale` $scale `offset` $offset (`count` $count^)? attr-dict `:` functional-type(operands, results)
+    $inputs `by` $shift `dim` $dim `block` $block `scale` $scale `offset` $offset (`count` $count^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
