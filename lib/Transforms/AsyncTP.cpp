@@ -46,8 +46,9 @@ Value rowOperand(Operation *op) {
 
 class Decomposer {
 public:
-  Decomposer(dist::MeshOp mesh, int64_t tp, MLIRContext *context)
-      : mesh(mesh), tp(tp), b(context) {}
+  /// Decomposes collectives of `step`.
+  Decomposer(dist::MeshOp mesh, int64_t tp, func::FuncOp step)
+      : mesh(mesh), tp(tp), step(step), b(step.getContext()) {}
 
   /// all_gather(x) along a row dim, read by matmuls as their rows: ring
   /// step i multiplies the block the rank holds, (rank + i) mod tp, while a
@@ -66,12 +67,6 @@ public:
   int64_t permutes = 0;
 
 private:
-  Value axisIndex(Location loc) {
-    return dist::AxisIndexOp::create(
-               b, loc, RankedTensorType::get({}, b.getI64Type()),
-               mesh.getSymName(), b.getStrArrayAttr({"tp"}))
-        .getResult();
-  }
   /// An async permute of `v` by `offset` and its wait, the wait placed by
   /// the caller (`wait` returns it at the builder's point).
   Value startPermute(Location loc, Value v, int64_t offset) {
@@ -89,26 +84,42 @@ private:
   }
   /// The ring's blocks `parts` (block i from rank (r + i) mod tp) joined
   /// along `dim` in rank order, in one copy.
-  Value inRankOrder(Location loc, ArrayRef<Value> parts, int64_t dim,
-                    Value rank) {
+  Value inRankOrder(Location loc, ArrayRef<Value> parts, int64_t dim) {
     int64_t block = nn::tensorOf(parts.front()).getDimSize(dim);
-    return roll(loc, parts, rank, dim, block, /*scale=*/1, /*offset=*/0);
+    return roll(loc, parts, dim, block, /*scale=*/1, /*offset=*/0);
   }
   /// nn.roll of the blocks of `inputs` joined along `dim`, by scale * rank
   /// + offset; with `count`, only the first `count` blocks of the rotation.
-  Value roll(Location loc, ValueRange inputs, Value rank, int64_t dim,
-             int64_t block, int64_t scale, int64_t offset, int64_t count = 0) {
+  Value roll(Location loc, ValueRange inputs, int64_t dim, int64_t block,
+             int64_t scale, int64_t offset, int64_t count = 0) {
     return nn::RollOp::create(
-               b, loc, inputs, rank, b.getI64IntegerAttr(dim),
+               b, loc, inputs, rank(), b.getI64IntegerAttr(dim),
                b.getI64IntegerAttr(block), b.getI64IntegerAttr(scale),
                b.getI64IntegerAttr(offset),
                count ? b.getI64IntegerAttr(count) : IntegerAttr(), nullptr)
         .getResult();
   }
 
+  /// The rank's index along tp: one dist.axis_index at the top of the
+  /// step, made on first use.
+  Value rank() {
+    if (!rankIndex) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&step.getBody().front());
+      rankIndex =
+          dist::AxisIndexOp::create(
+              b, step.getLoc(), RankedTensorType::get({}, b.getI64Type()),
+              mesh.getSymName(), b.getStrArrayAttr({"tp"}))
+              .getResult();
+    }
+    return rankIndex;
+  }
+
   dist::MeshOp mesh;
   int64_t tp;
+  func::FuncOp step;
   OpBuilder b;
+  Value rankIndex;
 };
 
 LogicalResult Decomposer::gather(dist::AllGatherOp op) {
@@ -137,7 +148,6 @@ LogicalResult Decomposer::gather(dist::AllGatherOp op) {
   llvm::erase_if(users, [&](Operation *u) { return !ready(u); });
   Location loc = op.getLoc();
   b.setInsertionPoint(first);
-  Value rank = axisIndex(loc);
   SmallVector<Value> blocks = {op.getInput()};
   SmallVector<SmallVector<Value>> partials(users.size());
   for (int64_t i = 0; i < tp; ++i) {
@@ -155,11 +165,11 @@ LogicalResult Decomposer::gather(dist::AllGatherOp op) {
   // Every product in rank order first: the builder stands before `first`.
   SmallVector<Value> products;
   for (auto [k, user] : llvm::enumerate(users))
-    products.push_back(inRankOrder(loc, partials[k], dim, rank));
+    products.push_back(inRankOrder(loc, partials[k], dim));
   if (llvm::any_of(gathered.getUsers(), [&](Operation *user) {
         return !llvm::is_contained(users, user);
       }))
-    gathered.replaceAllUsesWith(inRankOrder(loc, blocks, dim, rank));
+    gathered.replaceAllUsesWith(inRankOrder(loc, blocks, dim));
   for (auto [user, product] : llvm::zip(users, products)) {
     user->getResult(0).replaceAllUsesWith(product);
     user->erase();
@@ -207,7 +217,6 @@ LogicalResult Decomposer::scatter(dist::ReduceScatterOp op) {
     return failure();
   Location loc = op.getLoc();
   b.setInsertionPoint(op);
-  Value r = axisIndex(loc);
   SmallVector<Operation *> ordered(tree.begin(), tree.end());
   llvm::sort(ordered,
              [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
@@ -217,7 +226,7 @@ LogicalResult Decomposer::scatter(dist::ReduceScatterOp op) {
     IRMapping map;
     for (Value leaf : leaves)
       map.map(leaf,
-              roll(loc, leaf, r, dim, nn::tensorOf(leaf).getDimSize(dim) / tp,
+              roll(loc, leaf, dim, nn::tensorOf(leaf).getDimSize(dim) / tp,
                    /*scale=*/-1, /*offset=*/1 + k, /*count=*/1));
     for (Operation *node : ordered) {
       SmallVector<Value> operands;
@@ -259,7 +268,7 @@ struct AsyncTPPass : fsdp::impl::AsyncTPPassBase<AsyncTPPass> {
     int64_t tp = mesh ? mesh.getAxisSize("tp").value_or(1) : 1;
     if (tp <= 1)
       return markAllAnalysesPreserved();
-    Decomposer decomposer(mesh, tp, &getContext());
+    Decomposer decomposer(mesh, tp, step);
     SmallVector<Operation *> collectives;
     for (Operation &op : step.getBody().front())
       if (auto c = dyn_cast<dist::CollectiveOpInterface>(op);

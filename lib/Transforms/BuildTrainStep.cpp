@@ -474,10 +474,7 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
   gradOps += grads.getNumCreated();
   if (failed(result))
     return failure();
-  RematStats r = rematerialize(b, cloned, backwardStart, plan);
-  recomputed.layers += r.layers;
-  recomputed.ops += r.ops;
-  recomputed.collectives += r.collectives;
+  recomputed += rematerialize(b, cloned, backwardStart, plan);
   regatherForBackward(b, cloned, backwardStart);
   for (unsigned k = 0; k < params.size(); ++k) {
     // Mixed precision: the forward read a cast copy; its gradient comes

@@ -65,13 +65,13 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
     // wait (Collectives.cpp's fsdp_future).
     int64_t staging = 0;
     if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op)) {
-      staging = stagingBytes(collective, groupSize(collective, mesh));
+      int64_t n = groupSize(collective, mesh);
+      staging = stagingBytes(collective, n);
       if (collective.isAsync()) {
         Value input = collective.getInput();
         if (!isa<BlockArgument>(bufferOf(input)))
           ++references[bufferOf(input)];
-        int64_t held =
-            heldStagingBytes(collective, groupSize(collective, mesh));
+        int64_t held = heldStagingBytes(collective, n);
         pending[op.getResult(0)] = {input, held};
         r.peak = std::max(r.peak, live + staging);
         live += held;

@@ -17,8 +17,6 @@
 #include "MemoryReplay.h"
 #include "PassUtils.h"
 
-#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
-
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
@@ -45,19 +43,10 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
     func::FuncOp step = lookupEntry(module, entry, "report on");
     if (!step)
       return signalPassFailure();
-    dist::MeshOp mesh = dist::findMesh(module);
-    if (!mesh && !step.getOps<dist::CollectiveOpInterface>().empty()) {
-      module.emitError("has collectives but no dist.mesh to size them");
+    FailureOr<dist::MeshOp> mesh = meshForCollectives(module, step, "size");
+    if (failed(mesh))
       return signalPassFailure();
-    }
-
-    MemoryReplay r = replayMemory(step, mesh);
-    int64_t params = r.params, state = r.state, inputs = r.inputs,
-            grads = r.grads, gathered = r.gathered, peak = r.peak;
-    double recomputedFlops = r.recomputedFlops, forwardFlops = r.forwardFlops;
-    std::optional<int64_t> saved = r.saved;
-    int64_t fixed = params + state + inputs;
-    int64_t estimate = fixed + peak;
+    MemoryReplay r = replayMemory(step, *mesh);
     // The dtypes the training step runs in (fsdp-build-train-step).
     llvm::json::Object precision;
     std::string precisionText;
@@ -73,16 +62,16 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
       if (format == ReportFormat::Json) {
         os << llvm::formatv("{0:2}",
                             llvm::json::Value(llvm::json::Object{
-                                {"parameters", params},
-                                {"optimizer_state", state},
-                                {"inputs", inputs},
-                                {"gradients", grads},
-                                {"largest_gathered_unit", gathered},
-                                {"temporaries_peak", peak},
-                                {"estimated_peak", estimate},
-                                {"recomputed_flops", recomputedFlops},
-                                {"saved_for_backward", saved.value_or(0)},
-                                {"forward_flops", forwardFlops},
+                                {"parameters", r.params},
+                                {"optimizer_state", r.state},
+                                {"inputs", r.inputs},
+                                {"gradients", r.grads},
+                                {"largest_gathered_unit", r.gathered},
+                                {"temporaries_peak", r.peak},
+                                {"estimated_peak", r.estimate()},
+                                {"recomputed_flops", r.recomputedFlops},
+                                {"saved_for_backward", r.saved.value_or(0)},
+                                {"forward_flops", r.forwardFlops},
                                 {"precision", std::move(precision)}}))
            << "\n";
       } else {
@@ -90,23 +79,24 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
           os << llvm::formatv("{0,-34} {1,16}\n", what, bytes);
         };
         os << llvm::formatv("{0,-34} {1,16}\n", "memory per rank", "bytes");
-        row("parameters (this rank's blocks)", params);
-        row("optimizer state", state);
-        row("inputs", inputs);
-        row("gradients (blocks, at the update)", grads);
-        row("largest gathered unit", gathered);
-        row("activations and temporaries, peak", peak);
-        if (saved)
-          row("saved for the backward", *saved);
-        row("estimated peak", estimate);
+        row("parameters (this rank's blocks)", r.params);
+        row("optimizer state", r.state);
+        row("inputs", r.inputs);
+        row("gradients (blocks, at the update)", r.grads);
+        row("largest gathered unit", r.gathered);
+        row("activations and temporaries, peak", r.peak);
+        if (r.saved)
+          row("saved for the backward", *r.saved);
+        row("estimated peak", r.estimate());
         if (!precisionText.empty())
           os << "precision: " << precisionText << "\n";
-        if (recomputedFlops > 0)
+        if (r.recomputedFlops > 0)
           os << llvm::formatv("activation checkpointing recomputes {0:e3} "
                               "FLOPs per step ({1:f2} of the forward's "
                               "{2:e3})\n",
-                              recomputedFlops, recomputedFlops / forwardFlops,
-                              forwardFlops);
+                              r.recomputedFlops,
+                              r.recomputedFlops / r.forwardFlops,
+                              r.forwardFlops);
       }
     };
     if (failed(writeReport(module, output, "", write)))

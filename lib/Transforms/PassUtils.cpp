@@ -38,6 +38,16 @@ void fsdp::replaceFunction(OpBuilder &b, func::FuncOp old, func::FuncOp now,
   old.erase();
 }
 
+FailureOr<fsdp::dist::MeshOp>
+fsdp::meshForCollectives(ModuleOp module, func::FuncOp step, StringRef verb) {
+  dist::MeshOp mesh = dist::findMesh(module);
+  if (!mesh && !step.getOps<dist::CollectiveOpInterface>().empty()) {
+    module.emitError("has collectives but no dist.mesh to ") << verb << " them";
+    return failure();
+  }
+  return mesh;
+}
+
 std::string fsdp::decoderLayerOf(StringRef name) {
   static const std::regex layer(R"(^(.*\.(layers|h)\.[0-9]+)\.)");
   std::smatch match;

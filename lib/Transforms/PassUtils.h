@@ -33,6 +33,13 @@ void replaceFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
 mlir::func::FuncOp lookupEntry(mlir::ModuleOp module, llvm::StringRef entry,
                                llvm::StringRef purpose);
 
+/// The module's dist.mesh (null when it has none and `step` needs none);
+/// fails after "has collectives but no dist.mesh to <verb> them" at the
+/// module when `step` has collectives and the module no mesh.
+llvm::FailureOr<dist::MeshOp> meshForCollectives(mlir::ModuleOp module,
+                                                 mlir::func::FuncOp step,
+                                                 llvm::StringRef verb);
+
 /// The decoder layer a parameter name or module path belongs to
 /// (`model.layers.3.mlp.up_proj.weight` and `model.layers.3` give
 /// `model.layers.3`; GPT-2's `transformer.h.3`), or "" outside the layers.

@@ -19,6 +19,13 @@ struct RematStats {
   /// Layers that recompute, ops cloned into the backward, and of them the
   /// collectives re-issued.
   int64_t layers = 0, ops = 0, collectives = 0;
+
+  RematStats &operator+=(const RematStats &other) {
+    layers += other.layers;
+    ops += other.ops;
+    collectives += other.collectives;
+    return *this;
+  }
 };
 
 /// Which decoder layers (numbered in forward order) recompute, and how:

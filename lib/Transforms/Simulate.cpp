@@ -101,11 +101,10 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
     FailureOr<Hardware> hw = loadHardware(module);
     if (failed(hw))
       return signalPassFailure();
-    dist::MeshOp mesh = dist::findMesh(module);
-    if (!mesh && !step.getOps<dist::CollectiveOpInterface>().empty()) {
-      module.emitError("has collectives but no dist.mesh to place them");
+    FailureOr<dist::MeshOp> found = meshForCollectives(module, step, "place");
+    if (failed(found))
       return signalPassFailure();
-    }
+    dist::MeshOp mesh = *found;
     SmallVector<int64_t> sizes;
     if (mesh)
       sizes.assign(mesh.getShape().begin(), mesh.getShape().end());
