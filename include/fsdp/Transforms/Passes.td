@@ -598,6 +598,14 @@ def AsyncTPPass : Pass<"fsdp-async-tp", "mlir::ModuleOp"> {
     The permutes move exactly the bytes of the collectives they replace.
     The sums run in another order than MPI's reduce-scatter, so results
     agree to rounding, not bitwise.
+
+    It runs after `fsdp-build-train-step`, not before autodiff: the
+    backward of an all-gather is a reduce-scatter and the reverse, so the
+    finished step holds the backward's collectives in the same two shapes
+    and one rewrite serves both directions. Differentiating a decomposed
+    forward instead would give the backward a permute ring per partial
+    product, with the rotations' gradients in between, and leave the
+    weight-gradient GEMMs split into tp pieces.
   }];
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
