@@ -18,12 +18,13 @@ def run(cmd):
                           text=True).stdout
 
 
-def parser(doc, batch, seq, steps):
-    """The common options: --bin-dir, --config, --batch, --seq, --steps,
-    --rounds."""
-    p = argparse.ArgumentParser(description=doc)
+def parser(doc, batch, seq, steps, config=None):
+    """The common options: --bin-dir, --config (required unless `config`
+    gives a default), --batch, --seq, --steps, --rounds."""
+    p = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin-dir", required=True)
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=config is None, default=config)
     p.add_argument("--batch", type=int, default=batch)
     p.add_argument("--seq", type=int, default=seq)
     p.add_argument("--steps", type=int, default=steps)

@@ -196,7 +196,9 @@ static LogicalResult compileAndLink(StringRef source) {
                                    FSDP_RUNTIME_MAIN_LIB,
                                    FSDP_RUNTIME_HOST_LIB,
                                    FSDP_RUNTIME_CPU_LIB,
+                                   "-ldnnl",
                                    "-lopenblas",
+                                   "-fopenmp",
                                    "-lpthread",
                                    "-o",
                                    outputFile};

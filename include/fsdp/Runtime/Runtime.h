@@ -147,6 +147,11 @@ int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls);
 /// Zeroes the collective and kernel counters (not the memory counters).
 void fsdp_rt_counters_reset(void);
 
+/// Shares the cores among the `local_ranks` processes of this node: each
+/// runs its kernels on cores / local_ranks threads (at least one), unless
+/// OMP_NUM_THREADS sets the count.
+void fsdp_rt_set_threads(int local_ranks);
+
 //===----------------------------------------------------------------------===//
 // Forward kernels
 //

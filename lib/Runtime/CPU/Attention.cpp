@@ -5,41 +5,64 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Per (batch, query head): scores = Q·Kᵀ·scale through BLAS with the head
-// picked out by leading-dimension strides (no head transpose), masked
-// softmax per row, then P·V written straight into the [B, S, Nq, Dv] result.
-// The backward recomputes P the same way and runs the four products of the
-// gradient through BLAS with the same strides.
+// Blocked over query rows: a block of kRows queries sees only keys
+// [first, last) (the causal prefix, within the sliding window), so the
+// scores, softmax and products skip the masked part (about half of a causal
+// matrix). Per (batch, KV group) on the OpenMP threads, the query heads of a
+// group in turn (they add into the same dK and dV); heads are picked out by
+// leading-dimension strides, never transposed. The backward recomputes each
+// block's probabilities the same way and runs the four gradient products on
+// the visible keys only.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Internal.h"
 
 #include <algorithm>
-#include <cblas.h>
 #include <cmath>
+#include <dnnl.h>
 #include <limits>
 
 using namespace fsdp::rt;
 
-/// Turns the [s, s] scores into probabilities in place, row by row, over the
-/// keys each query sees.
-static void maskedSoftmax(float *scores, int64_t s, int causal,
-                          int64_t slidingWindow) {
-  for (int64_t i = 0; i < s; ++i) {
-    float *row = scores + i * s;
+namespace {
+/// Query rows per block.
+constexpr int64_t kRows = 64;
+
+/// The keys [first, last) a block of queries [i0, i1) sees, and the range
+/// [lo, hi) of one query i.
+struct KeyRange {
+  int64_t first, last;
+};
+
+KeyRange visibleKeys(int64_t i0, int64_t i1, int64_t s, int causal,
+                     int64_t window) {
+  return {window > 0 ? std::max<int64_t>(0, i0 - window + 1) : 0,
+          causal ? i1 : s};
+}
+
+KeyRange visibleKeys(int64_t i, int64_t s, int causal, int64_t window) {
+  return visibleKeys(i, i + 1, s, causal, window);
+}
+
+/// Turns a block's scores [i1 - i0, last - first] into probabilities in
+/// place, each row over the keys its query sees.
+FSDP_VECTORIZE void maskedSoftmax(float *scores, int64_t i0, int64_t i1,
+                                  KeyRange keys, int64_t s, int causal,
+                                  int64_t window) {
+  int64_t width = keys.last - keys.first;
+  for (int64_t i = i0; i < i1; ++i) {
+    float *row = scores + (i - i0) * width;
     // Key i is always visible to query i, so no row is fully masked.
-    int64_t lo = 0, hi = s;
-    if (causal)
-      hi = i + 1;
-    if (slidingWindow > 0 && i - slidingWindow + 1 > 0)
-      lo = i - slidingWindow + 1;
+    KeyRange own = visibleKeys(i, s, causal, window);
+    int64_t lo = own.first - keys.first, hi = own.last - keys.first;
     float maxScore = -std::numeric_limits<float>::infinity();
     for (int64_t j = lo; j < hi; ++j)
       maxScore = std::max(maxScore, row[j]);
     float sum = 0;
-    for (int64_t j = 0; j < s; ++j) {
-      row[j] = (j >= lo && j < hi) ? std::exp(row[j] - maxScore) : 0.0f;
+    for (int64_t j = 0; j < width; ++j) {
+      float e = fastExp(row[j] - maxScore);
+      row[j] = (j >= lo && j < hi) ? e : 0.0f;
       sum += row[j];
     }
     float inv = 1.0f / sum;
@@ -47,6 +70,59 @@ static void maskedSoftmax(float *scores, int64_t s, int causal,
       row[j] *= inv;
   }
 }
+
+/// dS = P · (dP - Σ_j P·dP) per row, in place of dP; masked keys have P = 0
+/// and get no gradient.
+FSDP_VECTORIZE void softmaxGrad(const float *probs, float *dprobs, int64_t rows,
+                                int64_t width) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float *p = probs + i * width;
+    float *dp = dprobs + i * width;
+    double dot = 0;
+    for (int64_t j = 0; j < width; ++j)
+      dot += double(p[j]) * dp[j];
+    for (int64_t j = 0; j < width; ++j)
+      dp[j] = p[j] * (dp[j] - float(dot));
+  }
+}
+
+/// An f32 product on strided heads: c = alpha · op(a) · op(b) + beta · c.
+void product(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+             float alpha, const float *a, int64_t lda, const float *b,
+             int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (m == 0 || n == 0)
+    return;
+  dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+             ldb, beta, c, ldc);
+}
+
+/// The geometry of one call: [B, S, heads, D] tensors.
+struct Heads {
+  int64_t b, s, nq, nkv, d, dv;
+  int causal;
+  int64_t window;
+  float scale;
+  int64_t group() const { return nq / nkv; }
+  int64_t qOffset(int64_t bi, int64_t h) const { return (bi * s * nq + h) * d; }
+  int64_t kOffset(int64_t bi, int64_t g) const {
+    return (bi * s * nkv + g) * d;
+  }
+  int64_t vOffset(int64_t bi, int64_t g) const {
+    return (bi * s * nkv + g) * dv;
+  }
+  int64_t oOffset(int64_t bi, int64_t h) const {
+    return (bi * s * nq + h) * dv;
+  }
+};
+
+/// Runs fn(batch, group) for every (batch, KV group) on the threads.
+template <typename Fn> void forEachGroup(const Heads &h, Fn fn) {
+  parallelFor(h.b * h.nkv, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      fn(t / h.nkv, t % h.nkv);
+  });
+}
+} // namespace
 
 void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                        const void *k, const void *v, int64_t b, int64_t s,
@@ -57,23 +133,28 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
   FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * s * nkv * d),
       fv(dtype, v, b * s * nkv * dv);
   FloatOutput fo(dtype, out, b * s * nq * dv);
-  std::vector<float> scores(s * s);
-  int64_t group = nq / nkv;
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t h = 0; h < nq; ++h) {
-      int64_t g = h / group;
-      const float *qh = fq.get() + bi * s * nq * d + h * d;
-      const float *kh = fk.get() + bi * s * nkv * d + g * d;
-      const float *vh = fv.get() + bi * s * nkv * dv + g * dv;
-      float *oh = fo.get() + bi * s * nq * dv + h * dv;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d,
-                  float(scale), qh, nq * d, kh, nkv * d, 0.0f, scores.data(),
-                  s);
-      maskedSoftmax(scores.data(), s, causal, sliding_window);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, dv, s, 1.0f,
-                  scores.data(), s, vh, nkv * dv, 0.0f, oh, nq * dv);
+  Heads hd{b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};
+  const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get();
+  float *po = fo.get();
+  forEachGroup(hd, [&](int64_t bi, int64_t g) {
+    std::vector<float> scores(kRows * s);
+    for (int64_t h = g * hd.group(); h < (g + 1) * hd.group(); ++h) {
+      const float *qh = pq + hd.qOffset(bi, h), *kh = pk + hd.kOffset(bi, g),
+                  *vh = pv + hd.vOffset(bi, g);
+      float *oh = po + hd.oOffset(bi, h);
+      for (int64_t i0 = 0; i0 < s; i0 += kRows) {
+        int64_t i1 = std::min(s, i0 + kRows), rows = i1 - i0;
+        KeyRange keys = visibleKeys(i0, i1, s, causal, sliding_window);
+        int64_t width = keys.last - keys.first;
+        product(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
+                kh + keys.first * nkv * d, nkv * d, 0.0f, scores.data(), width);
+        maskedSoftmax(scores.data(), i0, i1, keys, s, causal, sliding_window);
+        product(false, false, rows, dv, width, 1.0f, scores.data(), width,
+                vh + keys.first * nkv * dv, nkv * dv, 0.0f, oh + i0 * nq * dv,
+                nq * dv);
+      }
     }
-  }
+  });
   fo.finish();
 }
 
@@ -91,45 +172,41 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
   // The query heads of a group add into the same dk and dvalue.
   std::fill(fdk.get(), fdk.get() + b * s * nkv * d, 0.0f);
   std::fill(fdv.get(), fdv.get() + b * s * nkv * dv, 0.0f);
-  std::vector<float> probs(s * s), dprobs(s * s);
-  int64_t group = nq / nkv;
-  float fScale = float(scale);
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t h = 0; h < nq; ++h) {
-      int64_t g = h / group;
-      const float *qh = fq.get() + bi * s * nq * d + h * d;
-      const float *kh = fk.get() + bi * s * nkv * d + g * d;
-      const float *vh = fv.get() + bi * s * nkv * dv + g * dv;
-      const float *doh = fdo.get() + bi * s * nq * dv + h * dv;
-      float *dqh = fdq.get() + bi * s * nq * d + h * d;
-      float *dkh = fdk.get() + bi * s * nkv * d + g * d;
-      float *dvh = fdv.get() + bi * s * nkv * dv + g * dv;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, fScale, qh,
-                  nq * d, kh, nkv * d, 0.0f, probs.data(), s);
-      maskedSoftmax(probs.data(), s, causal, sliding_window);
-      // dV += Pᵀ·dO and dP = dO·Vᵀ.
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, dv, s, 1.0f,
-                  probs.data(), s, doh, nq * dv, 1.0f, dvh, nkv * dv);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, dv, 1.0f, doh,
-                  nq * dv, vh, nkv * dv, 0.0f, dprobs.data(), s);
-      // Softmax backward per row, dS = P·(dP - Σ P·dP), in place of dP;
-      // masked keys have P = 0 and get no gradient.
-      for (int64_t i = 0; i < s; ++i) {
-        const float *p = probs.data() + i * s;
-        float *dp = dprobs.data() + i * s;
-        double dot = 0;
-        for (int64_t j = 0; j < s; ++j)
-          dot += double(p[j]) * dp[j];
-        for (int64_t j = 0; j < s; ++j)
-          dp[j] = p[j] * (dp[j] - float(dot));
+  Heads hd{b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};
+  const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get(), *pdo = fdo.get();
+  forEachGroup(hd, [&](int64_t bi, int64_t g) {
+    std::vector<float> probs(kRows * s), dprobs(kRows * s);
+    const float *kh = pk + hd.kOffset(bi, g), *vh = pv + hd.vOffset(bi, g);
+    float *dkh = fdk.get() + hd.kOffset(bi, g);
+    float *dvh = fdv.get() + hd.vOffset(bi, g);
+    for (int64_t h = g * hd.group(); h < (g + 1) * hd.group(); ++h) {
+      const float *qh = pq + hd.qOffset(bi, h), *doh = pdo + hd.oOffset(bi, h);
+      float *dqh = fdq.get() + hd.qOffset(bi, h);
+      for (int64_t i0 = 0; i0 < s; i0 += kRows) {
+        int64_t i1 = std::min(s, i0 + kRows), rows = i1 - i0;
+        KeyRange keys = visibleKeys(i0, i1, s, causal, sliding_window);
+        int64_t width = keys.last - keys.first;
+        const float *kv = kh + keys.first * nkv * d,
+                    *vv = vh + keys.first * nkv * dv;
+        product(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
+                kv, nkv * d, 0.0f, probs.data(), width);
+        maskedSoftmax(probs.data(), i0, i1, keys, s, causal, sliding_window);
+        // dV += Pᵀ·dO and dP = dO·Vᵀ on the visible keys.
+        product(true, false, width, dv, rows, 1.0f, probs.data(), width,
+                doh + i0 * nq * dv, nq * dv, 1.0f, dvh + keys.first * nkv * dv,
+                nkv * dv);
+        product(false, true, rows, width, dv, 1.0f, doh + i0 * nq * dv, nq * dv,
+                vv, nkv * dv, 0.0f, dprobs.data(), width);
+        softmaxGrad(probs.data(), dprobs.data(), rows, width);
+        // dQ = scale·dS·K and dK += scale·dSᵀ·Q.
+        product(false, false, rows, d, width, hd.scale, dprobs.data(), width,
+                kv, nkv * d, 0.0f, dqh + i0 * nq * d, nq * d);
+        product(true, false, width, d, rows, hd.scale, dprobs.data(), width,
+                qh + i0 * nq * d, nq * d, 1.0f, dkh + keys.first * nkv * d,
+                nkv * d);
       }
-      // dQ = scale·dS·K and dK += scale·dSᵀ·Q.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, fScale,
-                  dprobs.data(), s, kh, nkv * d, 0.0f, dqh, nq * d);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, d, s, fScale,
-                  dprobs.data(), s, qh, nq * d, 1.0f, dkh, nkv * d);
     }
-  }
+  });
   fdq.finish();
   fdk.finish();
   fdv.finish();

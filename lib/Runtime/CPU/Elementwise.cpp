@@ -7,13 +7,10 @@
 
 #include "Internal.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace fsdp::rt;
-
-namespace {
-enum class BinaryKind { Add, Sub, Mul, Div };
-} // namespace
 
 /// Strides of an operand in the output's index space: aligned at the last
 /// dim, zero where the operand has size 1 or lacks the dim.
@@ -27,39 +24,174 @@ static std::vector<int64_t> broadcastStrides(const int64_t *shape, int rank,
   return strides;
 }
 
+/// Whether `shape`, less its leading 1s, is the trailing dims of `outShape`:
+/// its elements repeat with period numElements(shape) over the output.
+static bool isTrailing(const int64_t *shape, int rank, const int64_t *outShape,
+                       int outRank) {
+  int lead = 0;
+  while (lead < rank && shape[lead] == 1)
+    ++lead;
+  if (rank - lead > outRank)
+    return false;
+  for (int i = lead; i < rank; ++i)
+    if (shape[i] != outShape[outRank - rank + i])
+      return false;
+  return true;
+}
+
+namespace {
+enum class BinaryKind { Add, Sub, Mul, Div };
+
+/// An operand of a broadcasting op read in f32 blocks of the output's flat
+/// index space. The common shapes are read in place: one of the output's
+/// size, a scalar, or a block of the output's trailing dims repeated over
+/// the leading ones (a bias, a norm weight). Any other broadcast is
+/// expanded once into an f32 copy of the output's size.
+class Operand {
+public:
+  Operand(fsdp_rt_dtype dtype, const void *data, const int64_t *shape, int rank,
+          const int64_t *outShape, int outRank)
+      : dtype(dtype), data(data), numel(numElements(shape, rank)) {
+    if (isTrailing(shape, rank, outShape, outRank))
+      return;
+    expanded = expand(shape, rank, outShape, outRank);
+    this->dtype = FSDP_RT_F32;
+    this->data = expanded.data();
+    numel = int64_t(expanded.size());
+  }
+
+  /// Elements [begin, begin + len) (len <= kBlock) as f32: in place when
+  /// they are contiguous f32, else converted into `scratch`.
+  const float *block(int64_t begin, int64_t len, float *scratch) const {
+    int64_t pos = begin % numel;
+    if (dtype == FSDP_RT_F32 && pos + len <= numel)
+      return static_cast<const float *>(data) + pos;
+    if (numel == 1) {
+      float v;
+      toFloat(dtype, data, 1, &v);
+      std::fill(scratch, scratch + len, v);
+      return scratch;
+    }
+    for (int64_t done = 0; done < len; pos = 0) {
+      int64_t take = std::min(len - done, numel - pos);
+      toFloat(dtype, static_cast<const char *>(data) + pos * elementSize(),
+              take, scratch + done);
+      done += take;
+    }
+    return scratch;
+  }
+
+private:
+  int64_t elementSize() const { return dtype == FSDP_RT_F32 ? 4 : 2; }
+
+  /// The operand broadcast to the output's shape, walking the output like
+  /// an odometer.
+  std::vector<float> expand(const int64_t *shape, int rank,
+                            const int64_t *outShape, int outRank) const {
+    FloatInput fx(dtype, data, numel);
+    std::vector<int64_t> strides = broadcastStrides(shape, rank, outRank);
+    int64_t n = numElements(outShape, outRank);
+    std::vector<float> out(n);
+    std::vector<int64_t> index(outRank, 0);
+    int64_t xi = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = fx.get()[xi];
+      for (int d = outRank - 1; d >= 0; --d) {
+        xi += strides[d];
+        if (++index[d] < outShape[d])
+          break;
+        xi -= strides[d] * outShape[d];
+        index[d] = 0;
+      }
+    }
+    return out;
+  }
+
+  fsdp_rt_dtype dtype;
+  const void *data;
+  int64_t numel;
+  std::vector<float> expanded;
+};
+
+/// Applies fn(i) -> float to out[0, len) in f32, once per x86-64 level.
+template <typename Fn>
+FSDP_VECTORIZE void applyBlock(float *out, int64_t len, Fn fn) {
+  for (int64_t i = 0; i < len; ++i)
+    out[i] = fn(i);
+}
+
+/// Computes the `n` elements of `out` block by block, threaded:
+/// fn(inputs, begin, len, result) fills result[0, len) from the inputs'
+/// f32 blocks for output elements [begin, begin + len).
+template <size_t N, typename Fn>
+void mapBlocks(fsdp_rt_dtype dtype, const Operand *const (&inputs)[N],
+               int64_t n, void *out, Fn fn) {
+  parallelFor(n, 32 * kBlock, [&](int64_t begin, int64_t end) {
+    float scratch[N][kBlock], result[kBlock];
+    for (int64_t b = begin; b < end; b += kBlock) {
+      int64_t len = std::min(kBlock, end - b);
+      const float *in[N];
+      for (size_t i = 0; i < N; ++i)
+        in[i] = inputs[i]->block(b, len, scratch[i]);
+      float *o = dtype == FSDP_RT_F32 ? static_cast<float *>(out) + b : result;
+      fn(in, o, len);
+      if (dtype != FSDP_RT_F32)
+        fromFloat(dtype, result, len, static_cast<uint16_t *>(out) + b);
+    }
+  });
+}
+
+/// out = f(x) elementwise over `n` contiguous elements.
+template <typename Fn>
+void mapUnary(fsdp_rt_dtype dtype, const void *x, int64_t n, void *out, Fn fn) {
+  int64_t shape[1] = {n};
+  Operand a(dtype, x, shape, 1, shape, 1);
+  const Operand *const inputs[1] = {&a};
+  mapBlocks(dtype, inputs, n, out,
+            [&](const float *const *in, float *o, int64_t len) {
+              const float *v = in[0];
+              applyBlock(o, len, [&](int64_t i) { return fn(v[i]); });
+            });
+}
+
+/// out = f(x, dy) elementwise over `n` contiguous element pairs.
+template <typename Fn>
+void mapBinary(fsdp_rt_dtype dtype, const void *x, const void *dy, int64_t n,
+               void *out, Fn fn) {
+  int64_t shape[1] = {n};
+  Operand a(dtype, x, shape, 1, shape, 1), b(dtype, dy, shape, 1, shape, 1);
+  const Operand *const inputs[2] = {&a, &b};
+  mapBlocks(dtype, inputs, n, out,
+            [&](const float *const *in, float *o, int64_t len) {
+              const float *v = in[0], *g = in[1];
+              applyBlock(o, len, [&](int64_t i) { return fn(v[i], g[i]); });
+            });
+}
+} // namespace
+
 static void binary(BinaryKind kind, fsdp_rt_dtype dtype, const void *x,
                    const int64_t *xShape, int xRank, const void *y,
                    const int64_t *yShape, int yRank, const int64_t *outShape,
                    int outRank, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
-  FloatInput fx(dtype, x, numElements(xShape, xRank)),
-      fy(dtype, y, numElements(yShape, yRank));
-  int64_t n = numElements(outShape, outRank);
-  FloatOutput fo(dtype, out, n);
-  std::vector<int64_t> xs = broadcastStrides(xShape, xRank, outRank);
-  std::vector<int64_t> ys = broadcastStrides(yShape, yRank, outRank);
-  std::vector<int64_t> index(outRank, 0);
-  const float *px = fx.get(), *py = fy.get();
-  float *po = fo.get();
-  int64_t xi = 0, yi = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    float a = px[xi], b = py[yi];
-    po[i] = kind == BinaryKind::Add   ? a + b
-            : kind == BinaryKind::Sub ? a - b
-            : kind == BinaryKind::Mul ? a * b
-                                      : a / b;
-    // Advance the multi-index like an odometer, keeping both offsets.
-    for (int d = outRank - 1; d >= 0; --d) {
-      xi += xs[d];
-      yi += ys[d];
-      if (++index[d] < outShape[d])
-        break;
-      xi -= xs[d] * outShape[d];
-      yi -= ys[d] * outShape[d];
-      index[d] = 0;
-    }
-  }
-  fo.finish();
+  Operand a(dtype, x, xShape, xRank, outShape, outRank),
+      b(dtype, y, yShape, yRank, outShape, outRank);
+  const Operand *const inputs[2] = {&a, &b};
+  mapBlocks(
+      dtype, inputs, numElements(outShape, outRank), out,
+      [kind](const float *const *in, float *o, int64_t len) {
+        const float *p = in[0], *q = in[1];
+        switch (kind) {
+        case BinaryKind::Add:
+          return applyBlock(o, len, [&](int64_t i) { return p[i] + q[i]; });
+        case BinaryKind::Sub:
+          return applyBlock(o, len, [&](int64_t i) { return p[i] - q[i]; });
+        case BinaryKind::Mul:
+          return applyBlock(o, len, [&](int64_t i) { return p[i] * q[i]; });
+        case BinaryKind::Div:
+          return applyBlock(o, len, [&](int64_t i) { return p[i] / q[i]; });
+        }
+      });
 }
 
 void fsdp_rt_add(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
@@ -97,8 +229,12 @@ void fsdp_rt_div(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
 void fsdp_rt_fill(fsdp_rt_stream, fsdp_rt_dtype dtype, int64_t numel,
                   double value, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
-  std::vector<float> v(static_cast<size_t>(numel), static_cast<float>(value));
-  fsdp::rt::fromFloat(dtype, v.data(), numel, out);
+  float v[kBlock];
+  std::fill(v, v + kBlock, static_cast<float>(value));
+  int64_t size = dtype == FSDP_RT_F32 ? 4 : 2;
+  for (int64_t b = 0; b < numel; b += kBlock)
+    fromFloat(dtype, v, std::min(kBlock, numel - b),
+              static_cast<char *>(out) + b * size);
 }
 
 /// Applies `fn` to each of `n` elements in f32.
@@ -106,13 +242,7 @@ template <typename Fn>
 static void unary(fsdp_rt_dtype dtype, const void *x, int64_t n, void *out,
                   Fn fn) {
   KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
-  FloatInput fx(dtype, x, n);
-  FloatOutput fo(dtype, out, n);
-  const float *px = fx.get();
-  float *po = fo.get();
-  for (int64_t i = 0; i < n; ++i)
-    po[i] = fn(px[i]);
-  fo.finish();
+  mapUnary(dtype, x, n, out, fn);
 }
 
 /// Applies `fn(x, dy)` to each of `n` element pairs in f32.
@@ -120,13 +250,7 @@ template <typename Fn>
 static void unaryGrad(fsdp_rt_dtype dtype, const void *x, const void *dy,
                       int64_t n, void *dx, Fn fn) {
   KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
-  FloatInput fx(dtype, x, n), fdy(dtype, dy, n);
-  FloatOutput fo(dtype, dx, n);
-  const float *px = fx.get(), *pdy = fdy.get();
-  float *po = fo.get();
-  for (int64_t i = 0; i < n; ++i)
-    po[i] = fn(px[i], pdy[i]);
-  fo.finish();
+  mapBinary(dtype, x, dy, n, dx, fn);
 }
 
 // The activations of Activations.def, forward and gradient.
@@ -194,21 +318,28 @@ void fsdp_rt_reduce_sum_to(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   int64_t n = numElements(in_shape, in_rank),
           outN = numElements(out_shape, out_rank);
   FloatInput fx(dtype, x, n);
-  // The broadcast walk of `binary` run backwards: out's strides in x's index
-  // space are zero along the summed dims.
-  std::vector<int64_t> os = broadcastStrides(out_shape, out_rank, in_rank);
-  std::vector<int64_t> index(in_rank, 0);
   std::vector<double> sums(outN, 0.0);
   const float *px = fx.get();
-  int64_t oi = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    sums[oi] += px[i];
-    for (int d = in_rank - 1; d >= 0; --d) {
-      oi += os[d];
-      if (++index[d] < in_shape[d])
-        break;
-      oi -= os[d] * in_shape[d];
-      index[d] = 0;
+  if (isTrailing(out_shape, out_rank, in_shape, in_rank)) {
+    // Rows of outN elements summed column-wise, row after row.
+    for (int64_t r = 0; r < n / std::max<int64_t>(outN, 1); ++r)
+      for (int64_t j = 0; j < outN; ++j)
+        sums[j] += px[r * outN + j];
+  } else {
+    // The broadcast walk run backwards: out's strides in x's index space
+    // are zero along the summed dims.
+    std::vector<int64_t> os = broadcastStrides(out_shape, out_rank, in_rank);
+    std::vector<int64_t> index(in_rank, 0);
+    int64_t oi = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sums[oi] += px[i];
+      for (int d = in_rank - 1; d >= 0; --d) {
+        oi += os[d];
+        if (++index[d] < in_shape[d])
+          break;
+        oi -= os[d] * in_shape[d];
+        index[d] = 0;
+      }
     }
   }
   FloatOutput fo(dtype, out, outN);

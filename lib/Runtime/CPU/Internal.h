@@ -16,9 +16,23 @@
 
 #include "fsdp/Runtime/Runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <vector>
+
+#include <omp.h>
+
+// Hot loops are compiled once per x86-64 level (AVX-512, AVX2+FMA, baseline)
+// and the loader picks the best the CPU has, so the shipped library runs
+// everywhere and vectorizes where it can.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FSDP_VECTORIZE                                                         \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FSDP_VECTORIZE
+#endif
 
 namespace fsdp::rt {
 
@@ -26,6 +40,46 @@ float bf16ToFloat(uint16_t h);
 uint16_t floatToBf16(float f);
 float f16ToFloat(uint16_t h);
 uint16_t floatToF16(float f);
+
+/// Elements one block of the streaming kernels holds: small enough for the
+/// stack and the L1 cache, large enough to vectorize.
+constexpr int64_t kBlock = 1024;
+
+/// Runs fn(begin, end) on contiguous ranges covering [0, n): one per OpenMP
+/// thread when each gets at least `grain` items, else one range inline.
+template <typename Fn> void parallelFor(int64_t n, int64_t grain, Fn &&fn) {
+  int64_t chunks =
+      std::min<int64_t>(omp_get_max_threads(), n / std::max<int64_t>(grain, 1));
+  if (chunks <= 1 || omp_in_parallel()) {
+    fn(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel for num_threads(int(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c)
+    fn(n * c / chunks, n * (c + 1) / chunks);
+}
+
+/// e^x in f32 within 2 ulp for x <= 88 (Cephes' polynomial on x - n·ln 2),
+/// 0 below -87.3: branch-free, so loops over it vectorize (n is rounded by
+/// adding and subtracting 1.5 · 2^23, which needs no rounding instruction).
+inline float fastExp(float x) {
+  float clamped = std::min(std::max(x, -87.3f), 88.0f);
+  float t = clamped * 1.44269504088896341f;
+  float n = (t + 12582912.0f) - 12582912.0f;
+  float r = clamped - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return x < -87.3f ? 0.0f : p * scale;
+}
 
 /// Converts `n` elements of float type `dtype` at `src` to f32.
 void toFloat(fsdp_rt_dtype dtype, const void *src, int64_t n, float *dst);
@@ -94,6 +148,14 @@ private:
   fsdp_rt_kernel_class cls;
   std::chrono::steady_clock::time_point start;
 };
+
+/// c[m, n] = op(a) · op(b) (+ bias per column) (+ beta · c), row-major, all
+/// of float type `dtype` (bias too), accumulated in f32: op(a) is a stored
+/// [m, k] (or [k, m] when transA), op(b) a stored [k, n] (or [n, k]), with
+/// leading dimensions lda, ldb, ldc.
+void gemm(fsdp_rt_dtype dtype, bool transA, bool transB, int64_t m, int64_t n,
+          int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+          const void *bias, float beta, void *c, int64_t ldc);
 
 /// Row-major strides of `shape`.
 std::vector<int64_t> stridesOf(const int64_t *shape, int rank);

@@ -6,7 +6,9 @@
 //===----------------------------------------------------------------------===//
 //
 // Row statistics are summed in double: a row is only a few thousand values,
-// and it keeps the result independent of the hidden size.
+// and it keeps the result independent of the hidden size. Rows run on the
+// threads; weight gradients add fixed chunks of kNormRows rows in order, so
+// their bits do not depend on the thread count.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +18,19 @@
 
 using namespace fsdp::rt;
 
+namespace {
+/// Rows per chunk of the weight-gradient sums.
+constexpr int64_t kNormRows = 32;
+
+/// Σ x² in double.
+double sumSquares(const float *x, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += double(x[i]) * x[i];
+  return sum;
+}
+} // namespace
+
 void fsdp_rt_rms_norm(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                       const void *weight, int64_t rows, int64_t h, double eps,
                       void *out) {
@@ -23,16 +38,15 @@ void fsdp_rt_rms_norm(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   FloatInput fx(dtype, x, rows * h), fw(dtype, weight, h);
   FloatOutput fo(dtype, out, rows * h);
   const float *w = fw.get();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = fx.get() + r * h;
-    float *or_ = fo.get() + r * h;
-    double sumSq = 0;
-    for (int64_t i = 0; i < h; ++i)
-      sumSq += double(xr[i]) * xr[i];
-    float inv = float(1.0 / std::sqrt(sumSq / h + eps));
-    for (int64_t i = 0; i < h; ++i)
-      or_[i] = xr[i] * inv * w[i];
-  }
+  parallelFor(rows, kNormRows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *xr = fx.get() + r * h;
+      float *or_ = fo.get() + r * h;
+      float inv = float(1.0 / std::sqrt(sumSquares(xr, h) / h + eps));
+      for (int64_t i = 0; i < h; ++i)
+        or_[i] = xr[i] * inv * w[i];
+    }
+  });
   fo.finish();
 }
 
@@ -79,23 +93,32 @@ void fsdp_rt_rms_norm_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
       fdy(dtype, dy, rows * h);
   FloatOutput fdx(dtype, dx, rows * h);
   const float *w = fw.get();
+  int64_t chunks = (rows + kNormRows - 1) / kNormRows;
+  std::vector<double> partial(chunks * h, 0.0);
+  parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      double *dwc = partial.data() + c * h;
+      for (int64_t r = c * kNormRows; r < std::min(rows, (c + 1) * kNormRows);
+           ++r) {
+        const float *xr = fx.get() + r * h, *dyr = fdy.get() + r * h;
+        float *dxr = fdx.get() + r * h;
+        double dot = 0;
+        for (int64_t i = 0; i < h; ++i)
+          dot += double(dyr[i]) * w[i] * xr[i];
+        double inv = 1.0 / std::sqrt(sumSquares(xr, h) / h + eps);
+        // d/dx of x·inv: inv·(g - x·inv²·mean(g·x)) with g = dy·w.
+        float fInv = float(inv), proj = float(inv * inv * inv * dot / h);
+        for (int64_t i = 0; i < h; ++i) {
+          dxr[i] = dyr[i] * w[i] * fInv - xr[i] * proj;
+          dwc[i] += double(dyr[i]) * xr[i] * inv;
+        }
+      }
+    }
+  });
   std::vector<double> dw(h, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = fx.get() + r * h, *dyr = fdy.get() + r * h;
-    float *dxr = fdx.get() + r * h;
-    double sumSq = 0, dot = 0;
-    for (int64_t i = 0; i < h; ++i) {
-      sumSq += double(xr[i]) * xr[i];
-      dot += double(dyr[i]) * w[i] * xr[i];
-    }
-    double inv = 1.0 / std::sqrt(sumSq / h + eps);
-    // d/dx of x·inv: inv·(g - x·inv²·mean(g·x)) with g = dy·w.
-    float fInv = float(inv), proj = float(inv * inv * inv * dot / h);
-    for (int64_t i = 0; i < h; ++i) {
-      dxr[i] = dyr[i] * w[i] * fInv - xr[i] * proj;
-      dw[i] += double(dyr[i]) * xr[i] * inv;
-    }
-  }
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t i = 0; i < h; ++i)
+      dw[i] += partial[c * h + i];
   fdx.finish();
   storeSums(dtype, dw, dweight);
 }

@@ -5,9 +5,10 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The updates follow torch.optim's single-tensor implementations operation by
-// operation; each element is computed in double and stored as f32, so the
-// only rounding is that of the f32 state between steps.
+// AdamW follows torch.optim's implementation operation by operation in f32,
+// as torch computes it, vectorized and on the threads; SGD computes each
+// element in double and stores f32. The squared-gradient sum adds fixed
+// blocks in double, in order, so its bits do not depend on the threads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,14 +18,63 @@
 
 using namespace fsdp::rt;
 
+namespace {
+/// Σ x² over one block in double, in independent lanes.
+FSDP_VECTORIZE double sumSquares(const float *x, int64_t n) {
+  constexpr int64_t lanes = 8;
+  double acc[lanes] = {};
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes)
+    for (int64_t l = 0; l < lanes; ++l)
+      acc[l] += double(x[i + l]) * x[i + l];
+  for (; i < n; ++i)
+    acc[0] += double(x[i]) * x[i];
+  double sum = 0;
+  for (double a : acc)
+    sum += a;
+  return sum;
+}
+
+struct AdamWCoefficients {
+  float decay, beta1, beta2, stepSize, correction2Sqrt, eps, gradScale;
+};
+
+/// torch.optim.AdamW's update of elements [0, n), in f32.
+FSDP_VECTORIZE void adamwBlock(float *param, float *m, float *v, const float *g,
+                               int64_t n, AdamWCoefficients c) {
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i] * c.gradScale;
+    param[i] *= c.decay;
+    m[i] += (gi - m[i]) * (1.0f - c.beta1);
+    v[i] = v[i] * c.beta2 + (1.0f - c.beta2) * gi * gi;
+    float denom = std::sqrt(v[i]) / c.correction2Sqrt + c.eps;
+    param[i] -= c.stepSize * (m[i] / denom);
+  }
+}
+} // namespace
+
 void fsdp_rt_sum_squares(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                          int64_t numel, float *out) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
-  FloatInput fx(dtype, x, numel);
-  const float *px = fx.get();
+  constexpr int64_t block = 1 << 16;
+  int64_t blocks = (numel + block - 1) / block;
+  std::vector<double> sums(blocks);
+  parallelFor(blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(dtype == FSDP_RT_F32 ? 0 : block);
+    for (int64_t b = begin; b < end; ++b) {
+      int64_t len = std::min(block, numel - b * block);
+      const float *px = static_cast<const float *>(x) + b * block;
+      if (dtype != FSDP_RT_F32) {
+        toFloat(dtype, static_cast<const uint16_t *>(x) + b * block, len,
+                scratch.data());
+        px = scratch.data();
+      }
+      sums[b] = sumSquares(px, len);
+    }
+  });
   double sum = 0;
-  for (int64_t i = 0; i < numel; ++i)
-    sum += double(px[i]) * px[i];
+  for (double s : sums)
+    sum += s;
   out[0] = float(sum);
 }
 
@@ -34,20 +84,27 @@ void fsdp_rt_adamw(fsdp_rt_stream, float *param, float *exp_avg,
                    double beta2, double eps, double weight_decay, int64_t step,
                    double grad_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
-  FloatInput fg(grad_dtype, grad, numel);
-  const float *g = fg.get();
-  double decay = 1.0 - lr * weight_decay;
-  double stepSize = lr / (1.0 - std::pow(beta1, double(step)));
-  double correction2Sqrt = std::sqrt(1.0 - std::pow(beta2, double(step)));
-  for (int64_t i = 0; i < numel; ++i) {
-    double gi = grad_scale * g[i];
-    double m = beta1 * exp_avg[i] + (1.0 - beta1) * gi;
-    double v = beta2 * exp_avg_sq[i] + (1.0 - beta2) * gi * gi;
-    double denom = std::sqrt(v) / correction2Sqrt + eps;
-    param[i] = float(param[i] * decay - stepSize * m / denom);
-    exp_avg[i] = float(m);
-    exp_avg_sq[i] = float(v);
-  }
+  AdamWCoefficients c;
+  c.decay = float(1.0 - lr * weight_decay);
+  c.beta1 = float(beta1);
+  c.beta2 = float(beta2);
+  c.stepSize = float(lr / (1.0 - std::pow(beta1, double(step))));
+  c.correction2Sqrt = float(std::sqrt(1.0 - std::pow(beta2, double(step))));
+  c.eps = float(eps);
+  c.gradScale = float(grad_scale);
+  parallelFor(numel, 8 * kBlock, [&](int64_t begin, int64_t end) {
+    float scratch[kBlock];
+    for (int64_t b = begin; b < end; b += kBlock) {
+      int64_t len = std::min(kBlock, end - b);
+      const float *g = static_cast<const float *>(grad) + b;
+      if (grad_dtype != FSDP_RT_F32) {
+        toFloat(grad_dtype, static_cast<const uint16_t *>(grad) + b, len,
+                scratch);
+        g = scratch;
+      }
+      adamwBlock(param + b, exp_avg + b, exp_avg_sq + b, g, len, c);
+    }
+  });
 }
 
 void fsdp_rt_sgd(fsdp_rt_stream, float *param, float *momentum_buffer,

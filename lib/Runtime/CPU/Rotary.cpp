@@ -24,25 +24,30 @@ static void rotate(fsdp_rt_dtype dtype, const void *x,
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = freq ? freq[i] : std::pow(theta, -2.0 * double(i) / double(d));
-  std::vector<float> cosA(half), sinA(half);
-  for (int64_t t = 0; t < b * s; ++t) {
-    // Angles in double: positions reach tens of thousands and an f32 angle
-    // would lose the low digits that the sine depends on.
-    double pos = double(loadIndex(positionsDtype, positions, t));
-    for (int64_t i = 0; i < half; ++i) {
-      cosA[i] = float(scaling * std::cos(pos * invFreq[i]));
-      sinA[i] = float(sign * scaling * std::sin(pos * invFreq[i]));
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      const float *xv = fx.get() + (t * heads + h) * d;
-      float *ov = fo.get() + (t * heads + h) * d;
+  const float *px = fx.get();
+  float *po = fo.get();
+  // Tokens are independent: split them over the threads.
+  parallelFor(b * s, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> cosA(half), sinA(half);
+    for (int64_t t = begin; t < end; ++t) {
+      // Angles in double: positions reach tens of thousands and an f32
+      // angle would lose the low digits that the sine depends on.
+      double pos = double(loadIndex(positionsDtype, positions, t));
       for (int64_t i = 0; i < half; ++i) {
-        float x1 = xv[i], x2 = xv[i + half];
-        ov[i] = x1 * cosA[i] - x2 * sinA[i];
-        ov[i + half] = x2 * cosA[i] + x1 * sinA[i];
+        cosA[i] = float(scaling * std::cos(pos * invFreq[i]));
+        sinA[i] = float(sign * scaling * std::sin(pos * invFreq[i]));
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        const float *xv = px + (t * heads + h) * d;
+        float *ov = po + (t * heads + h) * d;
+        for (int64_t i = 0; i < half; ++i) {
+          float x1 = xv[i], x2 = xv[i + half];
+          ov[i] = x1 * cosA[i] - x2 * sinA[i];
+          ov[i + half] = x2 * cosA[i] + x1 * sinA[i];
+        }
       }
     }
-  }
+  });
   fo.finish();
 }
 

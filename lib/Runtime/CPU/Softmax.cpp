@@ -14,8 +14,113 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 using namespace fsdp::rt;
+
+namespace {
+/// Independent accumulators of the row loops: lane l sums elements l, l +
+/// kLanes, ..., so the loops vectorize without reassociating, and the lanes
+/// combine in a fixed order (the same bits with any thread count).
+constexpr int64_t kLanes = 16;
+
+FSDP_VECTORIZE float maxOf(const float *x, int64_t n) {
+  float acc[kLanes];
+  std::fill(acc, acc + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l)
+      acc[l] = std::max(acc[l], x[i + l]);
+  for (; i < n; ++i)
+    acc[0] = std::max(acc[0], x[i]);
+  return *std::max_element(acc, acc + kLanes);
+}
+
+/// Σ e^(x - shift), writing each term to `terms` when it is not null.
+FSDP_VECTORIZE float sumExp(const float *x, int64_t n, float shift,
+                            float *terms) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) {
+      float e = fastExp(x[i + l] - shift);
+      if (terms)
+        terms[i + l] = e;
+      acc[l] += e;
+    }
+  for (; i < n; ++i) {
+    float e = fastExp(x[i] - shift);
+    if (terms)
+      terms[i] = e;
+    acc[0] += e;
+  }
+  float sum = 0;
+  for (float a : acc)
+    sum += a;
+  return sum;
+}
+
+FSDP_VECTORIZE void scaleInPlace(float *x, int64_t n, float factor) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] *= factor;
+}
+
+/// The max and Σ e^(x - max) of a row in one pass over it, block by block
+/// with a running max (the sum so far rescaled when the max grows). With
+/// `terms`, also writes e^(x - max of the blocks so far) and each block's
+/// max to `blockMax`, which finishTerms turns into e^(x - max).
+struct RowStats {
+  float max = -std::numeric_limits<float>::infinity();
+  float sum = 0;
+
+  void add(const float *x, int64_t n, float *terms, float *blockMax) {
+    for (int64_t b = 0, k = 0; b < n; b += kBlock, ++k) {
+      int64_t len = std::min(kBlock, n - b);
+      float next = std::max(max, maxOf(x + b, len));
+      float rescale = sum == 0 ? 0.0f : fastExp(max - next);
+      sum =
+          sum * rescale + sumExp(x + b, len, next, terms ? terms + b : nullptr);
+      max = next;
+      if (blockMax)
+        blockMax[k] = next;
+    }
+  }
+
+  /// Scales the terms add() wrote by factor · e^(block max - max).
+  void finishTerms(float *terms, int64_t n, const float *blockMax,
+                   float factor) const {
+    for (int64_t b = 0, k = 0; b < n; b += kBlock, ++k)
+      scaleInPlace(terms + b, std::min(kBlock, n - b),
+                   factor * fastExp(blockMax[k] - max));
+  }
+};
+
+/// Row r of a [rows, n] operand as f32: in place for f32, else converted
+/// into `scratch` (n floats).
+const float *rowOf(fsdp_rt_dtype dtype, const void *x, int64_t r, int64_t n,
+                   float *scratch) {
+  if (dtype == FSDP_RT_F32)
+    return static_cast<const float *>(x) + r * n;
+  toFloat(dtype, static_cast<const uint16_t *>(x) + r * n, n, scratch);
+  return scratch;
+}
+
+/// Row r of a [rows, n] result: in place for f32, else `scratch`, which
+/// storeRow narrows into it.
+float *outRowOf(fsdp_rt_dtype dtype, void *out, int64_t r, int64_t n,
+                float *scratch) {
+  return dtype == FSDP_RT_F32 ? static_cast<float *>(out) + r * n : scratch;
+}
+
+void storeRow(fsdp_rt_dtype dtype, const float *row, void *out, int64_t r,
+              int64_t n) {
+  if (dtype != FSDP_RT_F32)
+    fromFloat(dtype, row, n, static_cast<uint16_t *>(out) + r * n);
+}
+
+/// Rows per thread below which a row loop stays on one thread.
+constexpr int64_t kRowGrain = 8;
+} // namespace
 
 void fsdp_rt_softmax(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                      const int64_t *shape, int rank, int dim, void *out) {
@@ -55,27 +160,30 @@ void fsdp_rt_cross_entropy(fsdp_rt_stream, fsdp_rt_dtype dtype,
                            int64_t ignore_index, fsdp_rt_reduction reduction,
                            float *out, int64_t *count) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
-  FloatInput fx(dtype, logits, rows * vocab);
+  // -log softmax[label] = max + log Σ e^(x - max) - x[label], per row on the
+  // threads; the rows add up in order afterwards.
+  std::vector<double> losses(rows, 0.0);
+  std::vector<char> counts(rows, 0);
+  parallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(dtype == FSDP_RT_F32 ? 0 : vocab);
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t label = loadIndex(labels_dtype, labels, r);
+      if (label == ignore_index)
+        continue;
+      const float *xr = rowOf(dtype, logits, r, vocab, scratch.data());
+      RowStats stats;
+      stats.add(xr, vocab, nullptr, nullptr);
+      losses[r] = double(stats.max) + std::log(double(stats.sum)) - xr[label];
+      counts[r] = 1;
+    }
+  });
   double total = 0;
   int64_t counted = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t label = loadIndex(labels_dtype, labels, r);
-    if (label == ignore_index) {
-      if (reduction == FSDP_RT_REDUCTION_NONE)
-        out[r] = 0.0f;
-      continue;
-    }
-    const float *xr = fx.get() + r * vocab;
-    float maxVal = *std::max_element(xr, xr + vocab);
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i)
-      sum += std::exp(double(xr[i] - maxVal));
-    // -log softmax[label] = logsumexp - logit[label].
-    double loss = maxVal + std::log(sum) - xr[label];
     if (reduction == FSDP_RT_REDUCTION_NONE)
-      out[r] = float(loss);
-    total += loss;
-    ++counted;
+      out[r] = float(losses[r]);
+    total += losses[r];
+    counted += counts[r];
   }
   // A mean over no counted position is 0/0 = NaN, as in PyTorch.
   if (reduction == FSDP_RT_REDUCTION_MEAN)
@@ -119,33 +227,35 @@ void fsdp_rt_cross_entropy_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
                                 fsdp_rt_reduction reduction, const float *dloss,
                                 void *dlogits) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
-  FloatInput fx(dtype, logits, rows * vocab);
-  FloatOutput fo(dtype, dlogits, rows * vocab);
   int64_t counted = 0;
   for (int64_t r = 0; r < rows; ++r)
     counted += loadIndex(labels_dtype, labels, r) != ignore_index;
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t label = loadIndex(labels_dtype, labels, r);
-    float *or_ = fo.get() + r * vocab;
-    if (label == ignore_index) {
-      std::fill(or_, or_ + vocab, 0.0f);
-      continue;
+  // g · (softmax - onehot(label)): each e^x is computed once, in the pass
+  // that finds the max, and scaled into place afterwards.
+  parallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    bool narrow = dtype != FSDP_RT_F32;
+    std::vector<float> in(narrow ? vocab : 0), result(narrow ? vocab : 0),
+        blockMax((vocab + kBlock - 1) / kBlock);
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t label = loadIndex(labels_dtype, labels, r);
+      float *dr = outRowOf(dtype, dlogits, r, vocab, result.data());
+      if (label == ignore_index) {
+        std::fill(dr, dr + vocab, 0.0f);
+        storeRow(dtype, dr, dlogits, r, vocab);
+        continue;
+      }
+      double g = reduction == FSDP_RT_REDUCTION_NONE ? dloss[r]
+                 : reduction == FSDP_RT_REDUCTION_MEAN
+                     ? dloss[0] / double(counted)
+                     : dloss[0];
+      const float *xr = rowOf(dtype, logits, r, vocab, in.data());
+      RowStats stats;
+      stats.add(xr, vocab, dr, blockMax.data());
+      stats.finishTerms(dr, vocab, blockMax.data(), float(g / stats.sum));
+      dr[label] -= float(g);
+      storeRow(dtype, dr, dlogits, r, vocab);
     }
-    double g = reduction == FSDP_RT_REDUCTION_NONE ? dloss[r]
-               : reduction == FSDP_RT_REDUCTION_MEAN
-                   ? dloss[0] / double(counted)
-                   : dloss[0];
-    const float *xr = fx.get() + r * vocab;
-    float maxVal = *std::max_element(xr, xr + vocab);
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i)
-      sum += std::exp(double(xr[i] - maxVal));
-    double scale = g / sum;
-    for (int64_t i = 0; i < vocab; ++i)
-      or_[i] = float(std::exp(double(xr[i] - maxVal)) * scale);
-    or_[label] = float(std::exp(double(xr[label] - maxVal)) * scale - g);
-  }
-  fo.finish();
+  });
 }
 
 void fsdp_rt_reduce_max(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
@@ -174,22 +284,21 @@ void fsdp_rt_cross_entropy_partial(
     int64_t rows, int64_t vocab, int64_t first_class, int64_t ignore_index,
     int64_t num_classes, float *sum_exp, float *target) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
-  FloatInput fx(dtype, logits, rows * vocab);
   FloatInput fshift(dtype, shift, rows);
   int64_t valid = validClasses(vocab, first_class, num_classes);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = fx.get() + r * vocab;
-    float m = fshift.get()[r];
-    double sum = 0;
-    for (int64_t i = 0; i < valid; ++i)
-      sum += std::exp(double(xr[i] - m));
-    sum_exp[r] = float(sum);
-    int64_t label = loadIndex(labels_dtype, labels, r);
-    int64_t local = label - first_class;
-    target[r] = label != ignore_index && local >= 0 && local < vocab
-                    ? xr[local] - m
-                    : 0.0f;
-  }
+  parallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(dtype == FSDP_RT_F32 ? 0 : vocab);
+    for (int64_t r = begin; r < end; ++r) {
+      const float *xr = rowOf(dtype, logits, r, vocab, scratch.data());
+      float m = fshift.get()[r];
+      sum_exp[r] = sumExp(xr, valid, m, nullptr);
+      int64_t label = loadIndex(labels_dtype, labels, r);
+      int64_t local = label - first_class;
+      target[r] = label != ignore_index && local >= 0 && local < vocab
+                      ? xr[local] - m
+                      : 0.0f;
+    }
+  });
 }
 
 void fsdp_rt_cross_entropy_partial_grad(
@@ -199,23 +308,24 @@ void fsdp_rt_cross_entropy_partial_grad(
     int64_t num_classes, const float *dsum_exp, const float *dtarget,
     void *dlogits) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
-  FloatInput fx(dtype, logits, rows * vocab);
   FloatInput fshift(dtype, shift, rows);
-  FloatOutput fo(dtype, dlogits, rows * vocab);
   int64_t valid = validClasses(vocab, first_class, num_classes);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = fx.get() + r * vocab;
-    float *dr = fo.get() + r * vocab;
-    float m = fshift.get()[r];
-    double g = dsum_exp[r];
-    for (int64_t i = 0; i < vocab; ++i)
-      dr[i] = i < valid ? float(std::exp(double(xr[i] - m)) * g) : 0.0f;
-    int64_t label = loadIndex(labels_dtype, labels, r);
-    int64_t local = label - first_class;
-    if (label != ignore_index && local >= 0 && local < vocab)
-      dr[local] += dtarget[r];
-  }
-  fo.finish();
+  parallelFor(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    bool narrow = dtype != FSDP_RT_F32;
+    std::vector<float> in(narrow ? vocab : 0), result(narrow ? vocab : 0);
+    for (int64_t r = begin; r < end; ++r) {
+      const float *xr = rowOf(dtype, logits, r, vocab, in.data());
+      float *dr = outRowOf(dtype, dlogits, r, vocab, result.data());
+      sumExp(xr, valid, fshift.get()[r], dr);
+      scaleInPlace(dr, valid, dsum_exp[r]);
+      std::fill(dr + valid, dr + vocab, 0.0f);
+      int64_t label = loadIndex(labels_dtype, labels, r);
+      int64_t local = label - first_class;
+      if (label != ignore_index && local >= 0 && local < vocab)
+        dr[local] += dtarget[r];
+      storeRow(dtype, dr, dlogits, r, vocab);
+    }
+  });
 }
 
 void fsdp_rt_cross_entropy_combine(fsdp_rt_stream, const float *sum_exp,

@@ -189,6 +189,13 @@ int main(int argc, char **argv) {
   fsdp_program p;
   MPI_Comm_rank(MPI_COMM_WORLD, &p.worldRank);
   MPI_Comm_size(MPI_COMM_WORLD, &p.worldSize);
+  MPI_Comm node;
+  int localRanks = 1;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                      &node);
+  MPI_Comm_size(node, &localRanks);
+  MPI_Comm_free(&node);
+  fsdp_rt_set_threads(localRanks);
   Options o;
   if (!parse(argc, argv, p.worldRank, o)) {
     MPI_Finalize();
