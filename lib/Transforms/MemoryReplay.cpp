@@ -14,6 +14,18 @@
 using namespace mlir;
 using namespace fsdp;
 
+/// Whether `op` is an nn.slice the runtime hands out as a view: one whose
+/// dims before the sliced one are all 1 (Ops.cpp's fsdp_op_slice).
+static bool isContiguousSlice(Operation *op) {
+  auto slice = dyn_cast<nn::SliceOp>(op);
+  if (!slice)
+    return false;
+  ArrayRef<int64_t> shape =
+      cast<RankedTensorType>(slice.getInput().getType()).getShape();
+  return llvm::all_of(shape.take_front(slice.getDim()),
+                      [](int64_t d) { return d == 1; });
+}
+
 MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
   MemoryReplay r;
   Block &body = step.getBody().front();
@@ -30,7 +42,8 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
   }
 
   // The runtime's buffers: each op result is a new one, but dist.copy and
-  // dist.wait hand out another reference to their operand's. A buffer is
+  // dist.wait hand out another reference to their operand's, and
+  // nn.reshape and a contiguous nn.slice a view that holds one. A buffer is
   // freed when every handle to it is released where the lowering releases
   // it (ReleasePlan.h); the step's results are kept.
   DenseMap<Value, Value> buffer;
@@ -53,7 +66,8 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
         isa<nn::CrossEntropyGradOp, nn::CrossEntropyPartialGradOp>(op))
       r.saved = live;
     for (Value result : op.getResults()) {
-      if (isa<dist::CopyOp, dist::WaitOp>(op))
+      if (isa<dist::CopyOp, dist::WaitOp, nn::ReshapeOp>(op) ||
+          isContiguousSlice(&op))
         buffer[result] = bufferOf(op.getOperand(0));
       else
         live += bytesOf(result.getType());

@@ -584,9 +584,11 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
   for (int64_t step = 1; step <= steps; ++step) {
     grads.push_back(randomFloat(gradType, {n}));
     if (adam)
+      // In place: the same buffers in and out.
       fsdp_rt_adamw(nullptr, param.as<float>(), m.as<float>(), v.as<float>(),
-                    gradType, grads.back().data(), n, lr, beta1, beta2, eps, wd,
-                    step, gradScale);
+                    param.as<float>(), m.as<float>(), v.as<float>(), gradType,
+                    grads.back().data(), n, lr, beta1, beta2, eps, wd, step,
+                    gradScale);
     else
       fsdp_rt_sgd(nullptr, param.as<float>(),
                   momentum != 0 ? m.as<float>() : nullptr, gradType,

@@ -11,11 +11,13 @@ reduction against torch.autocast("cpu", torch.bfloat16) with f32 weights.
     /usr/bin/python3 test/bench/train_bench.py --bin-dir build/bin \\
         [--config test/bench/train-llama.json] [--batch 4] [--seq 256] \\
         [--steps 5] [--rounds 3] [--threads 1,2] [--dtypes f32,bf16] \\
-        [--torch-python PYTHON] [--report]
+        [--torch-python PYTHON] [--report] [--prog DTYPE=PROGRAM ...]
 
 --torch-python is an interpreter with torch and transformers (default: the
 PyTorch 2.x virtual environment .ci/setup-bench makes). --report adds our
-per-kernel-class time per step of the last run.
+per-kernel-class time per step of the last run. --prog f32=PATH runs a
+program compiled before (another build's, for a before/after table) in
+place of compiling one; it must be the same graph and mixed precision.
 """
 
 import json
@@ -74,7 +76,10 @@ def main():
     p.add_argument("--dtypes", default="f32,bf16")
     p.add_argument("--torch-python", default=TORCH_PYTHON)
     p.add_argument("--report", action="store_true")
+    p.add_argument("--prog", action="append", default=[],
+                   metavar="DTYPE=PROGRAM")
     args = p.parse_args()
+    given = dict(item.split("=", 1) for item in args.prog)
     if args.steps < 2:
         p.error("--steps must be at least 2 (the first is a warm-up)")
     tmp, graph = benchutil.graph(args, "train-bench-")
@@ -83,10 +88,11 @@ def main():
         parallel = os.path.join(tmp, dtype + ".json")
         with open(parallel, "w") as f:
             json.dump(MIXED[dtype], f)
-        prog = os.path.join(tmp, "step-" + dtype)
-        benchutil.run([os.path.join(args.bin_dir, "fsdp-compile"), graph,
-                       "--parallel", parallel,
-                       "--passes=fsdp-build-train-step", "-o", prog])
+        prog = given.get(dtype) or os.path.join(tmp, "step-" + dtype)
+        if dtype not in given:
+            benchutil.run([os.path.join(args.bin_dir, "fsdp-compile"), graph,
+                           "--parallel", parallel,
+                           "--passes=fsdp-build-train-step", "-o", prog])
         ours_cmd = [prog, "--steps", str(args.steps)]
         torch_cmd = [args.torch_python,
                      os.path.join(HERE, "torch_train_step.py"), args.config,

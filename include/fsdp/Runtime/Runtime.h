@@ -450,12 +450,15 @@ void fsdp_rt_sum_squares(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 
 /// One torch.optim.AdamW step: p *= 1 - lr·weight_decay; m = β1·m + (1-β1)·g;
 /// v = β2·v + (1-β2)·g²; p -= lr · (m / (1-β1^step)) /
-/// (sqrt(v / (1-β2^step)) + eps).
-void fsdp_rt_adamw(fsdp_rt_stream stream, float *param, float *exp_avg,
-                   float *exp_avg_sq, fsdp_rt_dtype grad_dtype,
-                   const void *grad, int64_t numel, double lr, double beta1,
-                   double beta2, double eps, double weight_decay, int64_t step,
-                   double grad_scale);
+/// (sqrt(v / (1-β2^step)) + eps). Reads param, exp_avg and exp_avg_sq and
+/// writes the updated values to new_param, new_exp_avg and new_exp_avg_sq
+/// (which may be the same buffers, for an update in place).
+void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
+                   const float *exp_avg, const float *exp_avg_sq,
+                   float *new_param, float *new_exp_avg, float *new_exp_avg_sq,
+                   fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
+                   double lr, double beta1, double beta2, double eps,
+                   double weight_decay, int64_t step, double grad_scale);
 
 /// One torch.optim.SGD step (no dampening, not Nesterov): g += weight_decay·p;
 /// buf = g at step 1, momentum·buf + g after; p -= lr·buf. With momentum 0

@@ -100,17 +100,46 @@ void fsdp_rt_concat(fsdp_rt_stream, fsdp_rt_dtype dtype, int num_inputs,
   }
 }
 
+/// Elements per thread below which copies and casts stay on one thread.
+static constexpr int64_t kMoveGrain = 64 * kBlock;
+
 void fsdp_rt_copy(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                   int64_t numel, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
-  std::memcpy(out, x, numel * fsdp_rt_dtype_size(dtype));
+  size_t elt = fsdp_rt_dtype_size(dtype);
+  parallelFor(numel, kMoveGrain, [&](int64_t begin, int64_t end) {
+    std::memcpy(static_cast<char *>(out) + begin * elt,
+                static_cast<const char *>(x) + begin * elt,
+                (end - begin) * elt);
+  });
 }
 
 void fsdp_rt_cast(fsdp_rt_stream, fsdp_rt_dtype src_dtype, const void *x,
                   fsdp_rt_dtype dst_dtype, int64_t numel, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
-  FloatInput fx(src_dtype, x, numel);
-  fromFloat(dst_dtype, fx.get(), numel, out);
+  size_t srcSize = fsdp_rt_dtype_size(src_dtype),
+         dstSize = fsdp_rt_dtype_size(dst_dtype);
+  // Straight from one type to the other when either is f32, else through
+  // an f32 block.
+  parallelFor(numel, kMoveGrain, [&](int64_t begin, int64_t end) {
+    const char *src = static_cast<const char *>(x) + begin * srcSize;
+    char *dst = static_cast<char *>(out) + begin * dstSize;
+    if (src_dtype == FSDP_RT_F32) {
+      fromFloat(dst_dtype, reinterpret_cast<const float *>(src), end - begin,
+                dst);
+      return;
+    }
+    if (dst_dtype == FSDP_RT_F32) {
+      toFloat(src_dtype, src, end - begin, reinterpret_cast<float *>(dst));
+      return;
+    }
+    float block[kBlock];
+    for (int64_t b = 0; b < end - begin; b += kBlock) {
+      int64_t len = std::min(kBlock, end - begin - b);
+      toFloat(src_dtype, src + b * srcSize, len, block);
+      fromFloat(dst_dtype, block, len, dst + b * dstSize);
+    }
+  });
 }
 
 void fsdp_rt_embedding_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,

@@ -39,16 +39,21 @@ struct AdamWCoefficients {
   float decay, beta1, beta2, stepSize, correction2Sqrt, eps, gradScale;
 };
 
-/// torch.optim.AdamW's update of elements [0, n), in f32.
-FSDP_VECTORIZE void adamwBlock(float *param, float *m, float *v, const float *g,
-                               int64_t n, AdamWCoefficients c) {
+/// torch.optim.AdamW's update of elements [0, n), in f32, from (param, m,
+/// v) to (newParam, newM, newV).
+FSDP_VECTORIZE void adamwBlock(const float *param, const float *m,
+                               const float *v, const float *g, float *newParam,
+                               float *newM, float *newV, int64_t n,
+                               AdamWCoefficients c) {
   for (int64_t i = 0; i < n; ++i) {
     float gi = g[i] * c.gradScale;
-    param[i] *= c.decay;
-    m[i] += (gi - m[i]) * (1.0f - c.beta1);
-    v[i] = v[i] * c.beta2 + (1.0f - c.beta2) * gi * gi;
-    float denom = std::sqrt(v[i]) / c.correction2Sqrt + c.eps;
-    param[i] -= c.stepSize * (m[i] / denom);
+    float p = param[i] * c.decay;
+    float mi = m[i] + (gi - m[i]) * (1.0f - c.beta1);
+    float vi = v[i] * c.beta2 + (1.0f - c.beta2) * gi * gi;
+    float denom = std::sqrt(vi) / c.correction2Sqrt + c.eps;
+    newParam[i] = p - c.stepSize * (mi / denom);
+    newM[i] = mi;
+    newV[i] = vi;
   }
 }
 } // namespace
@@ -78,11 +83,12 @@ void fsdp_rt_sum_squares(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   out[0] = float(sum);
 }
 
-void fsdp_rt_adamw(fsdp_rt_stream, float *param, float *exp_avg,
-                   float *exp_avg_sq, fsdp_rt_dtype grad_dtype,
-                   const void *grad, int64_t numel, double lr, double beta1,
-                   double beta2, double eps, double weight_decay, int64_t step,
-                   double grad_scale) {
+void fsdp_rt_adamw(fsdp_rt_stream, const float *param, const float *exp_avg,
+                   const float *exp_avg_sq, float *new_param,
+                   float *new_exp_avg, float *new_exp_avg_sq,
+                   fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
+                   double lr, double beta1, double beta2, double eps,
+                   double weight_decay, int64_t step, double grad_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
   AdamWCoefficients c;
   c.decay = float(1.0 - lr * weight_decay);
@@ -102,7 +108,8 @@ void fsdp_rt_adamw(fsdp_rt_stream, float *param, float *exp_avg,
                 scratch);
         g = scratch;
       }
-      adamwBlock(param + b, exp_avg + b, exp_avg_sq + b, g, len, c);
+      adamwBlock(param + b, exp_avg + b, exp_avg_sq + b, g, new_param + b,
+                 new_exp_avg + b, new_exp_avg_sq + b, len, c);
     }
   });
 }

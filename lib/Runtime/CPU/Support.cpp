@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <malloc.h>
 
 using namespace fsdp::rt;
 
@@ -164,6 +166,21 @@ size_t fsdp_rt_dtype_size(fsdp_rt_dtype dtype) {
 static constexpr size_t kHeader = 64;
 static std::atomic<int64_t> currentBytes{0};
 static std::atomic<int64_t> peakBytes{0};
+
+namespace {
+/// Keeps freed blocks in the process for the next step's buffers of the
+/// same sizes instead of returning them to the system (glibc's default for
+/// blocks over its adaptive mmap threshold), which would make every step
+/// fault its activation pages in again.
+struct KeepFreedMemory {
+  KeepFreedMemory() {
+#ifdef M_MMAP_THRESHOLD
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+#endif
+  }
+} keepFreedMemory;
+} // namespace
 
 void *fsdp_rt_alloc(size_t bytes) {
   size_t total = (bytes + kHeader + 63) / 64 * 64;

@@ -28,6 +28,9 @@ struct fsdp_tensor {
   fsdp_type type;
   void *data = nullptr;
   int64_t refs = 1;
+  /// A view (a reshape) holds a reference to the tensor whose buffer it
+  /// reads, and releases it instead of freeing the buffer.
+  fsdp_tensor *base = nullptr;
   /// Inputs and parameters: owned by the program, borrowed by the step.
   bool borrowed = false;
 };

@@ -81,6 +81,17 @@ struct Check {
 
 fsdp_tensor *alloc(const fsdp_type &r) { return newTensor(r); }
 
+/// `x`'s bytes from `offset` on, seen as type `r`, without a copy: no op
+/// writes into its operands. The view holds a reference to the tensor that
+/// owns the buffer.
+fsdp_tensor *view(fsdp_tensor *x, const fsdp_type &r, int64_t offset) {
+  auto *out = new fsdp_tensor;
+  out->type = r;
+  out->data = static_cast<char *>(x->data) + offset;
+  out->base = fsdp_retain(x->base ? x->base : x);
+  return out;
+}
+
 int64_t product(const int64_t *dims, int64_t n) {
   int64_t p = 1;
   for (int64_t i = 0; i < n; ++i)
@@ -402,9 +413,7 @@ fsdp_tensor *fsdp_op_reshape(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
   c.that(numElements(r) == numElements(x->type),
          "result " + typeString(r) + " and operand " + typeString(x->type) +
              " differ in element count");
-  fsdp_tensor *out = alloc(r);
-  fsdp_rt_copy(nullptr, r.dtype, x->data, numElements(r), out->data);
-  return out;
+  return view(x, r, 0);
 }
 
 fsdp_tensor *fsdp_op_transpose(fsdp_program *, fsdp_type r, fsdp_tensor *x,
@@ -445,6 +454,14 @@ fsdp_tensor *fsdp_op_slice(fsdp_program *, fsdp_type r, fsdp_tensor *x,
          "[" + std::to_string(start) + ", " +
              std::to_string(start + r.dims[dim]) + ") is outside dim " +
              std::to_string(dim) + " of " + typeString(x->type));
+  // A slice of the leading non-unit dim is contiguous: a view.
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i)
+    outer *= x->type.dims[i];
+  for (int64_t i = dim + 1; i < x->type.rank; ++i)
+    inner *= x->type.dims[i];
+  if (outer == 1)
+    return view(x, r, start * inner * int64_t(fsdp_rt_dtype_size(r.dtype)));
   fsdp_tensor *out = alloc(r);
   fsdp_rt_slice(nullptr, r.dtype, x->data, x->type.dims, int(x->type.rank),
                 int(dim), start, r.dims[dim], out->data);

@@ -351,7 +351,10 @@ void fsdp_release(fsdp_tensor *t) {
                         ", which it only borrows");
   if (--t->refs > 0)
     return;
-  fsdp_rt_free(t->data);
+  if (t->base)
+    fsdp_release(t->base);
+  else
+    fsdp_rt_free(t->data);
   delete t;
 }
 

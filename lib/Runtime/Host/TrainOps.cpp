@@ -300,12 +300,10 @@ void fsdp_op_adamw(fsdp_program *, fsdp_tensor *new_param,
   require("adamw", numElements(grad->type) == numElements(param->type),
           "gradient " + typeString(grad->type) + " does not match " +
               typeString(param->type));
-  size_t bytes = size_t(byteSize(param->type));
-  fsdp_rt_copy_to_device(nullptr, new_param->data, param->data, bytes);
-  fsdp_rt_copy_to_device(nullptr, new_exp_avg->data, exp_avg->data, bytes);
-  fsdp_rt_copy_to_device(nullptr, new_exp_avg_sq->data, exp_avg_sq->data,
-                         bytes);
-  fsdp_rt_adamw(nullptr, static_cast<float *>(new_param->data),
+  fsdp_rt_adamw(nullptr, static_cast<const float *>(param->data),
+                static_cast<const float *>(exp_avg->data),
+                static_cast<const float *>(exp_avg_sq->data),
+                static_cast<float *>(new_param->data),
                 static_cast<float *>(new_exp_avg->data),
                 static_cast<float *>(new_exp_avg_sq->data), grad->type.dtype,
                 grad->data, numElements(param->type), lr, beta1, beta2, eps,
