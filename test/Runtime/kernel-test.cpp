@@ -295,7 +295,7 @@ void castCase(Writer &w, const char *name, fsdp_rt_dtype from,
 }
 
 void runAll(Writer &w) {
-  const fsdp_rt_dtype f32 = FSDP_RT_F32, bf16 = FSDP_RT_BF16;
+  const fsdp_rt_dtype f32 = FSDP_RT_F32, bf16 = FSDP_RT_BF16, f16 = FSDP_RT_F16;
 
   for (fsdp_rt_dtype idsType : {FSDP_RT_I64, FSDP_RT_I32}) {
     Tensor table = randomFloat(f32, {11, 6}),
@@ -312,6 +312,9 @@ void runAll(Writer &w) {
   linearCase(w, "linear", f32, true);
   linearCase(w, "linear_nobias", f32, false);
   linearCase(w, "linear_bf16", bf16, true);
+  // f16 products where oneDNN has no f16 kernel (no AVX-512 FP16) take the
+  // widening path: the same result through f32.
+  linearCase(w, "linear_f16", f16, true);
 
   matmulCase(w, "matmul", f32, false, false, false);
   matmulCase(w, "matmul_ta", f32, false, true, false);
@@ -320,6 +323,8 @@ void runAll(Writer &w) {
   matmulCase(w, "batch_matmul", f32, true, false, false);
   matmulCase(w, "batch_matmul_ta_tb", f32, true, true, true);
   matmulCase(w, "batch_matmul_bf16", bf16, true, false, true);
+  matmulCase(w, "matmul_ta_bf16", bf16, false, true, false);
+  matmulCase(w, "batch_matmul_ta_tb_f16", f16, true, true, true);
 
   binaryCase(w, "add", "add", fsdp_rt_add, f32, {2, 3, 4}, {4}, {2, 3, 4});
   binaryCase(w, "sub", "sub", fsdp_rt_sub, f32, {2, 1, 4}, {3, 1}, {2, 3, 4});
