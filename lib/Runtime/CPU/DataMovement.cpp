@@ -23,16 +23,18 @@ void fsdp_rt_embedding(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *table,
                        int64_t num_ids, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_EMBEDDING);
   size_t rowBytes = hidden * fsdp_rt_dtype_size(dtype);
-  for (int64_t i = 0; i < num_ids; ++i) {
-    char *row = static_cast<char *>(out) + i * rowBytes;
-    int64_t id = loadIndex(ids_dtype, ids, i) - first_id;
-    // Zero bits are zero in every element type.
-    if (id < 0 || id >= vocab)
-      std::memset(row, 0, rowBytes);
-    else
-      std::memcpy(row, static_cast<const char *>(table) + id * rowBytes,
-                  rowBytes);
-  }
+  parallelFor(num_ids, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      char *row = static_cast<char *>(out) + i * rowBytes;
+      int64_t id = loadIndex(ids_dtype, ids, i) - first_id;
+      // Zero bits are zero in every element type.
+      if (id < 0 || id >= vocab)
+        std::memset(row, 0, rowBytes);
+      else
+        std::memcpy(row, static_cast<const char *>(table) + id * rowBytes,
+                    rowBytes);
+    }
+  });
 }
 
 void fsdp_rt_transpose(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,

@@ -130,6 +130,21 @@ void fsdp_rt_softmax(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   int64_t outer = numElements(shape, dim), len = shape[dim],
           inner = numElements(shape + dim + 1, rank - dim - 1);
   int64_t n = outer * len * inner;
+  if (inner == 1) {
+    // Along the last dim: contiguous rows, on the threads.
+    parallelFor(outer, kRowGrain, [&](int64_t begin, int64_t end) {
+      bool narrow = dtype != FSDP_RT_F32;
+      std::vector<float> in(narrow ? len : 0), result(narrow ? len : 0);
+      for (int64_t r = begin; r < end; ++r) {
+        const float *xr = rowOf(dtype, x, r, len, in.data());
+        float *orow = outRowOf(dtype, out, r, len, result.data());
+        float sum = sumExp(xr, len, maxOf(xr, len), orow);
+        scaleInPlace(orow, len, 1.0f / sum);
+        storeRow(dtype, orow, out, r, len);
+      }
+    });
+    return;
+  }
   FloatInput fx(dtype, x, n);
   FloatOutput fo(dtype, out, n);
   for (int64_t o = 0; o < outer; ++o) {
