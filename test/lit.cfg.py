@@ -17,6 +17,8 @@ config.test_exec_root = os.path.join(config.fsdp_obj_root, "test")
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%fsdp_bin", config.fsdp_tools_dir))
+config.substitutions.append(("%fsdp_build", config.fsdp_obj_root))
+config.substitutions.append(("%fsdp_src", config.fsdp_src_root))
 config.substitutions.append(("%models", os.path.join(config.fsdp_src_root,
                                                       "test", "models")))
 # FileCheck variables do not leak between CHECK-LABEL blocks.

@@ -5,22 +5,18 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// How a model export pipeline embeds the compiler: import a graph, run the
-// library's pipeline (the one fsdp-compile and fsdp-opt's fsdp-pipeline run)
-// with options set in C++, and print the per-rank program as C++.
+// How a model export pipeline embeds the compiler through its one header,
+// fsdp/Compiler.h (libFsdpMlir.so): import a graph, run the library's
+// pipeline (the one fsdp-compile and fsdp-opt's fsdp-pipeline run) with
+// options set in C++, and print the per-rank program as C++.
 //
 //   fsdp-embed-pipeline graph.json TP  > program.cpp
 //
 //===----------------------------------------------------------------------===//
 
-#include "fsdp/Import/GraphImport.h"
-#include "fsdp/InitAll.h"
-#include "fsdp/Transforms/Pipeline.h"
+#include "fsdp/Compiler.h"
 
-#include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Target/Cpp/CppEmitter.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -31,19 +27,14 @@ int main(int argc, char **argv) {
     llvm::errs() << "usage: fsdp-embed-pipeline GRAPH.json TP\n";
     return 2;
   }
-  mlir::DialectRegistry registry;
-  fsdp::registerAllDialects(registry);
-  fsdp::registerAllPasses();
-  mlir::MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-
+  std::unique_ptr<mlir::MLIRContext> context = fsdp::createContext();
   auto buffer = llvm::MemoryBuffer::getFile(argv[1]);
   if (!buffer) {
     llvm::errs() << argv[1] << ": " << buffer.getError().message() << "\n";
     return 1;
   }
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      fsdp::importGraph((*buffer)->getBuffer(), argv[1], &context);
+      fsdp::importGraphFile((*buffer)->getBuffer(), argv[1], context.get());
   if (!module)
     return 1;
 
@@ -52,10 +43,7 @@ int main(int argc, char **argv) {
   options.tp = std::atoll(argv[2]);
   options.sequenceParallel = fsdp::FromConfig::True;
   options.step = "fsdp-build-train-step{lr=0.01}";
-  mlir::PassManager pm(&context);
-  if (mlir::failed(fsdp::buildPipeline(pm, options)) ||
-      mlir::failed(pm.run(*module)))
+  if (mlir::failed(fsdp::runPipeline(*module, options)))
     return 1;
-  return mlir::failed(mlir::emitc::translateToCpp(*module, llvm::outs())) ? 1
-                                                                          : 0;
+  return mlir::failed(fsdp::emitProgram(*module, llvm::outs())) ? 1 : 0;
 }
