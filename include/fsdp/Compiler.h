@@ -1,5 +1,4 @@
-//===- Compiler.h - The compiler's entry point for embedding programs -*- C++
-//-*-===//
+//===- Compiler.h - The entry point for embedding programs -----*- C++ -*-===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
