@@ -15,9 +15,11 @@ width, t the tensor-parallel size, e the bytes of an activation element:
                      sbk/t + sbf/t) at t = 1 (no collective to keep)
   selective, SP:     e*(2sbh + 4sbh/t + sbk/t + sbf/t)
 
-plus, under mixed precision, the layer's parameter block cast to the
-compute dtype (e bytes for each of the rank's P parameters of the layer),
-which the backward reads again (FSDP re-gathers from it).
+plus, in none and selective, the attention's softmax statistics, 4 bytes
+(f32) for each of the rank's b*s*n/t query rows (n query heads), and, under
+mixed precision, the layer's parameter block cast to the compute dtype (e
+bytes for each of the rank's P parameters of the layer), which the backward
+reads again (FSDP re-gathers from it).
 
     activation_formula.py [--bin-dir DIR] --config CONFIG --batch B --seq S [--tp T]
         [--world W] [--sp] [--layers L1 L2] [--f32]
@@ -89,7 +91,9 @@ def formula(args, mode):
     params = ((h * heads * d_head * 2 + 2 * k * h + 3 * f * h) // t + 2 * h) \
         // dp
     cast = 0 if args.f32 else e * params
-    return e * elems + cast
+    # The attention's log-sum-exp per query row, kept for its backward.
+    stats = 0 if mode == "full" else 4 * b * s * heads // t
+    return e * elems + stats + cast
 
 
 def main():

@@ -82,7 +82,9 @@ def rotary(x, positions, attrs):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def attention(q, k, v, causal, window, scale):
+def attention(q, k, v, causal, window, scale, with_lse=False):
+    """The attention result, and with `with_lse` each query's log-sum-exp of
+    its visible scores [b, nq, s]."""
     s, nq, nkv = q.shape[1], q.shape[2], k.shape[2]
     # Query head h reads KV head h // (nq // nkv).
     k = k.repeat_interleave(nq // nkv, dim=2)
@@ -96,7 +98,8 @@ def attention(q, k, v, causal, window, scale):
     if window > 0:
         visible &= (i - j) < window
     scores = scores.masked_fill(~visible, -math.inf)
-    return torch.einsum("bnij,bjnd->bind", scores.softmax(-1), v)
+    out = torch.einsum("bnij,bjnd->bind", scores.softmax(-1), v)
+    return (out, torch.logsumexp(scores, -1)) if with_lse else out
 
 
 def cast_reference(x, dst):
@@ -345,9 +348,10 @@ def reference(case):
     if op == "rotary":
         return {"out": rotary(i["x"], i["positions"], a)}
     if op == "attention":
-        return {"out": attention(i["q"], i["k"], i["v"], flag("causal"),
-                                 int(float(a["sliding_window"])),
-                                 float(a["scale"]))}
+        out, lse = attention(i["q"], i["k"], i["v"], flag("causal"),
+                             int(float(a["sliding_window"])),
+                             float(a["scale"]), with_lse=True)
+        return {"out": out, "lse": lse}
     if op == "softmax":
         return {"out": torch.softmax(i["x"], int(a["dim"]))}
     if op == "transpose":

@@ -223,9 +223,10 @@ void attentionCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool causal,
   const int64_t b = 2, s = 9, d = 8;
   Tensor q = randomFloat(dt, {b, s, nq, d}, 2.0f),
          k = randomFloat(dt, {b, s, nkv, d}, 2.0f),
-         v = randomFloat(dt, {b, s, nkv, dv}), out(dt, {b, s, nq, dv});
+         v = randomFloat(dt, {b, s, nkv, dv}), out(dt, {b, s, nq, dv}),
+         lse(FSDP_RT_F32, {b, nq, s});
   fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, nq, nkv, d,
-                    dv, causal, window, scale, out.data());
+                    dv, causal, window, scale, out.data(), lse.as<float>());
   w.begin(name, "attention");
   w.attr("causal", causal);
   w.attr("sliding_window", double(window));
@@ -234,6 +235,7 @@ void attentionCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool causal,
   w.tensor("in", "k", k);
   w.tensor("in", "v", v);
   w.tensor("out", "out", out);
+  w.tensor("out", "lse", lse);
 }
 
 void crossEntropyCase(Writer &w, const char *name, fsdp_rt_reduction reduction,
@@ -522,10 +524,15 @@ void attentionGradCase(Writer &w, const char *name, fsdp_rt_dtype dt,
          k = randomFloat(dt, {b, s, nkv, d}, 2.0f),
          v = randomFloat(dt, {b, s, nkv, dv}),
          dout = randomFloat(dt, {b, s, nq, dv}), dq(dt, q.shape),
-         dk(dt, k.shape), dvalue(dt, v.shape);
-  fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), dout.data(),
-                         b, s, nq, nkv, d, dv, causal, window, scale, dq.data(),
-                         dk.data(), dvalue.data());
+         dk(dt, k.shape), dvalue(dt, v.shape), out(dt, {b, s, nq, dv}),
+         lse(FSDP_RT_F32, {b, nq, s});
+  // The backward reads the forward's statistics.
+  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, nq, nkv, d,
+                    dv, causal, window, scale, out.data(), lse.as<float>());
+  fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(),
+                         lse.as<float>(), dout.data(), b, s, nq, nkv, d, dv,
+                         causal, window, scale, dq.data(), dk.data(),
+                         dvalue.data());
   w.begin(name, "attention_grad");
   w.attr("causal", causal);
   w.attr("sliding_window", double(window));

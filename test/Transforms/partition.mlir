@@ -186,7 +186,7 @@ dist.mesh @mesh(tp = 2)
 func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"}, %wq: tensor<8x8xf32> {nn.param = "wq"}, %k: tensor<2x4x2x4xf32> {nn.input = "k"}) -> tensor<2x4x2x4xf32> {
   %q = nn.linear %x, %wq {path = "q_proj", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "q_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
   %h = nn.reshape %q to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
-  %a = nn.attention %h, %k, %k {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
+  %a, %a_lse = nn.attention %h, %k, %k {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> (tensor<2x4x2x4xf32>, tensor<2x2x4xf32>)
   return %a : tensor<2x4x2x4xf32>
 }
 
@@ -198,7 +198,7 @@ func.func @forward(%q: tensor<2x4x2x4xf32> {nn.input = "q"}, %x: tensor<2x4x8xf3
   %k = nn.linear %x, %wk {path = "k_proj", dist.tp = #dist.tp<colwise, input = replicate, output = shard(-1), use_local_output = true, entry = "k_proj">} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
   %h = nn.reshape %k to [2, 4, 2, 4] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
   // expected-error @+1 {{'nn.attention' op cannot be partitioned with operand #0 replicated}}
-  %a = nn.attention %q, %h, %h {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> tensor<2x4x2x4xf32>
+  %a, %a_lse = nn.attention %q, %h, %h {causal} : (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) -> (tensor<2x4x2x4xf32>, tensor<2x2x4xf32>)
   return %a : tensor<2x4x2x4xf32>
 }
 

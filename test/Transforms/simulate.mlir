@@ -70,7 +70,7 @@ func.func @forward(%x: tensor<1024x1024xf32>, %s: tensor<4xf32>) -> (tensor<512x
 // FLOPs in 2.150 ms. Model FLOPs credit no mask (2.147e9), so MFU is
 // 2.147e9 / 2.150 ms / 1e12.
 func.func @forward(%q: tensor<1x1024x8x64xbf16>, %k: tensor<1x1024x8x64xbf16>, %v: tensor<1x1024x8x64xbf16>) -> tensor<1x1024x8x64xbf16> {
-  %o = nn.attention %q, %k, %v {causal} : (tensor<1x1024x8x64xbf16>, tensor<1x1024x8x64xbf16>, tensor<1x1024x8x64xbf16>) -> tensor<1x1024x8x64xbf16>
+  %o, %o_lse = nn.attention %q, %k, %v {causal} : (tensor<1x1024x8x64xbf16>, tensor<1x1024x8x64xbf16>, tensor<1x1024x8x64xbf16>) -> (tensor<1x1024x8x64xbf16>, tensor<1x8x1024xf32>)
   return %o : tensor<1x1024x8x64xbf16>
 }
 // CHECK-LABEL: simulated step on test GPU, rank 0 of 1

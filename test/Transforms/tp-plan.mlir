@@ -52,7 +52,7 @@ func.func @forward(%q: tensor<1x4x3x8xf32> {nn.input = "q"},
     -> (tensor<1x4x3x8xf32> {nn.output = "y"})
     attributes {nn.model = "LlamaForCausalLM"} {
   // expected-error @+1 {{'nn.attention' op has 3 query heads and 3 key/value heads; the query heads must divide by tp = 2 and the key/value heads divide it or be divided by it}}
-  %y = nn.attention %q, %q, %q {causal} : (tensor<1x4x3x8xf32>, tensor<1x4x3x8xf32>, tensor<1x4x3x8xf32>) -> tensor<1x4x3x8xf32>
+  %y, %y_lse = nn.attention %q, %q, %q {causal} : (tensor<1x4x3x8xf32>, tensor<1x4x3x8xf32>, tensor<1x4x3x8xf32>) -> (tensor<1x4x3x8xf32>, tensor<1x3x4xf32>)
   return %y : tensor<1x4x3x8xf32>
 }
 

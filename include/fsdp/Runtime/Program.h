@@ -204,10 +204,11 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                             fsdp_tensor *positions, double theta,
                             const double *inv_freq, double attention_scaling,
                             bool inverse);
-/// `sliding_window` <= 0 means none; `scale` <= 0 means 1/sqrt(D).
-fsdp_tensor *fsdp_op_attention(fsdp_program *p, fsdp_type r, fsdp_tensor *q,
-                               fsdp_tensor *k, fsdp_tensor *v, bool causal,
-                               int64_t sliding_window, double scale);
+/// `sliding_window` <= 0 means none; `scale` <= 0 means 1/sqrt(D). Writes
+/// the result and the f32 statistics `lse` [B, Nq, S].
+void fsdp_op_attention(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *lse,
+                       fsdp_tensor *q, fsdp_tensor *k, fsdp_tensor *v,
+                       bool causal, int64_t sliding_window, double scale);
 /// `dim` is non-negative.
 fsdp_tensor *fsdp_op_softmax(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                              int64_t dim);
@@ -319,8 +320,8 @@ void fsdp_op_layer_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
                              fsdp_tensor *dy, double eps);
 void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
-                            fsdp_tensor *v, fsdp_tensor *dout, bool causal,
-                            int64_t sliding_window, double scale);
+                            fsdp_tensor *v, fsdp_tensor *lse, fsdp_tensor *dout,
+                            bool causal, int64_t sliding_window, double scale);
 void fsdp_op_softmax_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *y,
                           fsdp_tensor *dy, int64_t dim);
 void fsdp_op_embedding_grad(fsdp_program *p, fsdp_tensor *dtable,

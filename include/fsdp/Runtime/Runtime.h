@@ -249,12 +249,14 @@ void fsdp_rt_rotary(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
 /// Attention of q [b, s, nq, d] over k [b, s, nkv, d] and v [b, s, nkv, dv]
 /// into out [b, s, nq, dv]; query head h reads kv head h / (nq / nkv).
 /// With `causal`, query i sees keys j <= i; `sliding_window` > 0 further
-/// requires i - j < sliding_window (<= 0 means no window).
+/// requires i - j < sliding_window (<= 0 means no window). lse [b, nq, s]
+/// (f32) receives each query's log Σ_j exp(scale · q·k_j) over the keys it
+/// sees, for the backward.
 void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *q, const void *k, const void *v, int64_t b,
                        int64_t s, int64_t nq, int64_t nkv, int64_t d,
                        int64_t dv, int causal, int64_t sliding_window,
-                       double scale, void *out);
+                       double scale, void *out, float *lse);
 
 /// Softmax along `dim` (negative counts from the end).
 void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
@@ -389,13 +391,14 @@ void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 
 /// Gradients of fsdp_rt_attention: dq [b, s, nq, d], dk [b, s, nkv, d] and
 /// dvalue [b, s, nkv, dv] from dout [b, s, nq, dv]. The probabilities are
-/// recomputed; dk and dvalue sum over the query heads sharing a KV head.
+/// rebuilt from the forward's lse in one pass; dk and dvalue sum over the
+/// query heads sharing a KV head.
 void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             const void *q, const void *k, const void *v,
-                            const void *dout, int64_t b, int64_t s, int64_t nq,
-                            int64_t nkv, int64_t d, int64_t dv, int causal,
-                            int64_t sliding_window, double scale, void *dq,
-                            void *dk, void *dvalue);
+                            const float *lse, const void *dout, int64_t b,
+                            int64_t s, int64_t nq, int64_t nkv, int64_t d,
+                            int64_t dv, int causal, int64_t sliding_window,
+                            double scale, void *dq, void *dk, void *dvalue);
 
 /// Gradient of fsdp_rt_softmax from its output: dx = y · (dy - Σ y·dy) along
 /// `dim`.

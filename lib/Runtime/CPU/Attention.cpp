@@ -10,9 +10,10 @@
 // scores, softmax and products skip the masked part (about half of a causal
 // matrix). Per (batch, KV group) on the OpenMP threads, the query heads of a
 // group in turn (they add into the same dK and dV); heads are picked out by
-// leading-dimension strides, never transposed. The backward recomputes each
-// block's probabilities the same way and runs the four gradient products on
-// the visible keys only.
+// leading-dimension strides, never transposed. The forward keeps each
+// query's log-sum-exp; the backward recomputes a block's scores and turns
+// them into probabilities in one pass with it (flash-attention style), then
+// runs the four gradient products on the visible keys only.
 //
 //===----------------------------------------------------------------------===//
 
@@ -46,10 +47,11 @@ KeyRange visibleKeys(int64_t i, int64_t s, int causal, int64_t window) {
 }
 
 /// Turns a block's scores [i1 - i0, last - first] into probabilities in
-/// place, each row over the keys its query sees.
+/// place, each row over the keys its query sees, and writes each row's
+/// log Σ exp(score) to lse[i - i0].
 FSDP_VECTORIZE void maskedSoftmax(float *scores, int64_t i0, int64_t i1,
                                   KeyRange keys, int64_t s, int causal,
-                                  int64_t window) {
+                                  int64_t window, float *lse) {
   int64_t width = keys.last - keys.first;
   for (int64_t i = i0; i < i1; ++i) {
     float *row = scores + (i - i0) * width;
@@ -68,6 +70,25 @@ FSDP_VECTORIZE void maskedSoftmax(float *scores, int64_t i0, int64_t i1,
     float inv = 1.0f / sum;
     for (int64_t j = lo; j < hi; ++j)
       row[j] *= inv;
+    lse[i - i0] = maxScore + std::log(sum);
+  }
+}
+
+/// The probabilities of a block from its scores and the forward's
+/// log-sum-exp per row: exp(score - lse) on the visible keys, 0 elsewhere.
+FSDP_VECTORIZE void probabilities(float *scores, int64_t i0, int64_t i1,
+                                  KeyRange keys, int64_t s, int causal,
+                                  int64_t window, const float *lse) {
+  int64_t width = keys.last - keys.first;
+  for (int64_t i = i0; i < i1; ++i) {
+    float *row = scores + (i - i0) * width;
+    KeyRange own = visibleKeys(i, s, causal, window);
+    int64_t lo = own.first - keys.first, hi = own.last - keys.first;
+    float shift = lse[i - i0];
+    for (int64_t j = 0; j < width; ++j) {
+      float e = fastExp(row[j] - shift);
+      row[j] = (j >= lo && j < hi) ? e : 0.0f;
+    }
   }
 }
 
@@ -113,6 +134,8 @@ struct Heads {
   int64_t oOffset(int64_t bi, int64_t h) const {
     return (bi * s * nq + h) * dv;
   }
+  /// Row 0 of head h's statistics, [b, nq, s].
+  int64_t lseOffset(int64_t bi, int64_t h) const { return (bi * nq + h) * s; }
 };
 
 /// Runs fn(batch, group) for every (batch, KV group) on the threads.
@@ -128,7 +151,7 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                        const void *k, const void *v, int64_t b, int64_t s,
                        int64_t nq, int64_t nkv, int64_t d, int64_t dv,
                        int causal, int64_t sliding_window, double scale,
-                       void *out) {
+                       void *out, float *lse) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
   FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * s * nkv * d),
       fv(dtype, v, b * s * nkv * dv);
@@ -148,7 +171,8 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
         int64_t width = keys.last - keys.first;
         product(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
                 kh + keys.first * nkv * d, nkv * d, 0.0f, scores.data(), width);
-        maskedSoftmax(scores.data(), i0, i1, keys, s, causal, sliding_window);
+        maskedSoftmax(scores.data(), i0, i1, keys, s, causal, sliding_window,
+                      lse + hd.lseOffset(bi, h) + i0);
         product(false, false, rows, dv, width, 1.0f, scores.data(), width,
                 vh + keys.first * nkv * dv, nkv * dv, 0.0f, oh + i0 * nq * dv,
                 nq * dv);
@@ -159,9 +183,9 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
 }
 
 void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
-                            const void *k, const void *v, const void *dout,
-                            int64_t b, int64_t s, int64_t nq, int64_t nkv,
-                            int64_t d, int64_t dv, int causal,
+                            const void *k, const void *v, const float *lse,
+                            const void *dout, int64_t b, int64_t s, int64_t nq,
+                            int64_t nkv, int64_t d, int64_t dv, int causal,
                             int64_t sliding_window, double scale, void *dq,
                             void *dk, void *dvalue) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
@@ -190,7 +214,8 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                     *vv = vh + keys.first * nkv * dv;
         product(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
                 kv, nkv * d, 0.0f, probs.data(), width);
-        maskedSoftmax(probs.data(), i0, i1, keys, s, causal, sliding_window);
+        probabilities(probs.data(), i0, i1, keys, s, causal, sliding_window,
+                      lse + hd.lseOffset(bi, h) + i0);
         // dV += Pᵀ·dO and dP = dO·Vᵀ on the visible keys.
         product(true, false, width, dv, rows, 1.0f, probs.data(), width,
                 doh + i0 * nq * dv, nq * dv, 1.0f, dvh + keys.first * nkv * dv,

@@ -356,9 +356,9 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *, fsdp_type r, fsdp_tensor *x,
   return out;
 }
 
-fsdp_tensor *fsdp_op_attention(fsdp_program *, fsdp_type r, fsdp_tensor *q,
-                               fsdp_tensor *k, fsdp_tensor *v, bool causal,
-                               int64_t sliding_window, double scale) {
+void fsdp_op_attention(fsdp_program *, fsdp_tensor *out, fsdp_tensor *lse,
+                       fsdp_tensor *q, fsdp_tensor *k, fsdp_tensor *v,
+                       bool causal, int64_t sliding_window, double scale) {
   Check c{"attention"};
   c.present(q, "q");
   c.present(k, "k");
@@ -383,14 +383,15 @@ fsdp_tensor *fsdp_op_attention(fsdp_program *, fsdp_type r, fsdp_tensor *q,
          "v is " + typeString(v->type) + ", expected [" + std::to_string(b) +
              ", " + std::to_string(s) + ", " + std::to_string(nkv) + ", Dv]");
   int64_t dv = v->type.dims[3];
-  c.sameDtype(r, q->type, "result");
-  c.shape(r, {b, s, nq, dv}, "result");
+  c.sameDtype(out->type, q->type, "result");
+  c.shape(out->type, {b, s, nq, dv}, "result");
+  c.that(lse->type.dtype == FSDP_RT_F32, "logsumexp must be f32");
+  c.shape(lse->type, {b, nq, s}, "logsumexp");
   if (scale <= 0)
     scale = 1.0 / std::sqrt(double(d));
-  fsdp_tensor *out = alloc(r);
-  fsdp_rt_attention(nullptr, r.dtype, q->data, k->data, v->data, b, s, nq, nkv,
-                    d, dv, causal, sliding_window, scale, out->data);
-  return out;
+  fsdp_rt_attention(nullptr, q->type.dtype, q->data, k->data, v->data, b, s, nq,
+                    nkv, d, dv, causal, sliding_window, scale, out->data,
+                    static_cast<float *>(lse->data));
 }
 
 fsdp_tensor *fsdp_op_softmax(fsdp_program *, fsdp_type r, fsdp_tensor *x,

@@ -34,9 +34,9 @@ func.func @layer_norm_grad_grad(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %dy: ten
 
 // -----
 
-func.func @attention_grad_heads(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x3x16xf32>) {
+func.func @attention_grad_heads(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x3x16xf32>, %lse: tensor<2x4x16xf32>) {
   // expected-error @+1 {{'nn.attention' op query heads 4 are not a multiple of key/value heads 3}}
-  %0:3 = nn.attention_grad %q, %k, %k, %q {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>)
+  %0:3 = nn.attention_grad %q, %k, %k, %lse, %q {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>, tensor<2x4x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>)
   return
 }
 
@@ -85,5 +85,13 @@ func.func @pad_negative(%g: tensor<4x8xf32>) {
 func.func @sum_squares_int(%g: tensor<4xi32>) {
   // expected-error @+1 {{operand #0 must be ranked tensor of 32-bit float or bfloat16 type or 16-bit float values}}
   %0 = nn.sum_squares %g : tensor<4xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_lse(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x16xf32>, %lse: tensor<2x16x4xf32>) {
+  // expected-error @+1 {{'nn.attention_grad' op logsumexp 'tensor<2x16x4xf32>' is not the forward's 'tensor<2x4x16xf32>'}}
+  %0:3 = nn.attention_grad %q, %k, %k, %lse, %q {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x4xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
   return
 }

@@ -188,7 +188,7 @@ func.func @rotary_rank(%x: tensor<2x16x64xf32>, %pos: tensor<2x16xi64>) {
 
 func.func @attention_gqa(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x3x16xf32>, %v: tensor<2x16x3x16xf32>) {
   // expected-error @+1 {{'nn.attention' op query heads 4 are not a multiple of key/value heads 3}}
-  %0 = nn.attention %q, %k, %v {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>) -> tensor<2x16x4x16xf32>
+  %0:2 = nn.attention %q, %k, %v {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
   return
 }
 
@@ -196,7 +196,7 @@ func.func @attention_gqa(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x3x16xf32>, %
 
 func.func @attention_head_dim(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x8xf32>, %v: tensor<2x16x2x8xf32>) {
   // expected-error @+1 {{'nn.attention' op query head dim 16 differs from key head dim 8}}
-  %0 = nn.attention %q, %k, %v : (tensor<2x16x4x16xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>) -> tensor<2x16x4x8xf32>
+  %0:2 = nn.attention %q, %k, %v : (tensor<2x16x4x16xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16xf32>)
   return
 }
 
@@ -204,7 +204,7 @@ func.func @attention_head_dim(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x8xf32
 
 func.func @attention_window_needs_causal(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x16xf32>, %v: tensor<2x16x2x16xf32>) {
   // expected-error @+1 {{'nn.attention' op sliding_window requires causal}}
-  %0 = nn.attention %q, %k, %v {sliding_window = 4 : i64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> tensor<2x16x4x16xf32>
+  %0:2 = nn.attention %q, %k, %v {sliding_window = 4 : i64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
   return
 }
 
@@ -212,7 +212,7 @@ func.func @attention_window_needs_causal(%q: tensor<2x16x4x16xf32>, %k: tensor<2
 
 func.func @attention_kv_mismatch(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x16xf32>, %v: tensor<2x8x2x16xf32>) {
   // expected-error @+1 {{'nn.attention' op key 'tensor<2x16x2x16xf32>' and value 'tensor<2x8x2x16xf32>' must agree on sequence and head count}}
-  %0 = nn.attention %q, %k, %v {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x8x2x16xf32>) -> tensor<2x16x4x16xf32>
+  %0:2 = nn.attention %q, %k, %v {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x8x2x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
   return
 }
 

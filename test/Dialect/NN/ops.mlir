@@ -77,10 +77,10 @@ func.func @attention_block(%x: tensor<2x16x64xf32>, %w: tensor<64xf32>,
   %1 = nn.layer_norm %x, %w, %b {eps = 1.0e-5 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
   // CHECK: %[[QR:.+]] = nn.rotary %{{.+}}, %{{.+}} {theta = 1.000000e+04 : f64} : (tensor<2x16x4x16xf32>, tensor<2x16xi64>) -> tensor<2x16x4x16xf32>
   %qr = nn.rotary %q, %pos {theta = 10000.0 : f64} : (tensor<2x16x4x16xf32>, tensor<2x16xi64>) -> tensor<2x16x4x16xf32>
-  // CHECK: nn.attention %[[QR]], %{{.+}}, %{{.+}} {causal, sliding_window = 8 : i64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> tensor<2x16x4x16xf32>
-  %a = nn.attention %qr, %k, %v {causal, sliding_window = 8 : i64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> tensor<2x16x4x16xf32>
-  // CHECK: nn.attention %{{.+}}, %{{.+}}, %{{.+}} {scale = 2.500000e-01 : f64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> tensor<2x16x4x16xf32>
-  %s = nn.attention %q, %k, %v {scale = 0.25 : f64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> tensor<2x16x4x16xf32>
+  // CHECK: nn.attention %[[QR]], %{{.+}}, %{{.+}} {causal, sliding_window = 8 : i64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
+  %a, %a_lse = nn.attention %qr, %k, %v {causal, sliding_window = 8 : i64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
+  // CHECK: nn.attention %{{.+}}, %{{.+}}, %{{.+}} {scale = 2.500000e-01 : f64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
+  %s, %s_lse = nn.attention %q, %k, %v {scale = 0.25 : f64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
   return %0, %1, %a, %s : tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>
 }
 

@@ -43,17 +43,27 @@ typename FwdOp::Adaptor forwardAdaptor(MLIRContext *context,
 }
 
 /// Runs forward op `FwdOp`'s rule on `operands` with the backward op's
-/// attributes and returns its single result type.
+/// attributes and appends its result types to `results`.
+template <typename FwdOp, typename OpTy>
+LogicalResult forwardResults(MLIRContext *context, std::optional<Location> loc,
+                             ValueRange operands,
+                             typename OpTy::Adaptor adaptor,
+                             SmallVectorImpl<Type> &results) {
+  typename FwdOp::Properties properties;
+  return FwdOp::inferTypes(
+      context, loc,
+      forwardAdaptor<FwdOp, OpTy>(context, operands, adaptor, properties),
+      results);
+}
+
+/// The first result type of the forward op.
 template <typename FwdOp, typename OpTy>
 FailureOr<Type> forwardResult(MLIRContext *context, std::optional<Location> loc,
                               ValueRange operands,
                               typename OpTy::Adaptor adaptor) {
   SmallVector<Type> results;
-  typename FwdOp::Properties properties;
-  if (failed(FwdOp::inferTypes(
-          context, loc,
-          forwardAdaptor<FwdOp, OpTy>(context, operands, adaptor, properties),
-          results)))
+  if (failed(forwardResults<FwdOp, OpTy>(context, loc, operands, adaptor,
+                                         results)))
     return failure();
   return results.front();
 }
@@ -105,12 +115,17 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
                                           std::optional<Location> loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &results) {
-  FailureOr<Type> forward = forwardResult<AttentionOp, AttentionGradOp>(
-      context, loc, {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()},
-      adaptor);
-  if (failed(forward) ||
-      failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), *forward)))
+  SmallVector<Type> forward;
+  if (failed(forwardResults<AttentionOp, AttentionGradOp>(
+          context, loc,
+          {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}, adaptor,
+          forward)) ||
+      failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), forward[0])))
     return failure();
+  if (adaptor.getLogsumexp().getType() != forward[1])
+    return reject<AttentionGradOp>(loc, "logsumexp ",
+                                   adaptor.getLogsumexp().getType(),
+                                   " is not the forward's ", forward[1]);
   results.append({adaptor.getQuery().getType(), adaptor.getKey().getType(),
                   adaptor.getValue().getType()});
   return success();

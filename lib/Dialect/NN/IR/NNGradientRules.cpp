@@ -188,9 +188,11 @@ LogicalResult RotaryOp::buildGradient(GradientBuilder &grads) {
 }
 
 LogicalResult AttentionOp::buildGradient(GradientBuilder &grads) {
-  auto g = grads.make<AttentionGradOp>(getQuery(), getKey(), getValue(),
-                                       grads.grad(getResult()), getCausal(),
-                                       getSlidingWindowAttr(), getScaleAttr());
+  // The statistics are a by-product for the backward: nothing takes their
+  // gradient.
+  auto g = grads.make<AttentionGradOp>(
+      getQuery(), getKey(), getValue(), getLogsumexp(), grads.grad(getResult()),
+      getCausal(), getSlidingWindowAttr(), getScaleAttr());
   return accumulateResults(grads, g, {getQuery(), getKey(), getValue()});
 }
 

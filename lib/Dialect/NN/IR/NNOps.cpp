@@ -362,6 +362,9 @@ LogicalResult AttentionOp::inferTypes(MLIRContext *,
   results.push_back(RankedTensorType::get(
       {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), v.getDimSize(3)},
       q.getElementType()));
+  results.push_back(
+      RankedTensorType::get({q.getDimSize(0), q.getDimSize(2), q.getDimSize(1)},
+                            Float32Type::get(q.getContext())));
   return success();
 }
 

@@ -207,6 +207,8 @@ FailureOr<ShardRule> AttentionOp::getShardRule(ArrayRef<OperandShard> operands,
   if (operands[0].dim != 2 || operands[0].groups != 1)
     return unsupported(*this, operands, 0);
   ShardRule rule = keep(*this, operands[0]);
+  // The statistics [B, Nq, S] hold the heads at dim 1.
+  rule.results[1].dim = 1;
   for (unsigned i = 1; i < 3; ++i) {
     if (!operands[i].isSplit()) {
       rule.operands[i] = {ReplicatedUse::Slice, 2};

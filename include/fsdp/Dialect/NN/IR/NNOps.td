@@ -361,7 +361,7 @@ def NN_RotaryOp : NN_Op<"rotary", [
 }
 
 def NN_AttentionOp : NN_Op<"attention", [
-    RuntimeCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">,
+    RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">,
     NN_Differentiable, NN_Costed,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
@@ -372,17 +372,23 @@ def NN_AttentionOp : NN_Op<"attention", [
     `1/sqrt(D)`. With `causal`, query `i` sees keys `j <= i`; a
     `sliding_window` `W` (which requires `causal`) further needs `i - j < W`.
 
+    The second result, `logsumexp` `[B, Nq, S]` f32, is each query's softmax
+    statistic `log Σ_j exp(score_ij)` over the keys it sees: the backward
+    (`nn.attention_grad`) rebuilds the probabilities from it in one pass,
+    flash-attention style, instead of finding each row's maximum and sum
+    again.
+
     ```mlir
-    %o = nn.attention %q, %k, %v {causal}
+    %o, %lse = nn.attention %q, %k, %v {causal}
         : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
-        -> tensor<2x16x4x16xf32>
+        -> (tensor<2x16x4x16xf32>, tensor<2x4x16xf32>)
     ```
   }];
   let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                             NN_FloatTensor:$value, UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
                             OptionalAttr<F64Attr>:$scale), NN_Path);
-  let results = (outs NN_FloatTensor:$result);
+  let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$logsumexp);
   let assemblyFormat = [{
     $query `,` $key `,` $value attr-dict `:` functional-type(operands, results)
   }];
@@ -625,21 +631,21 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [
     NN_Costed]> {
   let summary = "Gradients of attention w.r.t. query, key and value";
   let description = [{
-    Recomputes the attention probabilities from `query` and `key` (nothing
-    of size `S²` is kept from the forward) and returns the gradients of the
-    three inputs for the output gradient `grad`, with the forward's mask and
-    scale. With grouped-query attention a KV head's gradient sums over the
-    query heads that read it.
+    Rebuilds the attention probabilities from `query`, `key` and the
+    forward's `logsumexp` (nothing of size `S²` is kept from the forward)
+    and returns the gradients of the three inputs for the output gradient
+    `grad`, with the forward's mask and scale. With grouped-query attention
+    a KV head's gradient sums over the query heads that read it.
   }];
   let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
-                            NN_FloatTensor:$value, NN_FloatTensor:$grad,
-                            UnitAttr:$causal,
+                            NN_FloatTensor:$value, NN_FloatTensor:$logsumexp,
+                            NN_FloatTensor:$grad, UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
                             OptionalAttr<F64Attr>:$scale), NN_Path);
   let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad,
                       NN_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $grad attr-dict `:` functional-type(operands, results)
+    $query `,` $key `,` $value `,` $logsumexp `,` $grad attr-dict `:` functional-type(operands, results)
   }];
 }
 
