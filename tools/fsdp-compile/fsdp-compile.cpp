@@ -197,7 +197,6 @@ static LogicalResult compileAndLink(StringRef source) {
                                    FSDP_RUNTIME_HOST_LIB,
                                    FSDP_RUNTIME_CPU_LIB,
                                    "-ldnnl",
-                                   "-lopenblas",
                                    "-fopenmp",
                                    "-lpthread",
                                    "-o",
