@@ -55,13 +55,7 @@ void fsdp_rt_transpose(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   char *o = static_cast<char *>(out);
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(o + i * elt, in + src * elt, elt);
-    for (int d = rank - 1; d >= 0; --d) {
-      src += srcStrides[d];
-      if (++index[d] < outShape[d])
-        break;
-      src -= srcStrides[d] * outShape[d];
-      index[d] = 0;
-    }
+    advance(index, outShape.data(), srcStrides, src);
   }
 }
 

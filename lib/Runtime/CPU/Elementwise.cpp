@@ -96,13 +96,7 @@ private:
     int64_t xi = 0;
     for (int64_t i = 0; i < n; ++i) {
       out[i] = fx.get()[xi];
-      for (int d = outRank - 1; d >= 0; --d) {
-        xi += strides[d];
-        if (++index[d] < outShape[d])
-          break;
-        xi -= strides[d] * outShape[d];
-        index[d] = 0;
-      }
+      advance(index, outShape, strides, xi);
     }
     return out;
   }
@@ -333,13 +327,7 @@ void fsdp_rt_reduce_sum_to(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
     int64_t oi = 0;
     for (int64_t i = 0; i < n; ++i) {
       sums[oi] += px[i];
-      for (int d = in_rank - 1; d >= 0; --d) {
-        oi += os[d];
-        if (++index[d] < in_shape[d])
-          break;
-        oi -= os[d] * in_shape[d];
-        index[d] = 0;
-      }
+      advance(index, in_shape, os, oi);
     }
   }
   FloatOutput fo(dtype, out, outN);

@@ -157,6 +157,20 @@ void gemm(fsdp_rt_dtype dtype, bool transA, bool transB, int64_t m, int64_t n,
           int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
           const void *bias, float beta, void *c, int64_t ldc);
 
+/// Steps the row-major multi-index `index` over `shape` to the next element
+/// (the last dim fastest, like an odometer) and moves `offset` along by
+/// `strides`, an operand's strides in that index space.
+inline void advance(std::vector<int64_t> &index, const int64_t *shape,
+                    const std::vector<int64_t> &strides, int64_t &offset) {
+  for (int d = int(index.size()) - 1; d >= 0; --d) {
+    offset += strides[d];
+    if (++index[d] < shape[d])
+      return;
+    offset -= strides[d] * shape[d];
+    index[d] = 0;
+  }
+}
+
 /// Row-major strides of `shape`.
 std::vector<int64_t> stridesOf(const int64_t *shape, int rank);
 /// Product of `shape`.
