@@ -56,3 +56,12 @@ hf_python = os.environ.get(
 if os.path.exists(hf_python):
     config.available_features.add("transformers")
     config.substitutions.append(("%hf_python", hf_python))
+
+# PyTorch 2.x with transformers (the pinned virtual environment .ci/setup
+# makes): torch.export, which fsdp_mlir.export needs.
+torch_python = os.environ.get(
+    "FSDP_TORCH_PYTHON",
+    os.path.expanduser("~/.cache/fsdp-mlir/venv-torch-2.11.0/bin/python"))
+if os.path.exists(torch_python):
+    config.available_features.add("torch-export")
+    config.substitutions.append(("%torch_python", torch_python))

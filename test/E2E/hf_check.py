@@ -8,8 +8,11 @@
 #
 # Errors are relative to each tensor's largest magnitude.
 #
+# With --graph, the program is compiled from that graph.json (one
+# fsdp_mlir.export wrote from the same config) instead of fsdp-graphgen's.
+#
 # Usage: HF_PYTHON hf_check.py CONFIG.json --work DIR --bin DIR
-#            [--rtol 1e-6] [--grad-rtol 1e-5] [--rope]
+#            [--rtol 1e-6] [--grad-rtol 1e-5] [--rope] [--graph GRAPH.json]
 
 import argparse
 import json
@@ -45,12 +48,17 @@ def main():
     parser.add_argument("--rtol", type=float, default=1e-6)
     parser.add_argument("--grad-rtol", type=float, default=1e-5)
     parser.add_argument("--rope", action="store_true")
+    parser.add_argument("--graph")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     graph = os.path.join(args.work, "graph.json")
     exe = os.path.join(args.work, "step")
     dump = os.path.join(args.work, "dump")
-    run([os.path.join(args.bin, "fsdp-graphgen"), args.config, "-o", graph])
+    if args.graph:
+        graph = args.graph
+    else:
+        run([os.path.join(args.bin, "fsdp-graphgen"), args.config, "-o",
+             graph])
     run([os.path.join(args.bin, "fsdp-compile"), graph,
          "--passes=fsdp-build-train-step{optimizer=none}", "-o", exe])
     run([exe, "--steps", "1", "--dump-dir", dump])

@@ -14,7 +14,7 @@ reduction against torch.autocast("cpu", torch.bfloat16) with f32 weights.
         [--torch-python PYTHON] [--report] [--prog DTYPE=PROGRAM ...]
 
 --torch-python is an interpreter with torch and transformers (default: the
-PyTorch 2.x virtual environment .ci/setup-bench makes). --report adds our
+PyTorch 2.x virtual environment .ci/setup makes). --report adds our
 per-kernel-class time per step of the last run. --prog f32=PATH runs a
 program compiled before (another build's, for a before/after table) in
 place of compiling one; it must be the same graph and mixed precision.
