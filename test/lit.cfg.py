@@ -48,20 +48,23 @@ config.substitutions = [s for s in config.substitutions if s[0] != "%python"]
 config.substitutions.append(
     ("%python", os.environ.get("FSDP_PYTHON", "/usr/bin/python3")))
 
-# Hugging Face transformers (a pinned version in the virtual environment
-# that .ci/setup makes, over Debian's torch): tests against it need it.
-hf_python = os.environ.get(
-    "FSDP_HF_PYTHON",
-    os.path.expanduser("~/.cache/fsdp-mlir/venv-transformers-4.46.3/bin/python"))
-if os.path.exists(hf_python):
-    config.available_features.add("transformers")
-    config.substitutions.append(("%hf_python", hf_python))
 
-# PyTorch 2.x with transformers (the pinned virtual environment .ci/setup
-# makes): torch.export, which fsdp_mlir.export needs.
-torch_python = os.environ.get(
-    "FSDP_TORCH_PYTHON",
-    os.path.expanduser("~/.cache/fsdp-mlir/venv-torch-2.11.0/bin/python"))
-if os.path.exists(torch_python):
-    config.available_features.add("torch-export")
-    config.substitutions.append(("%torch_python", torch_python))
+def venv_feature(variable, venv, feature, substitution):
+    """Adds `feature` and `substitution` (its interpreter) when the
+    interpreter that $`variable` names, or the one of `venv` under
+    ~/.cache/fsdp-mlir, exists."""
+    python = os.environ.get(
+        variable,
+        os.path.expanduser(f"~/.cache/fsdp-mlir/{venv}/bin/python"))
+    if os.path.exists(python):
+        config.available_features.add(feature)
+        config.substitutions.append((substitution, python))
+
+
+# The pinned virtual environments .ci/setup makes: transformers over
+# Debian's torch (the tests against Hugging Face models), and PyTorch 2.x
+# with transformers (torch.export, which fsdp_mlir.export needs).
+venv_feature("FSDP_HF_PYTHON", "venv-transformers-4.46.3", "transformers",
+             "%hf_python")
+venv_feature("FSDP_TORCH_PYTHON", "venv-torch-2.11.0", "torch-export",
+             "%torch_python")
