@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <dnnl.h>
 #include <limits>
 
 using namespace fsdp::rt;
@@ -107,16 +106,6 @@ FSDP_VECTORIZE void softmaxGrad(const float *probs, float *dprobs, int64_t rows,
   }
 }
 
-/// An f32 product on strided heads: c = alpha · op(a) · op(b) + beta · c.
-void product(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-             float alpha, const float *a, int64_t lda, const float *b,
-             int64_t ldb, float beta, float *c, int64_t ldc) {
-  if (m == 0 || n == 0)
-    return;
-  dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda, b,
-             ldb, beta, c, ldc);
-}
-
 /// The geometry of one call: [B, S, heads, D] tensors.
 struct Heads {
   int64_t b, s, nq, nkv, d, dv;
@@ -169,13 +158,14 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
         int64_t i1 = std::min(s, i0 + kRows), rows = i1 - i0;
         KeyRange keys = visibleKeys(i0, i1, s, causal, sliding_window);
         int64_t width = keys.last - keys.first;
-        product(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
-                kh + keys.first * nkv * d, nkv * d, 0.0f, scores.data(), width);
+        sgemm(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
+              kh + keys.first * nkv * d, nkv * d, nullptr, 0.0f, scores.data(),
+              width);
         maskedSoftmax(scores.data(), i0, i1, keys, s, causal, sliding_window,
                       lse + hd.lseOffset(bi, h) + i0);
-        product(false, false, rows, dv, width, 1.0f, scores.data(), width,
-                vh + keys.first * nkv * dv, nkv * dv, 0.0f, oh + i0 * nq * dv,
-                nq * dv);
+        sgemm(false, false, rows, dv, width, 1.0f, scores.data(), width,
+              vh + keys.first * nkv * dv, nkv * dv, nullptr, 0.0f,
+              oh + i0 * nq * dv, nq * dv);
       }
     }
   });
@@ -212,23 +202,23 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
         int64_t width = keys.last - keys.first;
         const float *kv = kh + keys.first * nkv * d,
                     *vv = vh + keys.first * nkv * dv;
-        product(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
-                kv, nkv * d, 0.0f, probs.data(), width);
+        sgemm(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
+              kv, nkv * d, nullptr, 0.0f, probs.data(), width);
         probabilities(probs.data(), i0, i1, keys, s, causal, sliding_window,
                       lse + hd.lseOffset(bi, h) + i0);
         // dV += Pᵀ·dO and dP = dO·Vᵀ on the visible keys.
-        product(true, false, width, dv, rows, 1.0f, probs.data(), width,
-                doh + i0 * nq * dv, nq * dv, 1.0f, dvh + keys.first * nkv * dv,
-                nkv * dv);
-        product(false, true, rows, width, dv, 1.0f, doh + i0 * nq * dv, nq * dv,
-                vv, nkv * dv, 0.0f, dprobs.data(), width);
+        sgemm(true, false, width, dv, rows, 1.0f, probs.data(), width,
+              doh + i0 * nq * dv, nq * dv, nullptr, 1.0f,
+              dvh + keys.first * nkv * dv, nkv * dv);
+        sgemm(false, true, rows, width, dv, 1.0f, doh + i0 * nq * dv, nq * dv,
+              vv, nkv * dv, nullptr, 0.0f, dprobs.data(), width);
         softmaxGrad(probs.data(), dprobs.data(), rows, width);
         // dQ = scale·dS·K and dK += scale·dSᵀ·Q.
-        product(false, false, rows, d, width, hd.scale, dprobs.data(), width,
-                kv, nkv * d, 0.0f, dqh + i0 * nq * d, nq * d);
-        product(true, false, width, d, rows, hd.scale, dprobs.data(), width,
-                qh + i0 * nq * d, nq * d, 1.0f, dkh + keys.first * nkv * d,
-                nkv * d);
+        sgemm(false, false, rows, d, width, hd.scale, dprobs.data(), width, kv,
+              nkv * d, nullptr, 0.0f, dqh + i0 * nq * d, nq * d);
+        sgemm(true, false, width, d, rows, hd.scale, dprobs.data(), width,
+              qh + i0 * nq * d, nq * d, nullptr, 1.0f,
+              dkh + keys.first * nkv * d, nkv * d);
       }
     }
   });

@@ -74,7 +74,8 @@ public:
     }
     for (int64_t done = 0; done < len; pos = 0) {
       int64_t take = std::min(len - done, numel - pos);
-      toFloat(dtype, static_cast<const char *>(data) + pos * elementSize(),
+      toFloat(dtype,
+              static_cast<const char *>(data) + pos * fsdp_rt_dtype_size(dtype),
               take, scratch + done);
       done += take;
     }
@@ -82,8 +83,6 @@ public:
   }
 
 private:
-  int64_t elementSize() const { return dtype == FSDP_RT_F32 ? 4 : 2; }
-
   /// The operand broadcast to the output's shape, walking the output like
   /// an odometer.
   std::vector<float> expand(const int64_t *shape, int rank,
@@ -115,8 +114,8 @@ FSDP_VECTORIZE void applyBlock(float *out, int64_t len, Fn fn) {
 }
 
 /// Computes the `n` elements of `out` block by block, threaded:
-/// fn(inputs, begin, len, result) fills result[0, len) from the inputs'
-/// f32 blocks for output elements [begin, begin + len).
+/// fn(in, result, len) fills result[0, len) from in[i], input i's f32
+/// block of the same output elements.
 template <size_t N, typename Fn>
 void mapBlocks(fsdp_rt_dtype dtype, const Operand *const (&inputs)[N],
                int64_t n, void *out, Fn fn) {
@@ -225,10 +224,9 @@ void fsdp_rt_fill(fsdp_rt_stream, fsdp_rt_dtype dtype, int64_t numel,
   KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
   float v[kBlock];
   std::fill(v, v + kBlock, static_cast<float>(value));
-  int64_t size = dtype == FSDP_RT_F32 ? 4 : 2;
   for (int64_t b = 0; b < numel; b += kBlock)
     fromFloat(dtype, v, std::min(kBlock, numel - b),
-              static_cast<char *>(out) + b * size);
+              static_cast<char *>(out) + b * fsdp_rt_dtype_size(dtype));
 }
 
 /// Applies `fn` to each of `n` elements in f32.

@@ -150,21 +150,23 @@ private:
   std::map<Shape, Matmul> cache;
 };
 
-/// out = op(a) · op(b) (+ bias per column) in f32, row-major.
-void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-           const float *a, int64_t lda, const float *b, int64_t ldb,
-           const float *bias, float beta, float *c, int64_t ldc) {
+} // namespace
+
+void fsdp::rt::sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                     float alpha, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, const float *bias, float beta, float *c,
+                     int64_t ldc) {
+  if (m == 0 || n == 0)
+    return;
   if (bias) {
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(c + r * ldc, bias, n * sizeof(float));
     beta = 1.0f;
   }
-  check(dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, 1.0f, a,
+  check(dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a,
                    lda, b, ldb, beta, c, ldc),
         "sgemm");
 }
-
-} // namespace
 
 void fsdp::rt::gemm(fsdp_rt_dtype dtype, bool transA, bool transB, int64_t m,
                     int64_t n, int64_t k, const void *a, int64_t lda,
@@ -173,7 +175,7 @@ void fsdp::rt::gemm(fsdp_rt_dtype dtype, bool transA, bool transB, int64_t m,
   if (m == 0 || n == 0)
     return;
   if (dtype == FSDP_RT_F32) {
-    sgemm(transA, transB, m, n, k, static_cast<const float *>(a), lda,
+    sgemm(transA, transB, m, n, k, 1.0f, static_cast<const float *>(a), lda,
           static_cast<const float *>(b), ldb, static_cast<const float *>(bias),
           beta, static_cast<float *>(c), ldc);
     return;
@@ -199,8 +201,8 @@ void fsdp::rt::gemm(fsdp_rt_dtype dtype, bool transA, bool transB, int64_t m,
     for (int64_t r = 0; r < m; ++r)
       toFloat(dtype, static_cast<const uint16_t *>(c) + r * ldc, n,
               out.data() + r * n);
-  sgemm(transA, transB, m, n, k, fa.get(), lda, fb.get(), ldb, fbias.get(),
-        beta, out.data(), n);
+  sgemm(transA, transB, m, n, k, 1.0f, fa.get(), lda, fb.get(), ldb,
+        fbias.get(), beta, out.data(), n);
   for (int64_t r = 0; r < m; ++r)
     fromFloat(dtype, out.data() + r * n, n,
               static_cast<uint16_t *>(c) + r * ldc);

@@ -157,6 +157,12 @@ void gemm(fsdp_rt_dtype dtype, bool transA, bool transB, int64_t m, int64_t n,
           int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
           const void *bias, float beta, void *c, int64_t ldc);
 
+/// The f32 product: c = alpha · op(a) · op(b) (+ bias per column) (+ beta ·
+/// c), through oneDNN's sgemm; nothing for an empty c.
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+           float alpha, const float *a, int64_t lda, const float *b,
+           int64_t ldb, const float *bias, float beta, float *c, int64_t ldc);
+
 /// Steps the row-major multi-index `index` over `shape` to the next element
 /// (the last dim fastest, like an odometer) and moves `offset` along by
 /// `strides`, an operand's strides in that index space.

@@ -15,17 +15,12 @@
 using namespace fsdp::rt;
 
 namespace {
-/// Bytes of one element of a float type.
-int64_t elementBytes(fsdp_rt_dtype dtype) {
-  return dtype == FSDP_RT_F32 ? 4 : 2;
-}
-
 const void *offset(const void *p, int64_t elements, fsdp_rt_dtype dtype) {
-  return static_cast<const char *>(p) + elements * elementBytes(dtype);
+  return static_cast<const char *>(p) + elements * fsdp_rt_dtype_size(dtype);
 }
 
 void *offset(void *p, int64_t elements, fsdp_rt_dtype dtype) {
-  return static_cast<char *>(p) + elements * elementBytes(dtype);
+  return static_cast<char *>(p) + elements * fsdp_rt_dtype_size(dtype);
 }
 } // namespace
 
