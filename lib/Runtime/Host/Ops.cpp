@@ -81,6 +81,39 @@ struct Check {
 
 fsdp_tensor *alloc(const fsdp_type &r) { return newTensor(r); }
 
+/// The `n` (>= 1) tensors a variadic call passes after its count.
+std::vector<fsdp_tensor *> variadicTensors(const Check &c, int64_t n,
+                                           va_list args) {
+  c.that(n >= 1, "needs at least one input, got " + std::to_string(n));
+  std::vector<fsdp_tensor *> xs(static_cast<size_t>(n));
+  for (fsdp_tensor *&x : xs)
+    x = va_arg(args, fsdp_tensor *);
+  return xs;
+}
+
+/// Checks that `xs` join along `dim` (dim already checked against the
+/// first): each present, of the first's dtype and rank, equal to it but
+/// along `dim`, and there a multiple of `block` when `block` > 0.
+void checkJoin(const Check &c, const std::vector<fsdp_tensor *> &xs,
+               int64_t dim, int64_t block) {
+  const fsdp_tensor *a = xs.front();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const fsdp_tensor *x = xs[i];
+    std::string name = "input " + std::to_string(i);
+    c.present(x, name.c_str());
+    c.sameDtype(x->type, a->type, name.c_str());
+    bool fits = x->type.rank == a->type.rank &&
+                (block <= 0 || x->type.dims[dim] % block == 0);
+    for (int64_t d = 0; fits && d < a->type.rank; ++d)
+      fits = d == dim || x->type.dims[d] == a->type.dims[d];
+    c.that(fits, "cannot join " + typeString(a->type) + " and " +
+                     typeString(x->type) +
+                     (block > 0 ? " in blocks of " + std::to_string(block)
+                                : std::string()) +
+                     " along dim " + std::to_string(dim));
+  }
+}
+
 /// `x`'s bytes from `offset` on, seen as type `r`, without a copy: no op
 /// writes into its operands. The view holds a reference to the tensor that
 /// owns the buffer.
@@ -472,12 +505,9 @@ fsdp_tensor *fsdp_op_slice(fsdp_program *, fsdp_type r, fsdp_tensor *x,
 fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, int64_t dim,
                             int64_t count, ...) {
   Check c{"concat"};
-  c.that(count >= 1, "needs at least one input, got " + std::to_string(count));
-  std::vector<fsdp_tensor *> xs(static_cast<size_t>(count));
   va_list args;
   va_start(args, count);
-  for (fsdp_tensor *&x : xs)
-    x = va_arg(args, fsdp_tensor *);
+  std::vector<fsdp_tensor *> xs = variadicTensors(c, count, args);
   va_end(args);
   fsdp_tensor *a = xs.front();
   c.present(a, "input 0");
@@ -485,20 +515,12 @@ fsdp_tensor *fsdp_op_concat(fsdp_program *, fsdp_type r, int64_t dim,
                                              " out of range for " +
                                              typeString(a->type));
   c.sameDtype(r, a->type, "result");
+  checkJoin(c, xs, dim, 0);
   std::vector<int64_t> dims = Check::dimsOf(a->type);
   dims[dim] = 0;
   std::vector<const void *> inputs;
   std::vector<int64_t> sizes;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    fsdp_tensor *x = xs[i];
-    std::string name = "input " + std::to_string(i);
-    c.present(x, name.c_str());
-    c.sameDtype(x->type, a->type, name.c_str());
-    bool fits = x->type.rank == a->type.rank;
-    for (int64_t d = 0; fits && d < a->type.rank; ++d)
-      fits = d == dim || x->type.dims[d] == a->type.dims[d];
-    c.that(fits, "cannot join " + typeString(a->type) + " and " +
-                     typeString(x->type) + " along dim " + std::to_string(dim));
+  for (fsdp_tensor *x : xs) {
     dims[dim] += x->type.dims[dim];
     inputs.push_back(x->data);
     sizes.push_back(x->type.dims[dim]);
@@ -514,12 +536,9 @@ fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *shift,
                           int64_t dim, int64_t block, int64_t scale,
                           int64_t offset, int64_t count, int64_t n, ...) {
   Check c{"roll"};
-  c.that(n >= 1, "needs at least one input, got " + std::to_string(n));
-  std::vector<fsdp_tensor *> xs(static_cast<size_t>(n));
   va_list args;
   va_start(args, n);
-  for (fsdp_tensor *&x : xs)
-    x = va_arg(args, fsdp_tensor *);
+  std::vector<fsdp_tensor *> xs = variadicTensors(c, n, args);
   va_end(args);
   c.present(shift, "shift");
   c.that(shift->type.dtype == FSDP_RT_I64 && shift->type.rank == 0,
@@ -536,21 +555,11 @@ fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *shift,
     const char *data;
     int64_t index, blocks;
   };
+  checkJoin(c, xs, dim, block);
   std::vector<Source> sources;
   int64_t outer = product(a->type.dims, dim);
   int64_t piece = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    fsdp_tensor *x = xs[i];
-    std::string name = "input " + std::to_string(i);
-    c.present(x, name.c_str());
-    c.sameDtype(x->type, a->type, name.c_str());
-    bool fits = x->type.rank == a->type.rank && x->type.dims[dim] % block == 0;
-    for (int64_t d = 0; fits && d < a->type.rank; ++d)
-      fits = d == dim || x->type.dims[d] == a->type.dims[d];
-    c.that(fits, "cannot join " + typeString(a->type) + " and " +
-                     typeString(x->type) + " in blocks of " +
-                     std::to_string(block) + " along dim " +
-                     std::to_string(dim));
+  for (fsdp_tensor *x : xs) {
     int64_t blocksHere = x->type.dims[dim] / block;
     piece = byteSize(x->type) / (outer * blocksHere);
     for (int64_t k = 0; k < blocksHere; ++k)
