@@ -77,6 +77,12 @@ class Exporter:
         self.graph = ep.graph
         self.placeholders = {n.name: n for n in self.graph.nodes
                              if n.op == "placeholder"}
+        # Each module's first op (metadata checks aside): where its input
+        # enters.
+        self.first_op = {}
+        for n in self.graph.nodes:
+            if n.op == "call_function" and "assert" not in _target(n):
+                self.first_op.setdefault(_module(n)[0], n)
 
     # -- helpers --------------------------------------------------------
 
@@ -110,7 +116,7 @@ class Exporter:
     def value(self, node):
         """The graph value of `node`, emitting what it needs first."""
         if not isinstance(node, torch.fx.Node):
-            self.fail(node, f"a constant {node!r} where a tensor is needed")
+            raise ExportError(f"a constant {node!r} where a tensor is needed")
         if node in self.values:
             return self.values[node]
         v = self.emit(node)
@@ -195,8 +201,6 @@ class Exporter:
                                    {"perm": perm}))
         if t == "aten.scaled_dot_product_attention.default":
             return self.attention(node)
-        if t == "aten._assert_tensor_metadata.default":
-            return _Value("")
         self.fail(node, "no mapping to a graph op")
 
     # -- raised patterns ------------------------------------------------
@@ -204,9 +208,7 @@ class Exporter:
     def rms_norm(self, node, path):
         """One rms_norm for the module at `path`: its input is the first
         operand the module's first node reads."""
-        first = next(n for n in self.graph.nodes
-                     if n.op == "call_function" and _module(n)[0] == path
-                     and "assert" not in _target(n))
+        first = self.first_op[path]
         # The module's f32 copy of its input is its input (f32 models).
         if node is first or _target(node) == "aten.to.dtype" and \
                 node.args[0] is first.args[0]:
