@@ -3,32 +3,54 @@ graph format's ops (docs/graph-format.md), with the subgraphs the passes
 know raised to their coarse ops.
 
 Raising works on what torch.export keeps of the model: each node's module
-path and class (`nn_module_stack`) and the ATen pattern around it.
+path and class (`nn_module_stack`), the ATen pattern around it, and the
+values of what depends on no input (masks).
 
 - A module whose class name ends in `RMSNorm` becomes one `rms_norm` of its
-  input and `<path>.weight`, with the module's `variance_epsilon` or `eps`.
+  input and `<path>.weight`, with the module's `variance_epsilon` or `eps`;
+  a tanh-approximated GELU module (`NewGELUActivation`, `GELUTanh`, ...)
+  becomes one `gelu` with `approximate: tanh`. Each raised module is run
+  once on random values against the op it becomes (a Gemma-style
+  `1 + weight` norm is an error, not a different model).
 - Rotary embedding: `x * cos + cat(-x2, x1) * sin` (Hugging Face's
   `rotate_half`), where cos and sin come from a rotary-embedding module's
   inverse frequencies and the `position_ids` input, becomes one `rotary`
   with those frequencies and the module's `attention_scaling`.
-- `scaled_dot_product_attention` (no mask; causal or not) on
-  `[B, N, S, D]` transposes of `[B, S, N, D]` values becomes one
-  `attention`; grouped-query key/value heads repeated by
-  `unsqueeze/expand/reshape` (`repeat_kv`) are read once (the op is
-  grouped-query itself).
+- `scaled_dot_product_attention` on `[B, N, S, D]` transposes of
+  `[B, S, N, D]` values becomes one `attention`; grouped-query key/value
+  heads repeated by `unsqueeze/expand/reshape` (`repeat_kv`) are read once
+  (the op is grouped-query itself), as with `enable_gqa`. A mask tensor
+  that depends on no input is evaluated: a causal mask becomes
+  `causal: true`, a causal band of width W `sliding_window: W`; any other
+  mask (padding, a bias) is an error.
+- A Conv1D (`addmm` of a flattened input) becomes `matmul` + `add` on the
+  unflattened value, and `split` + `getitem` one multi-result `split`.
 
 `transpose(1, 2)` pairs around attention cost nothing: values carry their
 layout, and a transpose is only written when an op that is not raised
-reads the transposed form. An ATen op with no mapping is an error naming
-the op and the user's source line.
+reads the transposed form; views that do not change the shape are
+dropped. An ATen op with no mapping is an error naming the op and the
+user's source line.
 """
 
+import copy
+import inspect
+import math
 import operator
+import os
 
 import torch
 
 DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16",
-               torch.float16: "f16", torch.int64: "i64", torch.int32: "i32"}
+          torch.float16: "f16", torch.int64: "i64", torch.int32: "i32"}
+
+# Module classes computing GELU's tanh approximation from elementary ops.
+TANH_GELUS = ("NewGELUActivation", "FastGELUActivation", "GELUTanh",
+              "PytorchGELUTanh", "GELUPytorchTanh")
+
+# ATen ops that are the value of their first operand.
+IDENTITIES = ("aten.alias.default", "aten.contiguous.default",
+              "aten.clone.default", "aten.detach.default")
 
 
 class ExportError(Exception):
@@ -36,13 +58,18 @@ class ExportError(Exception):
 
 
 def _source(node):
+    """The user's line that made the op: the innermost frame outside
+    torch's own modules (a dropout is reported where the model calls it,
+    not in torch/nn/modules/dropout.py)."""
     trace = node.meta.get("stack_trace") or ""
     lines = [l.strip() for l in trace.strip().splitlines() if l.strip()]
-    # The last frame is the user's line that made the op.
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("File "):
-            return lines[i] + (": " + lines[i + 1] if i + 1 < len(lines)
-                               else "")
+    frames = [(lines[i] + (": " + lines[i + 1] if i + 1 < len(lines) and
+                           not lines[i + 1].startswith("File ") else ""))
+              for i in range(len(lines)) if lines[i].startswith("File ")]
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    outside = [f for f in frames if torch_dir not in f.split(",")[0]]
+    if outside or frames:
+        return (outside or frames)[-1]
     return "(no source line recorded)"
 
 
@@ -59,20 +86,45 @@ def _target(node):
     return str(node.target)
 
 
-class _Value:
-    """A graph value: its name in the graph, and whether it is the
-    transpose(1, 2) of that value (`bnsd`) rather than the value itself."""
+def _raised_kind(cls):
+    if cls.endswith("RMSNorm"):
+        return "rms_norm"
+    if cls in TANH_GELUS:
+        return "gelu"
+    return None
 
-    def __init__(self, name, bnsd=False):
-        self.name, self.bnsd = name, bnsd
+
+def _arg(node, i, name, default):
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+class _Value:
+    """A graph value: its name in the graph, whether it is the
+    transpose(1, 2) of that value (`bnsd`) rather than the value itself,
+    and its shape when that differs from the ATen node's (a Conv1D's
+    unflattened product)."""
+
+    def __init__(self, name, bnsd=False, shape=None):
+        self.name, self.bnsd, self.shape = name, bnsd, shape
 
 
 class Exporter:
     def __init__(self, model, ep):
         self.model = model
         self.nodes, self.values, self.names = [], {}, set()
+        self.consts = {}
+        self.init = {}
         sig = ep.graph_signature
-        self.params = dict(sig.inputs_to_parameters)
+        # A tied parameter keeps the name named_parameters() gives it
+        # first (GPT-2's table is `transformer.wte.weight`, not `lm_head`).
+        first_name = {}
+        for name, p in model.named_parameters(remove_duplicate=False):
+            first_name.setdefault(id(p), name)
+        by_name = dict(model.named_parameters(remove_duplicate=False))
+        self.params = {ph: first_name[id(by_name[fqn])]
+                       for ph, fqn in sig.inputs_to_parameters.items()}
         self.user_inputs = list(sig.user_inputs)
         self.graph = ep.graph
         self.placeholders = {n.name: n for n in self.graph.nodes
@@ -83,6 +135,9 @@ class Exporter:
         for n in self.graph.nodes:
             if n.op == "call_function" and "assert" not in _target(n):
                 self.first_op.setdefault(_module(n)[0], n)
+        self.verified = set()
+        self.tables = {}
+        self.graph_module = ep.graph_module
 
     # -- helpers --------------------------------------------------------
 
@@ -110,6 +165,39 @@ class Exporter:
 
     def shape(self, node):
         return list(node.meta["val"].shape)
+
+    def param(self, node, init):
+        """The parameter `node` reads, recording how it is initialized
+        (norm weights ones, biases zeros)."""
+        name = self.plain(node)
+        if node.op == "placeholder" and node.name in self.params:
+            self.init.setdefault(name, init)
+        return name
+
+    def constant(self, node):
+        """The value of `node` when it depends on no input, parameter or
+        buffer (a mask built from aranges), else None: its ancestors run
+        in graph order."""
+        if node in self.consts:
+            return self.consts[node]
+        needed, stack = set(), [node]
+        while stack:
+            n = stack.pop()
+            if n in needed or n in self.consts:
+                continue
+            if n.op != "call_function":
+                self.consts[node] = None
+                return None
+            needed.add(n)
+            stack.extend(n.all_input_nodes)
+        for n in self.graph.nodes:
+            if n in needed:
+                env = lambda a: self.consts[a] if isinstance(
+                    a, torch.fx.Node) else a
+                self.consts[n] = n.target(
+                    *torch.fx.node.map_aggregate(n.args, env),
+                    **torch.fx.node.map_aggregate(n.kwargs, env))
+        return self.consts[node]
 
     # -- values ---------------------------------------------------------
 
@@ -142,25 +230,45 @@ class Exporter:
             self.fail(node, "a buffer read outside a raised pattern")
         t = _target(node)
         path, cls = _module(node)
-        if cls.endswith("RMSNorm"):
-            return self.rms_norm(node, path)
         args = node.args
-        if t in ("aten.to.dtype", "aten.alias.default",
-                 "aten.contiguous.default", "aten.clone.default",
-                 "aten.dropout.default"):
-            if t == "aten.to.dtype" and args[1] != node.args[0].meta[
-                    "val"].dtype:
+        # Fused ATen ops map directly, whatever module holds them.
+        if t == "aten.rms_norm.default":
+            return self.aten_rms_norm(node)
+        if t == "aten.layer_norm.default":
+            return self.layer_norm(node)
+        if t == "aten.gelu.default":
+            approximate = node.kwargs.get("approximate", "none")
+            return _Value(self.add(node, "gelu", [self.plain(args[0])],
+                                   {"approximate": approximate}))
+        kind = _raised_kind(cls)
+        if kind:
+            return self.raised_module(node, path, kind)
+        if t in IDENTITIES:
+            return self.value(args[0])
+        if t == "aten.dropout.default":
+            if args[1] and _arg(node, 2, "train", True):
+                self.fail(node, f"dropout with p = {args[1]} (the graph "
+                          "has no dropout; export with p = 0 or in eval "
+                          "mode)")
+            return self.value(args[0])
+        if t.startswith("aten.to.") or t == "aten._to_copy.default":
+            # A device move is the value; a dtype change is a cast.
+            dtype = node.meta["val"].dtype
+            if dtype != args[0].meta["val"].dtype:
                 return _Value(self.add(node, "cast", [self.plain(args[0])],
-                                       {"dtype": DTYPES[args[1]]}))
+                                       {"dtype": DTYPES[dtype]}))
             return self.value(args[0])
         if t == "aten.embedding.default":
             return _Value(self.add(node, "embedding",
-                                   [self.plain(args[0]), self.plain(args[1])]))
+                                   [self.param(args[0], None),
+                                    self.plain(args[1])]))
         if t == "aten.linear.default":
             ins = [self.plain(args[0]), self.plain(args[1])]
             if len(args) > 2 and args[2] is not None:
-                ins.append(self.plain(args[2]))
+                ins.append(self.param(args[2], {"kind": "zeros"}))
             return _Value(self.add(node, "linear", ins))
+        if t in ("aten.addmm.default", "aten.mm.default"):
+            return self.conv1d(node)
         if t in ("aten.add.Tensor", "aten.mul.Tensor", "aten.sub.Tensor"):
             rotary = self.rotary(node) if t == "aten.add.Tensor" else None
             if rotary:
@@ -182,48 +290,163 @@ class Exporter:
                  "aten.neg.default"):
             return _Value(self.add(node, t.split(".")[1],
                                    [self.plain(args[0])]))
-        if t == "aten.gelu.default":
-            approximate = node.kwargs.get("approximate", "none")
-            return _Value(self.add(node, "gelu", [self.plain(args[0])],
-                                   {"approximate": approximate}))
         if t in ("aten.view.default", "aten.reshape.default"):
+            v = self.value(args[0])
             shape = self.shape(node)
+            if not v.bnsd and (v.shape or self.shape(args[0])) == shape:
+                return _Value(v.name)
             return _Value(self.add(node, "reshape", [self.plain(args[0])],
                                    {"shape": shape}))
-        if t == "aten.transpose.int":
-            dims = sorted(d % len(self.shape(node)) for d in args[1:3])
-            if dims == [1, 2] and len(self.shape(node)) == 4:
+        if t in ("aten.transpose.int", "aten.permute.default"):
+            rank = len(self.shape(node))
+            if t == "aten.transpose.int":
+                dims = sorted(d % rank for d in args[1:3])
+                perm = list(range(rank))
+                perm[dims[0]], perm[dims[1]] = perm[dims[1]], perm[dims[0]]
+            else:
+                perm = [d % rank for d in args[1]]
+            if perm == [0, 2, 1, 3]:
                 v = self.value(args[0])
                 return _Value(v.name, not v.bnsd)
-            perm = list(range(len(self.shape(node))))
-            perm[dims[0]], perm[dims[1]] = perm[dims[1]], perm[dims[0]]
             return _Value(self.add(node, "transpose", [self.plain(args[0])],
                                    {"perm": perm}))
+        if t in ("aten.split.Tensor", "aten.split_with_sizes.default"):
+            shape = self.shape(args[0])
+            dim = _arg(node, 2, "dim", 0) % len(shape)
+            if t == "aten.split.Tensor":
+                size = args[1]
+                sizes = [min(size, shape[dim] - s)
+                         for s in range(0, shape[dim], size)]
+            else:
+                sizes = list(args[1])
+            return _Value(self.add(node, "split", [self.plain(args[0])],
+                                   {"dim": dim, "sizes": sizes}))
+        if node.target is operator.getitem and _target(args[0]) in (
+                "aten.split.Tensor", "aten.split_with_sizes.default"):
+            whole = self.value(args[0]).name
+            return _Value(whole if args[1] == 0 else f"{whole}:{args[1]}")
         if t == "aten.scaled_dot_product_attention.default":
             return self.attention(node)
         self.fail(node, "no mapping to a graph op")
 
     # -- raised patterns ------------------------------------------------
 
-    def rms_norm(self, node, path):
-        """One rms_norm for the module at `path`: its input is the first
-        operand the module's first node reads."""
+    def verify_module(self, node, path, kind, eps):
+        """Runs the module at `path` once (a copy, on CPU, in float64, with
+        random weights) against the op it is raised to."""
+        if path in self.verified:
+            return
+        self.verified.add(path)
+        module = copy.deepcopy(self.model.get_submodule(path))
+        if any(t.is_meta for t in list(module.parameters()) +
+               list(module.buffers())):
+            module = module.to_empty(device="cpu")
+        module = module.double()
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in module.parameters():
+                p.copy_(torch.rand(p.shape, generator=gen,
+                                   dtype=torch.float64) + 0.5)
+            shape = self.shape(node)
+            x = torch.randn([2, shape[-1]], generator=gen,
+                            dtype=torch.float64) * 3
+            got = module(x)
+            if kind == "rms_norm":
+                want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) \
+                    * module.weight
+            else:
+                want = torch.nn.functional.gelu(x, approximate="tanh")
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        if not err < 1e-6:
+            self.fail(node, f"module '{path}' ({_module(node)[1]}) does not "
+                      f"compute {kind} (relative difference {err:.2e} on "
+                      "random values)")
+
+    def raised_module(self, node, path, kind):
+        """One op for the module at `path` (an RMSNorm or a tanh GELU): its
+        input is the first operand the module's first node reads."""
         first = self.first_op[path]
         # The module's f32 copy of its input is its input (f32 models).
         if node is first or _target(node) == "aten.to.dtype" and \
                 node.args[0] is first.args[0]:
             return self.value(first.args[0])
+        users = [u for u in node.users if _module(u)[0] != path]
+        if not users:
+            self.fail(node, f"an internal value of module '{path}' used")
+        x = self.plain(first.args[0])
+        if kind == "gelu":
+            self.verify_module(node, path, kind, None)
+            return _Value(self.add(node, "gelu", [x],
+                                   {"approximate": "tanh"}, name=path,
+                                   module=path))
         module = self.model.get_submodule(path)
         eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
         if eps is None:
             self.fail(node, f"RMSNorm module '{path}' has no eps")
-        users = [u for u in node.users if _module(u)[0] != path]
-        if not users:
-            self.fail(node, f"an RMSNorm internal value of '{path}' used")
-        name = self.add(node, "rms_norm",
-                        [self.plain(first.args[0]), path + ".weight"],
-                        {"eps": float(eps)}, name=path, module=path)
-        return _Value(name)
+        weight = path + ".weight"
+        if weight not in self.params.values():
+            self.fail(node, f"RMSNorm module '{path}' has no parameter "
+                      f"'{weight}'")
+        self.verify_module(node, path, kind, float(eps))
+        self.init.setdefault(weight, {"kind": "ones"})
+        return _Value(self.add(node, "rms_norm", [x, weight],
+                               {"eps": float(eps)}, name=path, module=path))
+
+    def aten_rms_norm(self, node):
+        x, normalized, weight = node.args[:3]
+        eps = _arg(node, 3, "eps", None)
+        if len(normalized) != 1 or weight is None:
+            self.fail(node, "rms_norm over more than the last dimension or "
+                      "without a weight")
+        if eps is None:
+            eps = torch.finfo(x.meta["val"].dtype).eps
+        return _Value(self.add(node, "rms_norm",
+                               [self.plain(x),
+                                self.param(weight, {"kind": "ones"})],
+                               {"eps": float(eps)}))
+
+    def layer_norm(self, node):
+        x, normalized = node.args[:2]
+        weight = _arg(node, 2, "weight", None)
+        bias = _arg(node, 3, "bias", None)
+        eps = _arg(node, 4, "eps", 1e-5)
+        if len(normalized) != 1 or weight is None:
+            self.fail(node, "layer_norm over more than the last dimension "
+                      "or without a weight")
+        ins = [self.plain(x), self.param(weight, {"kind": "ones"})]
+        if bias is not None:
+            ins.append(self.param(bias, {"kind": "zeros"}))
+        path, _ = _module(node)
+        return _Value(self.add(node, "layer_norm", ins, {"eps": float(eps)},
+                               name=path or None))
+
+    def conv1d(self, node):
+        """addmm(bias, x.view(-1, K), W) (Hugging Face's Conv1D, weight
+        [K, N]) as matmul + add on x itself: the flattening view and the
+        view back cost nothing."""
+        t = _target(node)
+        if t == "aten.addmm.default":
+            bias, a, w = node.args[:3]
+            if node.kwargs.get("beta", 1) != 1 or \
+                    node.kwargs.get("alpha", 1) != 1:
+                self.fail(node, "addmm with beta or alpha")
+        else:
+            bias, (a, w) = None, node.args[:2]
+        x, shape = a, self.shape(a)
+        if _target(a) in ("aten.view.default", "aten.reshape.default") and \
+                self.shape(a.args[0])[-1] == shape[-1]:
+            x, shape = a.args[0], self.shape(a.args[0])
+        out = shape[:-1] + [self.shape(node)[-1]]
+        path, _ = _module(node)
+        mm = self.add(node, "matmul", [self.plain(x), self.plain(w)],
+                      {"transpose_a": False, "transpose_b": False},
+                      name=(path + ".matmul") if path and bias is not None
+                      else None)
+        if bias is None:
+            return _Value(mm, shape=out)
+        return _Value(self.add(node, "add",
+                               [mm, self.param(bias, {"kind": "zeros"})]),
+                      shape=out)
 
     def rotary_tables(self, node):
         """(position_ids node, inv_freq, attention_scaling, 0 for cos or 1
@@ -236,12 +459,50 @@ class Exporter:
         wrap = node.args[0]
         if "wrap_with_set_grad_enabled" not in _target(wrap):
             return None
-        positions = wrap.args[3]
-        path, _ = _module(node)
+        if wrap not in self.tables:
+            self.tables[wrap] = self.rotary_module(wrap)
+        return self.tables[wrap] + (node.args[1],)
+
+    def rotary_module(self, wrap):
+        """(position_ids node, inv_freq, attention_scaling) of the no-grad
+        rotary module `wrap` calls, after checking that it computes
+        cos/sin of cat(f, f), f = position · inv_freq, on sample
+        positions."""
+        path, _ = _module(wrap)
         module = self.model.get_submodule(path)
-        inv_freq = [float(f) for f in getattr(module, "inv_freq")]
-        scaling = float(getattr(module, "attention_scaling", 1.0))
-        return positions, inv_freq, scaling, node.args[1]
+        inv_freq = getattr(module, "inv_freq", None)
+        scaling = getattr(module, "attention_scaling", 1.0)
+        if inv_freq is None:
+            self.fail(wrap, f"rotary module '{path}' has no inv_freq")
+        if inv_freq.is_meta:
+            # A model built on the meta device: the frequencies come from
+            # the module's own rule (transformers' rope_init_fn).
+            init = getattr(module, "rope_init_fn", None)
+            if init is None:
+                self.fail(wrap, f"rotary module '{path}' has its "
+                          "frequencies on the meta device")
+            inv_freq, scaling = init(module.config, "cpu")
+        operands = wrap.args[2:]
+        ints = [a for a in operands if isinstance(a, torch.fx.Node) and
+                not a.meta["val"].dtype.is_floating_point]
+        if len(ints) != 1:
+            self.fail(wrap, f"rotary module '{path}' without one integer "
+                      "position input")
+        positions = torch.arange(0, 96, 3).reshape(1, -1)
+        sample = [positions if a is ints[0] else inv_freq.float()
+                  for a in operands]
+        body = self.graph_module.get_submodule(wrap.args[1].target)
+        with torch.no_grad():
+            cos, sin = body(*sample)[:2]
+            angles = positions[..., None].double() * inv_freq.double()
+            angles = torch.cat([angles, angles], -1)
+            err = max(((cos - angles.cos() * scaling).abs().max()),
+                      ((sin - angles.sin() * scaling).abs().max())).item()
+        if not err < 1e-4:
+            self.fail(wrap, f"rotary module '{path}' does not compute "
+                      "cos/sin of cat(f, f), f = position * inv_freq "
+                      f"(difference {err:.2e} on sample positions)")
+        return ints[0], [float(f) for f in inv_freq], float(scaling)
 
     def rotary(self, node):
         a, b = node.args[:2]
@@ -250,6 +511,8 @@ class Exporter:
             return None
         x, cos = a.args
         rot, sin = b.args
+        if not all(isinstance(n, torch.fx.Node) for n in (x, cos, rot, sin)):
+            return None
         tc, ts = self.rotary_tables(cos), self.rotary_tables(sin)
         if not tc or not ts or tc[3] != 0 or ts[3] != 1:
             return None
@@ -286,6 +549,8 @@ class Exporter:
 
     def unrepeated(self, node):
         """A key/value before repeat_kv's unsqueeze/expand/reshape."""
+        while _target(node) in IDENTITIES:
+            node = node.args[0]
         if _target(node) == "aten.reshape.default":
             e = node.args[0]
             if _target(e) == "aten.expand.default":
@@ -294,24 +559,61 @@ class Exporter:
                     return u.args[0]
         return node
 
+    def mask(self, node, mask, s):
+        """(causal, sliding window or None) that the constant mask `mask`
+        of an `s`-token attention is."""
+        m = self.constant(mask)
+        if m is None:
+            self.fail(node, "an attention mask that depends on the inputs "
+                      "(padding): only causal and sliding-window masks are "
+                      "raised")
+        if m.dtype == torch.bool:
+            allowed = m
+        else:
+            if not bool(((m == 0) | (m <= -1e30)).all()):
+                self.fail(node, "an additive attention mask with values "
+                          "other than 0 and -inf (a bias)")
+            allowed = m == 0
+        allowed = torch.broadcast_to(allowed, allowed.shape[:-2] + (s, s))
+        rows = allowed.reshape(-1, s, s)
+        if not bool((rows == rows[0]).all()):
+            self.fail(node, "an attention mask that differs across the "
+                      "batch or heads")
+        allowed = rows[0]
+        if bool(allowed.all()):
+            return False, None
+        i = torch.arange(s).unsqueeze(1)
+        j = torch.arange(s).unsqueeze(0)
+        window = int(allowed[-1].sum())
+        if torch.equal(allowed, (j <= i) & (i - j < window)):
+            return True, (window if window < s else None)
+        self.fail(node, "an attention mask that is neither causal nor a "
+                  "causal sliding window")
+
     def attention(self, node):
         q, k, v = node.args[:3]
-        mask = node.args[3] if len(node.args) > 3 else node.kwargs.get(
-            "attn_mask")
-        dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get(
-            "dropout_p", 0.0)
-        causal = node.args[5] if len(node.args) > 5 else node.kwargs.get(
-            "is_causal", False)
+        mask = _arg(node, 3, "attn_mask", None)
+        dropout = _arg(node, 4, "dropout_p", 0.0)
+        causal = _arg(node, 5, "is_causal", False)
         scale = node.kwargs.get("scale")
-        if mask is not None or dropout:
-            self.fail(node, "attention with a mask tensor or dropout")
+        if dropout:
+            self.fail(node, "attention with dropout")
+        window = None
+        if mask is not None:
+            if causal:
+                self.fail(node, "attention with both a mask and is_causal")
+            causal, window = self.mask(node, mask, self.shape(q)[2])
         vals = [self.value(q), self.value(self.unrepeated(k)),
                 self.value(self.unrepeated(v))]
         if not all(x.bnsd for x in vals):
             self.fail(node, "attention on values that are not [B, N, S, D] "
                       "transposes")
         attrs = {"causal": bool(causal)}
-        if scale is not None:
+        if window is not None:
+            attrs["sliding_window"] = window
+        d = self.shape(q)[-1]
+        # 1/sqrt(D) stated explicitly is the default.
+        if scale is not None and abs(scale * math.sqrt(d) - 1) > 1e-12:
             attrs["scale"] = float(scale)
         name = self.add(node, "attention", [x.name for x in vals], attrs)
         return _Value(name, True)
@@ -327,14 +629,27 @@ class Exporter:
         return logits_name
 
 
+def _init_std(model, name):
+    """The normal init's std: the config's initializer_range, scaled as
+    Hugging Face's GPT-2 scales its residual projections."""
+    config = getattr(model, "config", None)
+    std = getattr(config, "initializer_range", 0.02)
+    if getattr(config, "model_type", None) == "gpt2" and \
+            name.endswith("c_proj.weight"):
+        std /= math.sqrt(2 * config.n_layer)
+    return std
+
+
 def export(model, example_inputs, model_name=None):
     """The graph.json (a dict) of `model`'s forward on `example_inputs`
     (a dict with `input_ids` and `position_ids` [B, S]) followed by the
     mean cross-entropy of the logits against a `labels` input, already
-    shifted as docs/graph-format.md says."""
+    shifted as docs/graph-format.md says. The model's forward returns
+    the logits first (a tensor, a tuple, or a Hugging Face output)."""
     model = model.train()
     kwargs = dict(example_inputs)
-    kwargs.setdefault("use_cache", False)
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        kwargs.setdefault("use_cache", False)
     ep = torch.export.export(model, (), kwargs, strict=False)
     exporter = Exporter(model, ep)
     logits = exporter.run()
@@ -350,15 +665,13 @@ def export(model, example_inputs, model_name=None):
     inputs.append({"name": "labels", "shape": list(ids.shape),
                    "dtype": "i64"})
     used = {i for n in exporter.nodes for i in n["inputs"]}
-    std = getattr(getattr(model, "config", None), "initializer_range", 0.02)
     params = []
     for name, p in model.named_parameters():
         if name in used:
+            init = exporter.init.get(name) or {
+                "kind": "normal", "std": _init_std(model, name)}
             params.append({"name": name, "shape": list(p.shape),
-                           "dtype": DTYPES[p.dtype],
-                           "init": {"kind": "ones"} if name.endswith(
-                               "norm.weight") else
-                           {"kind": "normal", "std": std}})
+                           "dtype": DTYPES[p.dtype], "init": init})
     return {"format": "fsdp-graph", "version": 1,
             "model": model_name or type(model).__name__,
             "inputs": inputs, "parameters": params,

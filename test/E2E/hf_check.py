@@ -9,14 +9,22 @@
 # Errors are relative to each tensor's largest magnitude.
 #
 # With --graph, the program is compiled from that graph.json (one
-# fsdp_mlir.export wrote from the same config) instead of fsdp-graphgen's.
+# fsdp_mlir.export wrote from the same config) instead of fsdp-graphgen's;
+# with --factory FILE.py:FUNC the model is what FUNC builds from the config
+# dict (a model that is not from Hugging Face) instead of transformers'.
+# With --torch-dump DIR, DIR gets a copy of the 1-rank dump with the
+# logits, loss and gradients replaced by the PyTorch ones (float32): a
+# reference compare_ranks.py compares an N-rank program's dump against.
 #
 # Usage: HF_PYTHON hf_check.py CONFIG.json --work DIR --bin DIR
 #            [--rtol 1e-6] [--grad-rtol 1e-5] [--rope] [--graph GRAPH.json]
+#            [--factory FILE.py:FUNC] [--torch-dump DIR]
 
 import argparse
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -40,6 +48,23 @@ def rel(a, b):
     return ((a - b).abs().max() / (b.abs().max() or 1.0)).item()
 
 
+def write_torch_dump(rank0, out, logits, loss, params):
+    """The dump `rank0` is in copied to `out`, with PyTorch's outputs and
+    gradients in its rank0."""
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(os.path.dirname(rank0), out)
+    out = os.path.join(out, "rank0")
+    manifest = reference.read_manifest(out)
+    values = {"logits": logits, "loss": loss}
+    values.update({"grad." + n: p.grad for n, p in params.items()})
+    for name, value in values.items():
+        dtype, shape = manifest[name]
+        if dtype != "f32" or list(value.shape) != list(shape):
+            sys.exit(f"error: dumped '{name}' is {dtype} {shape}, PyTorch's "
+                     f"{list(value.shape)}")
+        value.float().numpy().tofile(os.path.join(out, name + ".bin"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("config")
@@ -49,6 +74,8 @@ def main():
     parser.add_argument("--grad-rtol", type=float, default=1e-5)
     parser.add_argument("--rope", action="store_true")
     parser.add_argument("--graph")
+    parser.add_argument("--factory")
+    parser.add_argument("--torch-dump")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     graph = os.path.join(args.work, "graph.json")
@@ -67,9 +94,18 @@ def main():
             for name, entry in reference.read_manifest(rank0).items()}
 
     with open(args.config) as f:
-        config = transformers.AutoConfig.for_model(**json.load(f))
+        config = json.load(f)
     torch.manual_seed(0)
-    model = getattr(transformers, config.architectures[0])(config).double()
+    if args.factory:
+        path, func = args.factory.rsplit(":", 1)
+        spec = importlib.util.spec_from_file_location("factory", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        model = getattr(module, func)(config).double()
+    else:
+        config = transformers.AutoConfig.for_model(**config)
+        model = getattr(transformers, config.architectures[0])(config)
+        model = model.double()
     params = {n: p for n, p in model.named_parameters()}
     with torch.no_grad():
         for name, p in params.items():
@@ -107,8 +143,10 @@ def main():
               f"{int((rel(freq, default) > 1e-3))}")
 
     input_ids = ours["input_ids"].long()
-    logits = model(input_ids=input_ids,
-                   position_ids=ours["position_ids"].long()).logits
+    out = model(input_ids=input_ids,
+                position_ids=ours["position_ids"].long())
+    logits = out.logits if hasattr(out, "logits") else \
+        out[0] if isinstance(out, tuple) else out
     labels = ours["labels"].long()
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                            labels.reshape(-1), ignore_index=-100)
@@ -122,6 +160,9 @@ def main():
             worst, worst_name = e, name
     report(f"gradients ({len(params)}, worst {worst_name})", worst,
            args.grad_rtol)
+    if args.torch_dump:
+        write_torch_dump(rank0, args.torch_dump, logits.detach(),
+                         loss.detach(), params)
     return 1 if failed else 0
 
 
