@@ -33,7 +33,6 @@ dropped. An ATen op with no mapping is an error naming the op and the
 user's source line.
 """
 
-import copy
 import inspect
 import math
 import operator
@@ -94,6 +93,12 @@ def _raised_kind(cls):
     return None
 
 
+def _no_values(tensor):
+    """Whether `tensor` has shape but no data (meta or fake)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    return tensor.is_meta or isinstance(tensor, FakeTensor)
+
+
 def _arg(node, i, name, default):
     if len(node.args) > i:
         return node.args[i]
@@ -137,6 +142,7 @@ class Exporter:
                 self.first_op.setdefault(_module(n)[0], n)
         self.verified = set()
         self.tables = {}
+        self.meta_tables = {}
         self.graph_module = ep.graph_module
 
     # -- helpers --------------------------------------------------------
@@ -332,28 +338,24 @@ class Exporter:
     # -- raised patterns ------------------------------------------------
 
     def verify_module(self, node, path, kind, eps):
-        """Runs the module at `path` once (a copy, on CPU, in float64, with
-        random weights) against the op it is raised to."""
+        """Runs the module at `path` once (on CPU, in float64, with random
+        weights in place of its own, which may be meta or fake: a model
+        exported without weights) against the op it is raised to."""
         if path in self.verified:
             return
         self.verified.add(path)
-        module = copy.deepcopy(self.model.get_submodule(path))
-        if any(t.is_meta for t in list(module.parameters()) +
-               list(module.buffers())):
-            module = module.to_empty(device="cpu")
-        module = module.double()
+        module = self.model.get_submodule(path)
         gen = torch.Generator().manual_seed(0)
+        weights = {n: torch.rand(p.shape, generator=gen,
+                                 dtype=torch.float64) + 0.5
+                   for n, p in module.named_parameters()}
         with torch.no_grad():
-            for p in module.parameters():
-                p.copy_(torch.rand(p.shape, generator=gen,
-                                   dtype=torch.float64) + 0.5)
-            shape = self.shape(node)
-            x = torch.randn([2, shape[-1]], generator=gen,
+            x = torch.randn([2, self.shape(node)[-1]], generator=gen,
                             dtype=torch.float64) * 3
-            got = module(x)
+            got = torch.func.functional_call(module, weights, (x,))
             if kind == "rms_norm":
                 want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) \
-                    * module.weight
+                    * weights["weight"]
             else:
                 want = torch.nn.functional.gelu(x, approximate="tanh")
         err = ((got - want).abs().max() / want.abs().max()).item()
@@ -474,14 +476,11 @@ class Exporter:
         scaling = getattr(module, "attention_scaling", 1.0)
         if inv_freq is None:
             self.fail(wrap, f"rotary module '{path}' has no inv_freq")
-        if inv_freq.is_meta:
-            # A model built on the meta device: the frequencies come from
-            # the module's own rule (transformers' rope_init_fn).
-            init = getattr(module, "rope_init_fn", None)
-            if init is None:
-                self.fail(wrap, f"rotary module '{path}' has its "
-                          "frequencies on the meta device")
-            inv_freq, scaling = init(module.config, "cpu")
+        if path in self.meta_tables:
+            inv_freq, scaling = self.meta_tables[path]
+        elif _no_values(inv_freq):
+            self.fail(wrap, f"rotary module '{path}' has its frequencies "
+                      "on the meta device and no rope_init_fn")
         operands = wrap.args[2:]
         ints = [a for a in operands if isinstance(a, torch.fx.Node) and
                 not a.meta["val"].dtype.is_floating_point]
@@ -498,7 +497,8 @@ class Exporter:
             angles = torch.cat([angles, angles], -1)
             err = max(((cos - angles.cos() * scaling).abs().max()),
                       ((sin - angles.sin() * scaling).abs().max())).item()
-        if not err < 1e-4:
+        # The module rounds cos/sin to the model's dtype (bf16: 2^-8).
+        if not err < max(1e-4, 2 * torch.finfo(cos.dtype).eps):
             self.fail(wrap, f"rotary module '{path}' does not compute "
                       "cos/sin of cat(f, f), f = position * inv_freq "
                       f"(difference {err:.2e} on sample positions)")
@@ -640,6 +640,28 @@ def _init_std(model, name):
     return std
 
 
+def _export_meta(model, kwargs):
+    """torch.export of a model built on the meta device (no weights), in
+    place: its tensors become fake CPU tensors (shapes only; torch's meta
+    device cannot run autocast regions such as Hugging Face's rotary
+    embedding). Rotary frequencies are computed first from the modules'
+    own rule (transformers' rope_init_fn): {module path: (inv_freq,
+    attention_scaling)}."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    tables = {}
+    for path, module in model.named_modules():
+        inv_freq = getattr(module, "inv_freq", None)
+        init = getattr(module, "rope_init_fn", None)
+        if isinstance(inv_freq, torch.Tensor) and inv_freq.is_meta and init:
+            tables[path] = init(module.config, "cpu")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model.to_empty(device="cpu")
+        fake = {k: torch.empty(v.shape, dtype=v.dtype) if isinstance(
+            v, torch.Tensor) else v for k, v in kwargs.items()}
+        ep = torch.export.export(model, (), fake, strict=False)
+    return ep, tables
+
+
 def export(model, example_inputs, model_name=None):
     """The graph.json (a dict) of `model`'s forward on `example_inputs`
     (a dict with `input_ids` and `position_ids` [B, S]) followed by the
@@ -650,8 +672,13 @@ def export(model, example_inputs, model_name=None):
     kwargs = dict(example_inputs)
     if "use_cache" in inspect.signature(model.forward).parameters:
         kwargs.setdefault("use_cache", False)
-    ep = torch.export.export(model, (), kwargs, strict=False)
+    tables = {}
+    if any(t.is_meta for t in model.parameters()):
+        ep, tables = _export_meta(model, kwargs)
+    else:
+        ep = torch.export.export(model, (), kwargs, strict=False)
     exporter = Exporter(model, ep)
+    exporter.meta_tables = tables
     logits = exporter.run()
     inputs = []
     for name in exporter.user_inputs:
