@@ -620,11 +620,13 @@ class Exporter:
 
     # -- the whole graph -------------------------------------------------
 
-    def run(self):
+    def run(self, ignore_index):
         out = [n for n in self.graph.nodes if n.op == "output"][0]
         logits = out.args[0][0]
         logits_name = self.plain(logits)
-        self.add(None, "cross_entropy", [logits_name, "labels"],
+        attrs = {"ignore_index": ignore_index} if ignore_index != -100 \
+            else None
+        self.add(None, "cross_entropy", [logits_name, "labels"], attrs,
                  name="loss")
         return logits_name
 
@@ -662,12 +664,19 @@ def _export_meta(model, kwargs):
     return ep, tables
 
 
-def export(model, example_inputs, model_name=None):
+def export(model, example_inputs, ignore_index=-100, model_name=None):
     """The graph.json (a dict) of `model`'s forward on `example_inputs`
-    (a dict with `input_ids` and `position_ids` [B, S]) followed by the
-    mean cross-entropy of the logits against a `labels` input, already
-    shifted as docs/graph-format.md says. The model's forward returns
-    the logits first (a tensor, a tuple, or a Hugging Face output)."""
+    (a dict of its inputs by name, `input_ids` [B, S] among them, usually
+    with `position_ids`) followed by the mean cross-entropy of the logits
+    against an int64 input `labels` (the name the runtime's data loader
+    fills), already shifted as docs/graph-format.md says; positions
+    labelled `ignore_index` do not count. The model's forward returns the logits first (a tensor, a
+    tuple, or a Hugging Face output). A model on the meta device is
+    exported without weights (its tensors become fake, in place)."""
+    if "labels" in example_inputs:
+        raise ExportError("'labels' is among the example inputs: the graph "
+                          "computes the loss from the logits itself, so "
+                          "the model must not take labels")
     model = model.train()
     kwargs = dict(example_inputs)
     if "use_cache" in inspect.signature(model.forward).parameters:
@@ -679,7 +688,7 @@ def export(model, example_inputs, model_name=None):
         ep = torch.export.export(model, (), kwargs, strict=False)
     exporter = Exporter(model, ep)
     exporter.meta_tables = tables
-    logits = exporter.run()
+    logits = exporter.run(ignore_index)
     inputs = []
     for name in exporter.user_inputs:
         node = exporter.placeholders.get(name)

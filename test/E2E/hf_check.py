@@ -148,8 +148,17 @@ def main():
     logits = out.logits if hasattr(out, "logits") else \
         out[0] if isinstance(out, tuple) else out
     labels = ours["labels"].long()
+    # The loss node's ignore_index (fsdp_mlir.export(ignore_index=...)).
+    ignore = -100
+    with open(graph) as f:
+        for node in json.load(f)["nodes"]:
+            if node["op"] == "cross_entropy":
+                ignore = node.get("attrs", {}).get("ignore_index", -100)
+    if ignore != -100:
+        print(f"ignore_index {ignore}: {int((labels == ignore).sum())} of "
+              f"{labels.numel()} positions ignored")
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                           labels.reshape(-1), ignore_index=-100)
+                           labels.reshape(-1), ignore_index=ignore)
     loss.backward()
     report("logits", rel(ours["logits"], logits.detach()), args.rtol)
     report("loss", rel(ours["loss"], loss.detach()), args.rtol)
