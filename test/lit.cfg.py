@@ -45,8 +45,13 @@ if mpirun:
 # and numpy that .ci/setup installs (FSDP_PYTHON overrides it), in place of
 # lit's default %python (whichever interpreter runs lit).
 config.substitutions = [s for s in config.substitutions if s[0] != "%python"]
+python = os.environ.get("FSDP_PYTHON", "/usr/bin/python3")
+config.substitutions.append(("%python", python))
+# The same interpreter with the build's Python package importable
+# (build/python_packages: fsdp_mlir and its native module).
 config.substitutions.append(
-    ("%python", os.environ.get("FSDP_PYTHON", "/usr/bin/python3")))
+    ("%fsdp_python", "env PYTHONPATH=" +
+     os.path.join(config.fsdp_obj_root, "python_packages") + " " + python))
 
 
 def venv_feature(variable, venv, feature, substitution):

@@ -8,7 +8,9 @@
 // What a program that embeds fsdp-mlir (a model export pipeline) calls, from
 // libFsdpMlir.so (`find_package(FsdpMlir)`, target FsdpMlir::FsdpMlir): make
 // a context with the compiler's dialects, import a graph.json, run the
-// pipeline that fsdp-compile runs, and print the per-rank program as C++.
+// pipeline that fsdp-compile runs, and print the per-rank program as C++;
+// or all of fsdp-compile at once, `compileProgram`, which the tool and the C
+// API (fsdp-c/Compiler.h) call.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +25,8 @@
 #include "llvm/Support/LogicalResult.h"
 
 #include <memory>
+#include <optional>
+#include <string>
 
 namespace mlir {
 class MLIRContext;
@@ -30,6 +34,7 @@ class MLIRContext;
 
 namespace llvm {
 class raw_ostream;
+class SourceMgr;
 } // namespace llvm
 
 namespace fsdp {
@@ -52,6 +57,57 @@ llvm::LogicalResult runPipeline(mlir::ModuleOp module,
 
 /// Prints the lowered `module` as the C++ program fsdp-compile compiles.
 llvm::LogicalResult emitProgram(mlir::ModuleOp module, llvm::raw_ostream &os);
+
+/// What fsdp-compile takes besides the pipeline's options.
+struct CompileOptions {
+  /// The graph.json or MLIR file; a name ending in .json is a graph.json.
+  /// With `inputText`, only the name diagnostics give that text.
+  std::string input;
+  /// The graph.json text itself, when it is not read from `input`.
+  std::optional<std::string> inputText;
+  /// A replicated mesh for a program without one, "axis=size,..." (not
+  /// with the pipeline's parallel options, which build their own).
+  std::string mesh;
+  /// The executable to write.
+  std::string output = "a.out";
+  /// Where to keep the generated C++ (empty: a temporary file, removed).
+  std::string source;
+  /// Stop after writing `source`.
+  bool sourceOnly = false;
+  /// The C++ compiler, an MPI wrapper (empty: the one the build found).
+  std::string hostCompiler;
+  /// When set, the host compiler's command line is printed here.
+  llvm::raw_ostream *commandLog = nullptr;
+  /// The program errors outside the IR name first ("fsdp-compile: error:
+  /// ..."); none when empty.
+  std::string programName;
+};
+
+/// What a compile made.
+struct CompileResult {
+  /// The ranks the program runs on (`mpirun -np`): its mesh's size, 1
+  /// without one.
+  int64_t worldSize = 1;
+};
+
+/// The whole of fsdp-compile: loads the input (its buffer goes into
+/// `sourceMgr`, so that the diagnostics handler on `context` can quote it),
+/// runs the pipeline `pipeline` describes, emits the C++ and builds the
+/// executable against the runtime. Errors in the IR or the inputs are
+/// diagnostics on `context`; the others (an option, a file, the host
+/// compiler) are lines on `errors`, worded as fsdp-compile's flags
+/// (`error: --tp must be >= 1, got -1`).
+llvm::FailureOr<CompileResult> compileProgram(mlir::MLIRContext &context,
+                                              llvm::SourceMgr &sourceMgr,
+                                              const CompileOptions &options,
+                                              const PipelineOptions &pipeline,
+                                              llvm::raw_ostream &errors);
+
+/// Compiles the C++ program in `source` with the host compiler and links it
+/// against the runtime into `options.output`; errors go to `errors`.
+llvm::LogicalResult linkProgram(llvm::StringRef source,
+                                const CompileOptions &options,
+                                llvm::raw_ostream &errors);
 
 } // namespace fsdp
 

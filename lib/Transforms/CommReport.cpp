@@ -45,6 +45,9 @@ const char *const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce",
 struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
   using CommReportPassBase::CommReportPassBase;
 
+  /// Where the JSON goes instead of `output`, when set.
+  std::shared_ptr<JsonReport> report;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     func::FuncOp func = lookupEntry(module, entry, "report on");
@@ -73,20 +76,25 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
     if (walk.wasInterrupted())
       return signalPassFailure();
 
+    llvm::json::Array rows;
+    int64_t total = 0;
+    for (auto &[key, v] : volumes) {
+      rows.push_back(llvm::json::Object{{"kind", kKinds[key.first]},
+                                        {"group", groupNames[key.second]},
+                                        {"calls", v.calls},
+                                        {"bytes", v.bytes}});
+      total += v.bytes;
+    }
+    llvm::json::Object json{{"collectives", std::move(rows)},
+                            {"total_bytes", total}};
+    if (report) {
+      if (failed(report->write(module, "communication", std::move(json))))
+        return signalPassFailure();
+      return markAllAnalysesPreserved();
+    }
     auto write = [&](raw_ostream &os) {
       if (format == ReportFormat::Json) {
-        llvm::json::Array rows;
-        int64_t total = 0;
-        for (auto &[key, v] : volumes) {
-          rows.push_back(llvm::json::Object{{"kind", kKinds[key.first]},
-                                            {"group", groupNames[key.second]},
-                                            {"calls", v.calls},
-                                            {"bytes", v.bytes}});
-          total += v.bytes;
-        }
-        os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{
-                                         {"collectives", std::move(rows)},
-                                         {"total_bytes", total}}))
+        os << llvm::formatv("{0:2}", llvm::json::Value(std::move(json)))
            << "\n";
       } else {
         os << llvm::format("%-16s %-12s %10s %14s\n", "collective", "group",
@@ -104,3 +112,10 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
 };
 
 } // namespace
+
+std::unique_ptr<Pass>
+fsdp::createCommReportPass(std::shared_ptr<JsonReport> report) {
+  auto pass = std::make_unique<CommReportPass>();
+  pass->report = std::move(report);
+  return pass;
+}

@@ -38,6 +38,9 @@ namespace {
 struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
   using MemoryReportPassBase::MemoryReportPassBase;
 
+  /// Where the JSON goes instead of `output`, when set.
+  std::shared_ptr<JsonReport> report;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     func::FuncOp step = lookupEntry(module, entry, "report on");
@@ -58,21 +61,26 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
                            " " + dtype.getValue().str();
         }
 
+    llvm::json::Object json{{"parameters", r.params},
+                            {"optimizer_state", r.state},
+                            {"inputs", r.inputs},
+                            {"gradients", r.grads},
+                            {"largest_gathered_unit", r.gathered},
+                            {"temporaries_peak", r.peak},
+                            {"estimated_peak", r.estimate()},
+                            {"recomputed_flops", r.recomputedFlops},
+                            {"saved_for_backward", r.saved.value_or(0)},
+                            {"forward_flops", r.forwardFlops},
+                            {"precision", std::move(precision)}};
+    if (report) {
+      if (failed(report->write(module, "memory", std::move(json))))
+        return signalPassFailure();
+      return markAllAnalysesPreserved();
+    }
+
     auto write = [&](raw_ostream &os) {
       if (format == ReportFormat::Json) {
-        os << llvm::formatv("{0:2}",
-                            llvm::json::Value(llvm::json::Object{
-                                {"parameters", r.params},
-                                {"optimizer_state", r.state},
-                                {"inputs", r.inputs},
-                                {"gradients", r.grads},
-                                {"largest_gathered_unit", r.gathered},
-                                {"temporaries_peak", r.peak},
-                                {"estimated_peak", r.estimate()},
-                                {"recomputed_flops", r.recomputedFlops},
-                                {"saved_for_backward", r.saved.value_or(0)},
-                                {"forward_flops", r.forwardFlops},
-                                {"precision", std::move(precision)}}))
+        os << llvm::formatv("{0:2}", llvm::json::Value(std::move(json)))
            << "\n";
       } else {
         auto row = [&](StringRef what, int64_t bytes) {
@@ -106,3 +114,10 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
 };
 
 } // namespace
+
+std::unique_ptr<Pass>
+fsdp::createMemoryReportPass(std::shared_ptr<JsonReport> report) {
+  auto pass = std::make_unique<MemoryReportPass>();
+  pass->report = std::move(report);
+  return pass;
+}

@@ -7,8 +7,11 @@
 
 #include "PassUtils.h"
 
+#include "fsdp/Transforms/Passes.h"
+
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <regex>
@@ -67,6 +70,17 @@ fsdp::writeReport(Operation *op, StringRef path, StringRef what,
   write(file->os());
   file->keep();
   return success();
+}
+
+LogicalResult fsdp::JsonReport::write(Operation *op, StringRef member,
+                                      llvm::json::Value value) {
+  members[member] = std::move(value);
+  return writeReport(
+      op, path, "cannot write the JSON report: ", [&](raw_ostream &os) {
+        os << llvm::formatv("{0:2}",
+                            llvm::json::Value(llvm::json::Object(members)))
+           << "\n";
+      });
 }
 
 int64_t fsdp::bytesOf(Type type) {

@@ -14,7 +14,18 @@
 using namespace mlir;
 
 LogicalResult fsdp::buildPipeline(OpPassManager &pm,
-                                  const PipelineOptions &options) {
+                                  const PipelineOptions &options,
+                                  raw_ostream &errors) {
+  // Each report rewrites the file, so stdout would get three objects.
+  if (options.reportJson == "-") {
+    errors << "fsdp-pipeline: `report-json` needs a file, not -\n";
+    return failure();
+  }
+  // The plan stays null unless fsdp-tp-plan resolves one (tp > 1).
+  std::shared_ptr<JsonReport> json;
+  if (!options.reportJson.empty())
+    json = std::make_shared<JsonReport>(options.reportJson,
+                                        llvm::json::Object{{"plan", nullptr}});
   if (options.isParallel()) {
     TPPlanPassOptions plan;
     plan.config = options.config;
@@ -24,18 +35,18 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     plan.strictPlan = options.strictPlan;
     if (options.report)
       plan.report = "-";
-    pm.addPass(createTPPlanPass(plan));
+    pm.addPass(json ? createTPPlanPass(plan, json) : createTPPlanPass(plan));
     pm.addPass(createPartitionPass());
     FSDPShardPassOptions shard;
     shard.vocabUnits = options.vocabUnits;
     pm.addPass(createFSDPShardPass(shard));
   }
   if (!options.trace.empty() && options.simulate.empty()) {
-    llvm::errs() << "fsdp-pipeline: `trace` needs `simulate`\n";
+    errors << "fsdp-pipeline: `trace` needs `simulate`\n";
     return failure();
   }
   if (!options.step.empty() &&
-      failed(parsePassPipeline(options.step, pm, llvm::errs())))
+      failed(parsePassPipeline(options.step, pm, errors)))
     return failure();
   if (options.isParallel())
     pm.addPass(createAsyncTPPass());
@@ -48,11 +59,9 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     pm.addPass(createCommReportPass());
     pm.addPass(createMemoryReportPass());
   }
-  if (!options.reportJson.empty()) {
-    CommReportPassOptions json;
-    json.format = ReportFormat::Json;
-    json.output = options.reportJson;
+  if (json) {
     pm.addPass(createCommReportPass(json));
+    pm.addPass(createMemoryReportPass(json));
   }
   if (!options.simulate.empty()) {
     SimulatePassOptions simulate;
@@ -82,7 +91,7 @@ void fsdp::registerPipeline() {
         PipelineOptions options;
         if (failed(options.parseFromString(text)))
           return failure();
-        return buildPipeline(pm, options);
+        return buildPipeline(pm, options, llvm::errs());
       },
       [](function_ref<void(const detail::PassOptions &)> describe) {
         describe(PipelineOptions());

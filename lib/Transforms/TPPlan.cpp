@@ -23,6 +23,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 namespace fsdp {
@@ -39,6 +40,9 @@ struct TPPlanPass : fsdp::impl::TPPlanPassBase<TPPlanPass> {
   using TPPlanPassBase::TPPlanPassBase;
   void runOnOperation() override;
   std::optional<MeshSizes> resolveConfig(ParallelConfig &parallel);
+
+  /// Where the JSON plan goes instead of `report`, when set.
+  std::shared_ptr<JsonReport> jsonReport;
 };
 
 /// Where in parallel.json `error` (`<file>: ...` or `<file>:L:C: ...`, as
@@ -85,11 +89,15 @@ struct PlanSummary {
   std::string unmatched;
 };
 
-/// Writes the plan report to `path`: each entry's style and module count,
-/// and every parameter left replicated over tp.
-LogicalResult writePlanReport(ModuleOp module, func::FuncOp forward,
-                              StringRef path, const PlanSummary &plan) {
-  // Parameters each styled op splits; all others stay whole on every rank.
+/// The forward's parameters, by whether a styled op splits them over tp.
+struct ParameterSplit {
+  int64_t splitCount = 0, splitElements = 0;
+  int64_t wholeElements = 0, wholeBytes = 0;
+  /// Each parameter left whole on every rank, and its elements.
+  SmallVector<std::pair<StringRef, int64_t>> whole;
+};
+
+ParameterSplit splitParameters(func::FuncOp forward) {
   llvm::DenseSet<unsigned> split;
   forward.walk([&](Operation *op) {
     if (std::optional<TPStyle> style = tp::decode(op))
@@ -97,8 +105,30 @@ LogicalResult writePlanReport(ModuleOp module, func::FuncOp forward,
         if (auto arg = dyn_cast<BlockArgument>(v))
           split.insert(arg.getArgNumber());
   });
-  std::string text;
-  llvm::raw_string_ostream os(text);
+  ParameterSplit result;
+  for (BlockArgument arg : forward.getArguments()) {
+    auto name = forward.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), nn::NNDialect::kParamAttrName);
+    if (!name)
+      continue;
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (split.contains(arg.getArgNumber())) {
+      ++result.splitCount;
+      result.splitElements += type.getNumElements();
+      continue;
+    }
+    result.wholeElements += type.getNumElements();
+    result.wholeBytes +=
+        type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+    result.whole.push_back({name.getValue(), type.getNumElements()});
+  }
+  return result;
+}
+
+/// The plan report as a table: each entry's style and module count, and
+/// every parameter left replicated over tp.
+void printPlanTable(raw_ostream &os, const PlanSummary &plan,
+                    const ParameterSplit &params) {
   os << "tensor-parallel plan: " << (plan.arch.empty() ? "?" : plan.arch)
      << ", tp = " << plan.tp << ", sequence parallel "
      << (plan.config.sequenceParallel ? "on" : "off") << ", "
@@ -118,34 +148,51 @@ LogicalResult writePlanReport(ModuleOp module, func::FuncOp forward,
   }
   os << "unmatched entries: "
      << (plan.unmatched.empty() ? "none" : plan.unmatched) << "\n";
-  int64_t splitCount = 0, splitElements = 0, wholeElements = 0, wholeBytes = 0;
-  std::string whole;
-  llvm::raw_string_ostream wholeOs(whole);
-  for (BlockArgument arg : forward.getArguments()) {
-    auto name = forward.getArgAttrOfType<StringAttr>(
-        arg.getArgNumber(), nn::NNDialect::kParamAttrName);
-    if (!name)
-      continue;
-    auto type = cast<RankedTensorType>(arg.getType());
-    if (split.contains(arg.getArgNumber())) {
-      ++splitCount;
-      splitElements += type.getNumElements();
-      continue;
-    }
-    wholeElements += type.getNumElements();
-    wholeBytes +=
-        type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
-    wholeOs << llvm::formatv("  {0,-52} {1,12}\n", name.getValue(),
-                             type.getNumElements());
-  }
-  os << "parameters split over tp: " << splitCount << " (" << splitElements
-     << " elements, 1/" << plan.tp << " on each rank)\n";
-  os << "parameters replicated over tp: " << wholeElements << " elements, "
-     << wholeBytes << " bytes on every rank\n"
-     << whole;
+  os << "parameters split over tp: " << params.splitCount << " ("
+     << params.splitElements << " elements, 1/" << plan.tp
+     << " on each rank)\n";
+  os << "parameters replicated over tp: " << params.wholeElements
+     << " elements, " << params.wholeBytes << " bytes on every rank\n";
+  for (auto [name, elements] : params.whole)
+    os << llvm::formatv("  {0,-52} {1,12}\n", name, elements);
+}
 
-  return writeReport(module, path, "cannot write the plan report: ",
-                     [&](raw_ostream &out) { out << text; });
+/// The same report as JSON, with the table's names as keys.
+llvm::json::Value planJson(const PlanSummary &plan,
+                           const ParameterSplit &params) {
+  llvm::json::Array entries, unmatched, whole;
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const TPStyle &s = plan.entries[i].style;
+    entries.push_back(llvm::json::Object{{"entry", plan.entries[i].pattern},
+                                         {"style", s.kindName()},
+                                         {"input", s.input.str()},
+                                         {"output", s.output.str()},
+                                         {"use_local_output", s.useLocalOutput},
+                                         {"modules", plan.modules[i]}});
+    if (plan.modules[i] == 0)
+      unmatched.push_back(plan.entries[i].pattern);
+  }
+  for (auto [name, elements] : params.whole)
+    whole.push_back(llvm::json::Object{{"name", name}, {"elements", elements}});
+  return llvm::json::Object{
+      {"architecture", plan.arch},
+      {"tp", plan.tp},
+      {"sequence_parallel", plan.config.sequenceParallel},
+      {"source", plan.builtin ? "built-in" : plan.config.file},
+      {"mesh", llvm::json::Object{{"dp_replicate", plan.sizes.dpReplicate},
+                                  {"dp_shard", plan.sizes.dpShard},
+                                  {"cp", plan.sizes.cp},
+                                  {"tp", plan.sizes.tp},
+                                  {"ranks", plan.sizes.world()}}},
+      {"entries", std::move(entries)},
+      {"unmatched", std::move(unmatched)},
+      {"split_parameters",
+       llvm::json::Object{{"count", params.splitCount},
+                          {"elements", params.splitElements}}},
+      {"replicated_parameters",
+       llvm::json::Object{{"elements", params.wholeElements},
+                          {"bytes", params.wholeBytes},
+                          {"parameters", std::move(whole)}}}};
 }
 
 /// The configuration (the file's, then the options that override it) and
@@ -340,11 +387,33 @@ void TPPlanPass::runOnOperation() {
     return signalPassFailure();
   }
 
-  if (!report.empty() &&
-      failed(writePlanReport(
-          module, forward, report,
-          {arch, tpSize, parallel, builtin, *sizes, plan, modules, unmatched})))
+  if (report.empty() && !jsonReport)
+    return;
+  PlanSummary summary{arch,   tpSize, parallel, builtin,
+                      *sizes, plan,   modules,  unmatched};
+  ParameterSplit params = splitParameters(forward);
+  if (jsonReport) {
+    if (failed(jsonReport->write(module, "plan", planJson(summary, params))))
+      signalPassFailure();
+    return;
+  }
+  auto write = [&](raw_ostream &os) {
+    if (format == ReportFormat::Json)
+      os << llvm::formatv("{0:2}", planJson(summary, params)) << "\n";
+    else
+      printPlanTable(os, summary, params);
+  };
+  if (failed(
+          writeReport(module, report, "cannot write the plan report: ", write)))
     signalPassFailure();
 }
 
 } // namespace
+
+std::unique_ptr<Pass>
+fsdp::createTPPlanPass(const TPPlanPassOptions &options,
+                       std::shared_ptr<JsonReport> report) {
+  auto pass = std::make_unique<TPPlanPass>(options);
+  pass->jsonReport = std::move(report);
+  return pass;
+}

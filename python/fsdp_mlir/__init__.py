@@ -1,6 +1,21 @@
 """fsdp-mlir from Python: export a PyTorch model to the compiler's graph
-format (`export`); the compiler itself runs as `fsdp-compile`."""
+format (`export`), compile a graph into a distributed training program
+(`compile`) and run it under MPI (`run`). docs/python.md has the details."""
 
-from .export import ExportError, export
+import importlib
 
-__all__ = ["ExportError", "export"]
+from .compiler import CompileError, Compiled, compile, run
+
+__all__ = ["CompileError", "Compiled", "ExportError", "compile", "export",
+           "run"]
+
+
+def __getattr__(name):
+    # export needs torch (PyTorch 2.11); import it on first use, so that
+    # compile and run work without torch. Importing the submodule sets the
+    # package's `export` to it; the function replaces it.
+    if name in ("export", "ExportError"):
+        module = importlib.import_module(".export", __name__)
+        globals().update(export=module.export, ExportError=module.ExportError)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,8 @@
-# Checks an FSDP training step's communication report (fsdp-comm-report's
-# JSON) against the FSDP volume of performance-anchors.md section 7.3, per
-# unit (a decoder layer, or the root: everything else), over N = dp_shard
-# ranks, with p = param_dtype bytes and g = reduce_dtype bytes:
+# Checks an FSDP training step's communication report (the `communication`
+# member of fsdp-compile --report-json) against the FSDP volume of
+# performance-anchors.md section 7.3, per unit (a decoder layer, or the
+# root: everything else), over N = dp_shard ranks, with p = param_dtype
+# bytes and g = reduce_dtype bytes:
 #   forward:  one all-gather per unit, sending Psi_u·p·(N-1)/N;
 #   backward: one all-gather per resharded unit (reshard_after_forward: None
 #             = every layer but the last, true = every layer, false = none;
@@ -51,7 +52,7 @@ def main():
     with open(args.graph) as f:
         units = units_of(json.load(f))
     with open(args.report) as f:
-        report = json.load(f)
+        report = json.load(f)["communication"]
     n = args.ranks
     layers = [u for u in units if u]
     last = max(layers, key=lambda u: int(u.rsplit(".", 1)[1])) if layers \

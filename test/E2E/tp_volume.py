@@ -1,7 +1,8 @@
-# Checks a training step's communication report (fsdp-comm-report's JSON)
-# against the closed-form tensor-parallel volumes of
-# ../shared/reference/performance-anchors.md section 7.4: per decoder layer
-# and step, with S = b·s·h·4 bytes (an f32 activation) and t = tp,
+# Checks a training step's communication report (the `communication` member
+# of fsdp-compile --report-json) against the closed-form tensor-parallel
+# volumes of ../shared/reference/performance-anchors.md section 7.4: per
+# decoder layer and step, with S = b·s·h·4 bytes (an f32 activation) and
+# t = tp,
 #   without SP: 4 all-reduces of S (2 forward after o_proj/down_proj, 2
 #               backward through the copies before q/k/v and gate/up), each
 #               sending 2·S·(t-1)/t;
@@ -80,7 +81,7 @@ def main():
     with open(args.config) as f:
         cfg = json.load(f)
     with open(args.report) as f:
-        report = json.load(f)
+        report = json.load(f)["communication"]
     calls, sent, per_layer, layers = expected(cfg, args.tp, args.sp,
                                               args.batch, args.seq)
     got_calls = {k: 0 for k in calls}

@@ -6,32 +6,18 @@
 //===----------------------------------------------------------------------===//
 //
 // graph.json (or .mlir) -> per-rank program -> C++ through EmitC -> an
-// executable linked against the runtime, which runs under mpirun.
+// executable linked against the runtime, which runs under mpirun. The flags
+// set fsdp::compileProgram's options (fsdp/Compiler.h), which does the work.
 //
 //===----------------------------------------------------------------------===//
 
-#include "fsdp/Dialect/Dist/IR/DistOps.h"
-#include "fsdp/Import/GraphImport.h"
-#include "fsdp/InitAll.h"
-#include "fsdp/Transforms/Pipeline.h"
+#include "fsdp/Compiler.h"
 
-#include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
-#include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/IR/Verifier.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Support/FileUtilities.h"
-#include "mlir/Target/Cpp/CppEmitter.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/Process.h"
-#include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -86,7 +72,8 @@ static cl::opt<bool> report(
              "rank holds, as tables"));
 static cl::opt<std::string>
     reportJson("report-json",
-               cl::desc("Write the communication report as JSON here"),
+               cl::desc("Write the plan, communication and memory reports "
+                        "as one JSON object here"),
                cl::value_desc("file"));
 static cl::opt<std::string> simulate(
     "simulate",
@@ -101,9 +88,10 @@ static cl::opt<std::string>
               cl::value_desc("file"));
 static cl::opt<bool> sourceOnly("source-only",
                                 cl::desc("Stop after writing --emit-source"));
-static cl::opt<std::string>
-    hostCompiler("cxx", cl::desc("C++ compiler (an MPI wrapper)"),
-                 cl::init(FSDP_HOST_CXX));
+static cl::opt<std::string> hostCompiler(
+    "cxx",
+    cl::desc("C++ compiler, an MPI wrapper (default: the one the build found)"),
+    cl::value_desc("compiler"));
 static cl::opt<bool> verbose("v", cl::desc("Print the compiler command"));
 static cl::opt<bool> schedule(
     "schedule",
@@ -118,123 +106,22 @@ static cl::opt<bool> outlineLayers(
              "(default; --outline-layers=false emits every layer inline)"),
     cl::init(true));
 
-/// Reports `message` about the command line and fails.
-static LogicalResult usageError(const Twine &message) {
-  llvm::errs() << "fsdp-compile: error: " << message << "\n";
-  return failure();
-}
-
-/// Parses `--mesh a=2,b=3` into a dist.mesh at the top of `module`.
-static LogicalResult addMesh(ModuleOp module) {
-  if (meshSpec.empty())
-    return success();
-  if (!module.getOps<fsdp::dist::MeshOp>().empty())
-    return usageError("--mesh given, but the input already has a dist.mesh");
-  OpBuilder builder(module.getContext());
-  SmallVector<Attribute> axes;
-  SmallVector<int64_t> sizes;
-  SmallVector<StringRef> entries;
-  StringRef(meshSpec).split(entries, ',');
-  for (StringRef entry : entries) {
-    auto [name, size] = entry.split('=');
-    int64_t value;
-    if (name.trim().empty() || size.trim().getAsInteger(10, value) || value < 1)
-      return usageError("--mesh: expected axis=size with size >= 1, got '" +
-                        entry + "'");
-    axes.push_back(builder.getStringAttr(name.trim()));
-    sizes.push_back(value);
-  }
-  builder.setInsertionPointToStart(module.getBody());
-  auto mesh = fsdp::dist::MeshOp::create(
-      builder, module.getLoc(), "mesh", builder.getArrayAttr(axes),
-      builder.getDenseI64ArrayAttr(sizes), DictionaryAttr());
-  return verify(mesh);
-}
-
-/// Loads graph.json or MLIR text; the buffer stays in `sourceMgr` so that
-/// diagnostics can quote it.
-static OwningOpRef<ModuleOp> load(MLIRContext &context,
-                                  llvm::SourceMgr &sourceMgr) {
-  std::string error;
-  std::unique_ptr<llvm::MemoryBuffer> buffer = openInputFile(inputFile, &error);
-  if (!buffer) {
-    llvm::errs() << "fsdp-compile: error: " << error << "\n";
-    return {};
-  }
-  unsigned id = sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
-  if (StringRef(inputFile).ends_with(".json"))
-    return fsdp::importGraph(sourceMgr.getMemoryBuffer(id)->getBuffer(),
-                             inputFile, &context);
-  return parseSourceFile<ModuleOp>(sourceMgr, &context);
-}
-
-/// Writes `text` to `path`.
-static LogicalResult writeFile(StringRef path, StringRef text) {
-  std::string error;
-  auto file = openOutputFile(path, &error);
-  if (!file)
-    return usageError(error);
-  file->os() << text;
-  file->keep();
-  return success();
-}
-
-/// Runs the host compiler on `source`, linking the runtime. The program is
-/// straight-line calls into the runtime, where all the arithmetic is (built
-/// optimized): optimizing the calls gains nothing measurable and costs the
-/// most of the compile (Llama-3.1-70B on 64 ranks: 131 s and 24 GB at -O2,
-/// 3 s and 0.4 GB at -O0, for the same program).
-static LogicalResult compileAndLink(StringRef source) {
-  auto cxx = llvm::sys::findProgramByName(hostCompiler);
-  if (!cxx)
-    return usageError("cannot find the C++ compiler '" + hostCompiler + "'");
-  SmallVector<std::string> args = {*cxx,
-                                   "-std=c++17",
-                                   "-O0",
-                                   "-I" FSDP_RUNTIME_INCLUDE_DIR,
-                                   source.str(),
-                                   FSDP_RUNTIME_MAIN_LIB,
-                                   FSDP_RUNTIME_HOST_LIB,
-                                   FSDP_RUNTIME_CPU_LIB,
-                                   "-ldnnl",
-                                   "-fopenmp",
-                                   "-lpthread",
-                                   "-o",
-                                   outputFile};
-  SmallVector<StringRef> argRefs(args.begin(), args.end());
-  if (verbose) {
-    llvm::interleave(argRefs, llvm::errs(), " ");
-    llvm::errs() << "\n";
-  }
-  std::string error;
-  int rc =
-      llvm::sys::ExecuteAndWait(*cxx, argRefs, std::nullopt, {}, 0, 0, &error);
-  if (rc != 0)
-    return usageError("the C++ compiler failed (exit " + Twine(rc) + ")" +
-                      (error.empty() ? "" : ": " + error) +
-                      "; rerun with -v to see the command");
-  return success();
-}
-
 static LogicalResult run() {
-  DialectRegistry registry;
-  fsdp::registerAllDialects(registry);
-  fsdp::registerAllPasses();
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  // Errors name the file, node or op; the IR around them is noise here.
-  context.printOpOnDiagnostic(false);
-
+  std::unique_ptr<MLIRContext> context = fsdp::createContext();
   llvm::SourceMgr sourceMgr;
-  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  OwningOpRef<ModuleOp> module = load(context, sourceMgr);
-  if (!module || failed(addMesh(*module)) || failed(verify(*module)))
-    return failure();
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, context.get());
 
-  if (tpSize < 0 || worldSize < 0)
-    return usageError(tpSize < 0 ? "--tp must be >= 1, got " + Twine(tpSize)
-                                 : "--world-size must be >= 1, got " +
-                                       Twine(worldSize));
+  fsdp::CompileOptions compile;
+  compile.input = inputFile;
+  compile.mesh = meshSpec;
+  compile.output = outputFile;
+  compile.source = emitSource;
+  compile.sourceOnly = sourceOnly;
+  compile.hostCompiler = hostCompiler;
+  if (verbose)
+    compile.commandLog = &llvm::errs();
+  compile.programName = "fsdp-compile";
+
   fsdp::PipelineOptions options;
   options.config = parallelConfig;
   options.worldSize = worldSize;
@@ -251,43 +138,8 @@ static LogicalResult run() {
   options.schedule = schedule;
   options.simulate = simulate;
   options.trace = traceFile;
-  if (!traceFile.empty() && simulate.empty())
-    return usageError("--trace needs --simulate");
-  if (options.isParallel() && !meshSpec.empty())
-    return usageError("--mesh and the parallel options (--parallel, --tp, "
-                      "--sequence-parallel, --world-size) both give a mesh; "
-                      "use one");
-  PassManager pm(&context);
-  if (failed(fsdp::buildPipeline(pm, options)))
-    return usageError("--passes: cannot parse '" + passes + "'");
-  if (failed(pm.run(*module)))
-    return failure();
-
-  std::string cpp;
-  llvm::raw_string_ostream os(cpp);
-  if (failed(emitc::translateToCpp(*module, os)))
-    return failure();
-
-  std::string sourcePath = emitSource;
-  llvm::SmallString<128> tempPath;
-  if (sourcePath.empty()) {
-    if (sourceOnly)
-      return usageError("--source-only needs --emit-source");
-    int fd;
-    if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
-            "fsdp-program", "cpp", fd, tempPath))
-      return usageError("cannot create a temporary file: " + ec.message());
-    llvm::sys::Process::SafelyCloseFileDescriptor(fd);
-    sourcePath = tempPath.str().str();
-  }
-  if (failed(writeFile(sourcePath, cpp)))
-    return failure();
-  if (sourceOnly)
-    return success();
-  LogicalResult linked = compileAndLink(sourcePath);
-  if (!tempPath.empty())
-    llvm::sys::fs::remove(tempPath);
-  return linked;
+  return fsdp::compileProgram(*context, sourceMgr, compile, options,
+                              llvm::errs());
 }
 
 int main(int argc, char **argv) {

@@ -9,6 +9,9 @@
 #define FSDP_TRANSFORMS_PASSES_H
 
 #include "mlir/Pass/Pass.h"
+#include "llvm/Support/JSON.h"
+
+#include <memory>
 
 namespace fsdp {
 
@@ -39,6 +42,35 @@ enum class Checkpointing { Config, None, Full, Selective };
 
 #define GEN_PASS_REGISTRATION
 #include "fsdp/Transforms/Passes.h.inc"
+
+/// One JSON object that several reports of a pipeline fill, a member each
+/// (fsdp-pipeline's `report-json`). Each report rewrites the whole file, so
+/// that it holds every member written so far and nothing from an earlier
+/// compile.
+class JsonReport {
+public:
+  JsonReport(std::string path, llvm::json::Object members)
+      : path(std::move(path)), members(std::move(members)) {}
+
+  /// Sets `member` to `value` and rewrites the file; when it cannot be
+  /// written, emits the reason at `op` and fails.
+  llvm::LogicalResult write(mlir::Operation *op, llvm::StringRef member,
+                            llvm::json::Value value);
+
+private:
+  std::string path;
+  llvm::json::Object members;
+};
+
+/// The report passes writing their JSON into `report` (as `plan`,
+/// `communication` and `memory`) instead of to their `output`.
+std::unique_ptr<mlir::Pass>
+createTPPlanPass(const TPPlanPassOptions &options,
+                 std::shared_ptr<JsonReport> report);
+std::unique_ptr<mlir::Pass>
+createCommReportPass(std::shared_ptr<JsonReport> report);
+std::unique_ptr<mlir::Pass>
+createMemoryReportPass(std::shared_ptr<JsonReport> report);
 
 } // namespace fsdp
 

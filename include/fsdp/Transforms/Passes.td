@@ -274,7 +274,8 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
     A key that matches no module is a warning listing it (an error with
     `strict-plan`); attention whose query or key/value heads do not divide
     by tp is an error. With `report`, writes the plan: each entry's style
-    and module count, and every parameter left replicated over tp.
+    and module count, and every parameter left replicated over tp (a table,
+    or JSON with `format=json`; nothing when tp is 1).
 
     The config's `mp_policy` is recorded as the module attribute
     `fsdp.mp_policy`, which `fsdp-build-train-step` applies unless given
@@ -314,6 +315,12 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
            "A plan key that matches no module is an error">,
     Option<"report", "report", "std::string", /*default=*/"\"\"",
            "Write the plan report here (- for stdout, empty: none)">,
+    Option<"format", "format", "fsdp::ReportFormat",
+           /*default=*/"fsdp::ReportFormat::Table", "The report's layout: table or json", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::ReportFormat::Table, "table", "a table"),
+          clEnumValN(fsdp::ReportFormat::Json, "json", "JSON"))
+    }]>,
   ];
   let statistics = [
     Statistic<"numAnnotated", "annotated-ops", "Ops given a dist.tp style">,

@@ -17,6 +17,7 @@
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Pass/PassOptions.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace mlir {
 class OpPassManager;
@@ -76,7 +77,10 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       llvm::cl::init(false)};
   Option<std::string> reportJson{
       *this, "report-json",
-      llvm::cl::desc("Write the communication report as JSON here")};
+      llvm::cl::desc("Write the plan, communication and memory reports here, "
+                     "as one JSON object {\"plan\": ..., \"communication\": "
+                     "..., \"memory\": ...} (the plan null without tensor "
+                     "parallelism)")};
   Option<std::string> simulate{
       *this, "simulate",
       llvm::cl::desc("Predict the step's time on this hardware model (JSON, "
@@ -106,9 +110,10 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
 /// Adds the pipeline `options` describe to `pm` (on a module): the TP plan,
 /// partitioner and FSDP sharding when parallel, the `step` passes, the
 /// reports, and the lowering to runtime calls. Fails (with a message on
-/// stderr) when `step` does not parse.
+/// `errors`) when `step` does not parse or an option is wrong.
 llvm::LogicalResult buildPipeline(mlir::OpPassManager &pm,
-                                  const PipelineOptions &options);
+                                  const PipelineOptions &options,
+                                  llvm::raw_ostream &errors = llvm::errs());
 
 /// Registers `fsdp-pipeline` for fsdp-opt's `--pass-pipeline`.
 void registerPipeline();
