@@ -499,7 +499,8 @@ LogicalResult TrainStep::reportRemat() {
     return forward.emitError("activation checkpointing (")
            << name
            << ") found no decoder layer with values to recompute (ops "
-              "whose path is in a `...layers.N` or `...h.N` module)";
+              "whose path is in a module-list element such as "
+              "`...layers.N`)";
   emitRemark(forward.getLoc())
       << "activation checkpointing (" << name
       << "): " << recomputed.layers / pass.microbatches << " layers recompute "
@@ -661,7 +662,7 @@ FailureOr<RematPlan> BuildTrainStepPass::planForBudget(func::FuncOp forward,
   if (layers == 0)
     return forward.emitError("an activation memory budget needs decoder "
                              "layers to checkpoint (ops whose path is in a "
-                             "`...layers.N` or `...h.N` module)");
+                             "module-list element such as `...layers.N`)");
   // Plan p of 0 ... 2·layers: selective on the first p layers, then full
   // on the first p - layers; each recomputes more and saves less.
   auto planAt = [&](int64_t p) {

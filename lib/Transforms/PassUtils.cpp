@@ -52,7 +52,10 @@ fsdp::meshForCollectives(ModuleOp module, func::FuncOp step, StringRef verb) {
 }
 
 std::string fsdp::decoderLayerOf(StringRef name) {
-  static const std::regex layer(R"(^(.*\.(layers|h)\.[0-9]+)\.)");
+  // The shortest prefix ending in `<identifier>.<index>`: an expert list
+  // inside a layer (`model.layers.3.mlp.experts.7`) stays in the layer.
+  static const std::regex layer(
+      R"(^((?:[A-Za-z_]\w*\.)*?[A-Za-z_]\w*\.[0-9]+)\.)");
   std::smatch match;
   std::string s = name.str() + ".";
   if (std::regex_search(s, match, layer))

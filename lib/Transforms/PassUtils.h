@@ -40,9 +40,10 @@ llvm::FailureOr<dist::MeshOp> meshForCollectives(mlir::ModuleOp module,
                                                  mlir::func::FuncOp step,
                                                  llvm::StringRef verb);
 
-/// The decoder layer a parameter name or module path belongs to
-/// (`model.layers.3.mlp.up_proj.weight` and `model.layers.3` give
-/// `model.layers.3`; GPT-2's `transformer.h.3`), or "" outside the layers.
+/// The decoder layer a parameter name or module path belongs to: its first
+/// element of a module list, `<path>.<name>.<index>` (`model.layers.3.mlp.
+/// up_proj.weight` and `model.layers.3` give `model.layers.3`; GPT-2's
+/// `transformer.h.3`; a plain model's `blocks.3`), or "" outside any.
 std::string decoderLayerOf(llvm::StringRef name);
 
 /// The bytes of a ranked tensor, or of the one a future holds (0 for any

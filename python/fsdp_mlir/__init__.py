@@ -12,10 +12,10 @@ __all__ = ["CompileError", "Compiled", "ExportError", "compile", "export",
 
 def __getattr__(name):
     # export needs torch (PyTorch 2.11); import it on first use, so that
-    # compile and run work without torch. Importing the submodule sets the
-    # package's `export` to it; the function replaces it.
+    # compile and run work without torch. (Its module is `exporter`, so
+    # that no submodule shadows the function.)
     if name in ("export", "ExportError"):
-        module = importlib.import_module(".export", __name__)
+        module = importlib.import_module(".exporter", __name__)
         globals().update(export=module.export, ExportError=module.ExportError)
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
