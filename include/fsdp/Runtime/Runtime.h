@@ -144,7 +144,16 @@ int64_t fsdp_rt_kernel_time_ns(fsdp_rt_kernel_class cls);
 /// Number of kernel calls of class `cls` since the last reset.
 int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls);
 
-/// Zeroes the collective and kernel counters (not the memory counters).
+/// Number of calls that blocked the host on device work since the last
+/// reset: fsdp_rt_stream_synchronize, fsdp_rt_event_synchronize and
+/// fsdp_rt_copy_to_host (which waits for its copy before the host reads
+/// the data), and on CUDA a fsdp_rt_kernel_time_ns read that had to wait for
+/// timing events. Kernels never block the host, so a step's count shows
+/// every place where the host waited.
+int64_t fsdp_rt_host_syncs(void);
+
+/// Zeroes the collective, kernel and host-sync counters (not the memory
+/// counters).
 void fsdp_rt_counters_reset(void);
 
 /// Shares the cores among the `local_ranks` processes of this node: each

@@ -211,8 +211,13 @@ void fsdp_rt_copy_to_device(fsdp_rt_stream, void *dst, const void *host_src,
     std::memcpy(dst, host_src, bytes);
 }
 
+// Counted where the CUDA backend blocks the host, so that the host-sync
+// count of a step is the same on both backends.
+static std::atomic<int64_t> hostSyncs{0};
+
 void fsdp_rt_copy_to_host(fsdp_rt_stream, void *host_dst, const void *src,
                           size_t bytes) {
+  hostSyncs += 1;
   if (bytes)
     std::memcpy(host_dst, src, bytes);
 }
@@ -234,12 +239,12 @@ struct fsdp_rt_event_impl {
 
 fsdp_rt_stream fsdp_rt_stream_create(void) { return new fsdp_rt_stream_impl; }
 void fsdp_rt_stream_destroy(fsdp_rt_stream stream) { delete stream; }
-void fsdp_rt_stream_synchronize(fsdp_rt_stream) {}
+void fsdp_rt_stream_synchronize(fsdp_rt_stream) { hostSyncs += 1; }
 void fsdp_rt_stream_wait_event(fsdp_rt_stream, fsdp_rt_event) {}
 fsdp_rt_event fsdp_rt_event_create(void) { return new fsdp_rt_event_impl; }
 void fsdp_rt_event_destroy(fsdp_rt_event event) { delete event; }
 void fsdp_rt_event_record(fsdp_rt_event, fsdp_rt_stream) {}
-void fsdp_rt_event_synchronize(fsdp_rt_event) {}
+void fsdp_rt_event_synchronize(fsdp_rt_event) { hostSyncs += 1; }
 
 //===----------------------------------------------------------------------===//
 // Counters
@@ -277,7 +282,10 @@ int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls) {
   return kernelCalls[cls].load();
 }
 
+int64_t fsdp_rt_host_syncs(void) { return hostSyncs.load(); }
+
 void fsdp_rt_counters_reset(void) {
+  hostSyncs = 0;
   for (auto &row : collectiveBytes)
     for (auto &c : row)
       c = 0;

@@ -1,0 +1,385 @@
+//===- Internal.cuh - Shared helpers of the CUDA runtime --------*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// The CUDA backend implements Runtime.h with the semantics of the CPU backend
+// (lib/Runtime/CPU, which is the specification) on device pointers:
+//
+// - A stream is a cudaStream_t plus the cuBLAS handle used on it; NULL is
+//   the runtime's compute stream, a non-blocking stream created on first
+//   use (never the legacy default stream, which would serialize with every
+//   other stream). Kernels launch on the stream they are given and never
+//   wait on the host.
+// - Memory comes from one stream-ordered pool that keeps what it is given
+//   back (release threshold UINT64_MAX), so steady-state steps do not call
+//   cudaMalloc. Temporaries of the kernels come from the same pool, ordered
+//   on the kernel's stream.
+// - Every kernel computes in f32 whatever the storage type, converting
+//   bf16/f16 bit patterns exactly as the CPU backend does (round to nearest
+//   even, NaN kept quiet), and accumulates where the CPU accumulates in
+//   double in double.
+// - Each ABI call opens a KernelScope: it counts the call, brackets the
+//   call's work on its stream with a pair of timing events, and turns a
+//   launch error into an abort naming the call.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
+#define FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
+
+#include "fsdp/Runtime/Runtime.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+/// A stream of the ABI: the CUDA stream and, created on the first product
+/// that runs on it, a cuBLAS handle bound to it.
+struct fsdp_rt_stream_impl {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+};
+
+/// An event of the ABI (created without timing, the cheap kind).
+struct fsdp_rt_event_impl {
+  cudaEvent_t event = nullptr;
+};
+
+namespace fsdp::rt::cuda {
+
+//===----------------------------------------------------------------------===//
+// Errors, streams, temporaries and timing (host side)
+//===----------------------------------------------------------------------===//
+
+/// Prints `fsdp runtime error: <where>: <what>` and aborts, as the CPU
+/// backend does on a failure.
+[[noreturn]] void fail(const char *where, const char *what);
+/// Aborts naming `where` and the CUDA error string unless `err` is success.
+void check(cudaError_t err, const char *where);
+/// Aborts naming `where` and the cuBLAS status unless it is success.
+void check(cublasStatus_t status, const char *where);
+
+/// The CUDA stream behind an ABI stream; NULL is the compute stream.
+cudaStream_t streamOf(fsdp_rt_stream stream);
+/// The cuBLAS handle bound to `stream` (NULL: the compute stream's).
+cublasHandle_t blasOf(fsdp_rt_stream stream);
+
+/// `bytes` of device memory from the runtime's pool, usable in order on
+/// `stream`; aborts naming `where` when the pool cannot grow. Temporaries
+/// are not counted by fsdp_rt_memory_current (neither are the CPU
+/// backend's).
+void *allocTemp(size_t bytes, cudaStream_t stream, const char *where);
+/// Returns a temporary to the pool once `stream` has done with it.
+void freeTemp(void *ptr, cudaStream_t stream);
+
+/// Typed temporary owning `n` elements for the lifetime of the scope,
+/// released in order on the stream that allocated it.
+template <typename T> class Temp {
+public:
+  Temp(int64_t n, cudaStream_t stream, const char *where)
+      : stream(stream),
+        ptr(static_cast<T *>(
+            allocTemp(size_t(n > 0 ? n : 1) * sizeof(T), stream, where))) {}
+  ~Temp() { freeTemp(ptr, stream); }
+  Temp(const Temp &) = delete;
+  Temp &operator=(const Temp &) = delete;
+  T *get() const { return ptr; }
+
+private:
+  cudaStream_t stream;
+  T *ptr;
+};
+
+/// One ABI call: counts it in `cls`, records timing events around the
+/// work queued inside the scope on the call's stream (read lazily by
+/// fsdp_rt_kernel_time_ns), and aborts naming `name` if a launch failed.
+class KernelScope {
+public:
+  KernelScope(fsdp_rt_kernel_class cls, fsdp_rt_stream stream,
+              const char *name);
+  ~KernelScope();
+  KernelScope(const KernelScope &) = delete;
+  KernelScope &operator=(const KernelScope &) = delete;
+
+  cudaStream_t stream() const { return cudaStream; }
+  const char *name() const { return callName; }
+
+private:
+  fsdp_rt_kernel_class cls;
+  cudaStream_t cudaStream;
+  const char *callName;
+  cudaEvent_t start, stop;
+};
+
+/// Counts a call that blocks the host (fsdp_rt_host_syncs).
+void countHostSync();
+
+//===----------------------------------------------------------------------===//
+// Launch geometry
+//===----------------------------------------------------------------------===//
+
+/// Threads of the one-dimensional kernels and of the row kernels (one block
+/// per row, block reductions).
+constexpr int kThreads = 256;
+
+/// Blocks for a grid-stride loop over `n` items: enough to fill the GPU,
+/// capped so that a grid dimension never overflows. Never called with 0
+/// (an empty grid is a launch error); callers return early instead.
+inline unsigned gridFor(int64_t n, int threads = kThreads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return unsigned(blocks < (1 << 20) ? blocks : (1 << 20));
+}
+
+/// Tensors reach at most rank 8 (Runtime.h, fsdp_type); shapes and strides
+/// travel to the device by value in a struct of this capacity.
+constexpr int kMaxRank = 8;
+
+/// Row-major strides of `shape`.
+void stridesOf(const int64_t *shape, int rank, int64_t *strides);
+/// Product of `shape` (1 for rank 0).
+int64_t numElements(const int64_t *shape, int rank);
+
+//===----------------------------------------------------------------------===//
+// Element types (device side)
+//===----------------------------------------------------------------------===//
+
+// bf16/f16 conversions bit for bit as the CPU backend's (CPU/Support.cpp):
+// round to nearest even, overflow to infinity, f16 subnormals kept, a NaN
+// stays a quiet NaN of the same sign (the CPU's payload bits included), so
+// casts and data-moving results match the CPU backend exactly.
+
+__device__ inline float bitsToFloat(uint32_t u) { return __uint_as_float(u); }
+__device__ inline uint32_t floatToBits(float f) { return __float_as_uint(f); }
+
+__device__ inline float bf16ToFloat(uint16_t h) {
+  return bitsToFloat(uint32_t(h) << 16);
+}
+
+__device__ inline uint16_t floatToBf16(float f) {
+  uint32_t u = floatToBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+
+__device__ inline float f16ToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  if (exp == 0) {
+    // Zero or subnormal: man units of 2^-24, exact in f32.
+    float mag = float(man) * 5.9604644775390625e-8f;
+    return sign ? -mag : mag;
+  }
+  if (exp == 31)
+    return bitsToFloat(sign | 0x7f800000u | (man << 13));
+  return bitsToFloat(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+__device__ inline uint16_t floatToF16(float f) {
+  uint32_t u = floatToBits(f);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000);
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs >= 0x7f800000u)
+    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
+  // 65520 and above round to infinity.
+  if (abs >= 0x477ff000u)
+    return sign | 0x7c00;
+  if (abs >= 0x38800000u) {
+    // Normal: rebias the exponent, round the 13 dropped mantissa bits.
+    uint32_t v = abs - (112u << 23);
+    uint32_t h = v >> 13, rem = v & 0x1fff;
+    h += rem > 0x1000 || (rem == 0x1000 && (h & 1));
+    return sign | uint16_t(h);
+  }
+  // Subnormal result: count units of 2^-24, rounding to nearest even.
+  int shift = 126 - int(abs >> 23);
+  if (shift > 24)
+    return sign;
+  uint32_t man = (abs & 0x7fffffu) | 0x800000u;
+  uint32_t h = man >> shift, rem = man & ((1u << shift) - 1),
+           half = 1u << (shift - 1);
+  h += rem > half || (rem == half && (h & 1));
+  return sign | uint16_t(h);
+}
+
+/// The float element types as kernel template arguments: `T` is the
+/// storage, load widens element i to f32, store rounds to it.
+struct F32 {
+  using T = float;
+  __device__ static float load(const T *p, int64_t i) { return p[i]; }
+  __device__ static void store(T *p, int64_t i, float v) { p[i] = v; }
+};
+struct BF16 {
+  using T = uint16_t;
+  __device__ static float load(const T *p, int64_t i) {
+    return bf16ToFloat(p[i]);
+  }
+  __device__ static void store(T *p, int64_t i, float v) {
+    p[i] = floatToBf16(v);
+  }
+};
+struct F16 {
+  using T = uint16_t;
+  __device__ static float load(const T *p, int64_t i) {
+    return f16ToFloat(p[i]);
+  }
+  __device__ static void store(T *p, int64_t i, float v) {
+    p[i] = floatToF16(v);
+  }
+};
+
+/// Calls fn(F32{}), fn(BF16{}) or fn(F16{}) for a float dtype; aborts naming
+/// `where` for any other.
+template <typename Fn>
+void dispatchFloat(fsdp_rt_dtype dtype, const char *where, Fn &&fn) {
+  switch (dtype) {
+  case FSDP_RT_F32:
+    fn(F32{});
+    return;
+  case FSDP_RT_BF16:
+    fn(BF16{});
+    return;
+  case FSDP_RT_F16:
+    fn(F16{});
+    return;
+  default:
+    fail(where, "expected a float element type (f32, bf16 or f16)");
+  }
+}
+
+/// Typed views of an untyped ABI pointer.
+template <typename E> const typename E::T *asIn(const void *p) {
+  return static_cast<const typename E::T *>(p);
+}
+template <typename E> typename E::T *asOut(void *p) {
+  return static_cast<typename E::T *>(p);
+}
+
+/// Reads index `i` of an i32 or i64 buffer.
+__device__ inline int64_t loadIndex(fsdp_rt_dtype dtype, const void *p,
+                                    int64_t i) {
+  if (dtype == FSDP_RT_I32)
+    return static_cast<const int32_t *>(p)[i];
+  return static_cast<const int64_t *>(p)[i];
+}
+
+/// e^x with the range of the CPU backend's fastExp (0 below -87.3, x
+/// clamped at 88), computed with CUDA's accurate expf: the activations of
+/// Activations.def call it by this name.
+__device__ inline float fastExp(float x) {
+  return x < -87.3f ? 0.0f : expf(fminf(x, 88.0f));
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions (device side)
+//===----------------------------------------------------------------------===//
+
+struct SumOp {
+  template <typename T> __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/// Reduces `v` over a warp with a butterfly: every lane ends with the same
+/// bits (each step adds the same two values in either order, and + and max
+/// commute), so lanes can branch on the result together.
+template <typename T, typename Op> __device__ T warpReduce(T v, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+/// Reduces `v` over the block (blockDim.x a multiple of 32, at most 1024)
+/// and returns the result to every thread. The order is fixed by the block
+/// size, so the result is deterministic. Starts with a barrier, so it can
+/// be called again in the same kernel.
+template <typename T, typename Op> __device__ T blockReduce(T v, Op op) {
+  __shared__ T partial[32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warpReduce(v, op);
+  __syncthreads();
+  if (lane == 0)
+    partial[warp] = v;
+  __syncthreads();
+  T result = partial[0];
+  for (int w = 1; w < warps; ++w)
+    result = op(result, partial[w]);
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Deterministic column sums
+//===----------------------------------------------------------------------===//
+
+/// Chunks of the reduced index for a column sum over `reduced` terms of
+/// `cols` columns: enough (chunk, column) threads to fill the GPU, at
+/// least 16 terms each, and a grid dimension below 65536. Depends only on
+/// the shape, so the summation order, and the result, are reproducible.
+inline int64_t columnChunks(int64_t reduced, int64_t cols) {
+  int64_t want = (int64_t(1) << 18) / (cols > 0 ? cols : 1);
+  int64_t most = (reduced + 15) / 16;
+  int64_t chunks = want < most ? want : most;
+  if (chunks > 65535)
+    chunks = 65535;
+  return chunks > 0 ? chunks : 1;
+}
+
+/// partial[c, o] = Σ term(q, o) in double over q in chunk c of [0, reduced),
+/// q ascending; grid (columns / blockDim.x, chunks).
+template <typename Term>
+__global__ void columnPartials(int64_t reduced, int64_t cols, int64_t chunk,
+                               Term term, double *partial) {
+  int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= cols)
+    return;
+  int64_t begin = int64_t(blockIdx.y) * chunk;
+  int64_t end = begin + chunk < reduced ? begin + chunk : reduced;
+  double sum = 0;
+  for (int64_t q = begin; q < end; ++q)
+    sum += term(q, o);
+  partial[int64_t(blockIdx.y) * cols + o] = sum;
+}
+
+/// out[o] = Σ_c partial[c, o] in chunk order, rounded to E.
+template <typename E>
+__global__ void columnFinish(const double *partial, int64_t chunks,
+                             int64_t cols, typename E::T *out) {
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < cols;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c)
+      sum += partial[c * cols + o];
+    E::store(out, o, float(sum));
+  }
+}
+
+/// out[o] = Σ_q term(q, o) for o < cols, summed in double in a fixed order
+/// (chunks of q in parallel, then the chunks in order) and rounded to E:
+/// the weight-gradient-like sums, without float atomics.
+template <typename E, typename Term>
+void columnSum(int64_t reduced, int64_t cols, Term term, typename E::T *out,
+               cudaStream_t stream, const char *where) {
+  if (cols == 0)
+    return;
+  int64_t chunks = columnChunks(reduced, cols);
+  int64_t chunk = (reduced + chunks - 1) / chunks;
+  Temp<double> partial(chunks * cols, stream, where);
+  dim3 grid(unsigned((cols + kThreads - 1) / kThreads), unsigned(chunks));
+  columnPartials<<<grid, kThreads, 0, stream>>>(reduced, cols, chunk, term,
+                                                partial.get());
+  columnFinish<E><<<gridFor(cols), kThreads, 0, stream>>>(partial.get(), chunks,
+                                                          cols, out);
+}
+
+} // namespace fsdp::rt::cuda
+
+#endif // FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH

@@ -1,0 +1,132 @@
+//===- Memory.cu - Stream-ordered device memory and its counters ----------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Buffers come from one memory pool of the current device, allocated and
+// freed in order on the compute stream (cudaMallocFromPoolAsync /
+// cudaFreeAsync), so a free followed by an allocation reuses the memory
+// without a host synchronization. The pool's release threshold is
+// UINT64_MAX: freed memory stays in the pool for the next step's buffers
+// instead of going back to the driver at each synchronization, which is
+// what PyTorch's caching allocator does too. The byte counters count what
+// callers asked for, as the CPU backend does, from a map of live buffers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.cuh"
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+using namespace fsdp::rt::cuda;
+
+namespace {
+class Pool {
+public:
+  static Pool &get() {
+    // Kept for the process: the pool must outlive every static that frees
+    // into it.
+    static Pool *pool = new Pool;
+    return *pool;
+  }
+
+  cudaMemPool_t handle() const { return pool; }
+
+  void added(void *ptr, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    sizes[ptr] = bytes;
+    current += int64_t(bytes);
+    peak = std::max(peak, current);
+  }
+
+  /// Forgets `ptr`; false if fsdp_rt_alloc did not return it.
+  bool removed(void *ptr) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = sizes.find(ptr);
+    if (it == sizes.end())
+      return false;
+    current -= int64_t(it->second);
+    sizes.erase(it);
+    return true;
+  }
+
+  int64_t currentBytes() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return current;
+  }
+  int64_t peakBytes() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return peak;
+  }
+  void resetPeak() {
+    std::lock_guard<std::mutex> lock(mutex);
+    peak = current;
+  }
+
+private:
+  Pool() {
+    int device = 0;
+    check(cudaGetDevice(&device), "memory pool");
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    check(cudaMemPoolCreate(&pool, &props), "memory pool");
+    uint64_t keepAll = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                  &keepAll),
+          "memory pool");
+  }
+
+  cudaMemPool_t pool = nullptr;
+  std::mutex mutex;
+  std::unordered_map<void *, size_t> sizes;
+  int64_t current = 0, peak = 0;
+};
+} // namespace
+
+void *fsdp_rt_alloc(size_t bytes) {
+  Pool &pool = Pool::get();
+  void *ptr = nullptr;
+  // A zero-byte request still gets a distinct pointer, as on the CPU.
+  cudaError_t err = cudaMallocFromPoolAsync(&ptr, std::max<size_t>(bytes, 1),
+                                            pool.handle(), streamOf(nullptr));
+  if (err == cudaErrorMemoryAllocation) {
+    // Out of memory is the caller's to report (NULL); clear the error so
+    // that the next kernel does not take it for its own.
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  check(err, "fsdp_rt_alloc");
+  pool.added(ptr, bytes);
+  return ptr;
+}
+
+void fsdp_rt_free(void *ptr) {
+  if (!ptr)
+    return;
+  if (!Pool::get().removed(ptr))
+    fail("fsdp_rt_free", "the pointer does not come from fsdp_rt_alloc");
+  check(cudaFreeAsync(ptr, streamOf(nullptr)), "fsdp_rt_free");
+}
+
+int64_t fsdp_rt_memory_current(void) { return Pool::get().currentBytes(); }
+int64_t fsdp_rt_memory_peak(void) { return Pool::get().peakBytes(); }
+void fsdp_rt_memory_reset_peak(void) { Pool::get().resetPeak(); }
+
+void *fsdp::rt::cuda::allocTemp(size_t bytes, cudaStream_t stream,
+                                const char *where) {
+  void *ptr = nullptr;
+  check(cudaMallocFromPoolAsync(&ptr, bytes, Pool::get().handle(), stream),
+        where);
+  return ptr;
+}
+
+void fsdp::rt::cuda::freeTemp(void *ptr, cudaStream_t stream) {
+  check(cudaFreeAsync(ptr, stream), "temporary buffer");
+}
