@@ -586,8 +586,9 @@ void reduceSumToCase(Writer &w, const char *name, fsdp_rt_dtype dt,
 void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
                    fsdp_rt_dtype gradType) {
   const int64_t n = 37, steps = 3;
-  const double lr = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1,
-               gradScale = 0.5;
+  const double lr = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
+  // A runtime buffer, as the step's clipping coefficient is.
+  const float gradScale = 0.5f;
   Tensor param0 = randomFloat(FSDP_RT_F32, {n}), param = param0,
          m(FSDP_RT_F32, {n}), v(FSDP_RT_F32, {n});
   std::fill(m.as<float>(), m.as<float>() + n, 0.0f);
@@ -600,11 +601,11 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
       fsdp_rt_adamw(nullptr, param.as<float>(), m.as<float>(), v.as<float>(),
                     param.as<float>(), m.as<float>(), v.as<float>(), gradType,
                     grads.back().data(), n, lr, beta1, beta2, eps, wd, step,
-                    gradScale);
+                    &gradScale);
     else
       fsdp_rt_sgd(nullptr, param.as<float>(),
                   momentum != 0 ? m.as<float>() : nullptr, gradType,
-                  grads.back().data(), n, lr, momentum, wd, step, gradScale);
+                  grads.back().data(), n, lr, momentum, wd, step, &gradScale);
   }
   w.begin(name, adam ? "adamw" : "sgd");
   w.attr("lr", lr);

@@ -81,6 +81,11 @@ void fsdp_rt_event_record(fsdp_rt_event event, fsdp_rt_stream stream);
 /// Blocks the host until `event` has completed.
 void fsdp_rt_event_synchronize(fsdp_rt_event event);
 
+/// 1 when runtime buffers are host memory the host layer may read directly
+/// (the CPU backend), 0 when they are device memory (CUDA): then the host
+/// layer reads a buffer only through fsdp_rt_copy_to_host, which waits.
+int fsdp_rt_host_addressable(void);
+
 /// Copies `bytes` from host memory into a runtime buffer, in order on
 /// `stream`. On the CPU backend runtime buffers are host memory and this is a
 /// copy; on CUDA it is an asynchronous host-to-device transfer.
@@ -349,6 +354,12 @@ void fsdp_rt_slice(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
 void fsdp_rt_concat(fsdp_rt_stream stream, fsdp_rt_dtype dtype, int num_inputs,
                     const void *const *inputs, const int64_t *dim_sizes,
                     const int64_t *out_shape, int rank, int dim, void *out);
+/// Copies `rows` rows of `width` bytes from `src` (rows `src_pitch` bytes
+/// apart) to `dst` (rows `dst_pitch` bytes apart): a strided block copy
+/// between runtime buffers (cudaMemcpy2DAsync on CUDA).
+void fsdp_rt_copy_2d(fsdp_rt_stream stream, void *dst, size_t dst_pitch,
+                     const void *src, size_t src_pitch, size_t width,
+                     size_t rows);
 /// Copies `numel` elements; reshape and split lower to this (or to views).
 void fsdp_rt_copy(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                   int64_t numel, void *out);
@@ -464,13 +475,15 @@ void fsdp_rt_sum_squares(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 /// v = β2·v + (1-β2)·g²; p -= lr · (m / (1-β1^step)) /
 /// (sqrt(v / (1-β2^step)) + eps). Reads param, exp_avg and exp_avg_sq and
 /// writes the updated values to new_param, new_exp_avg and new_exp_avg_sq
-/// (which may be the same buffers, for an update in place).
+/// (which may be the same buffers, for an update in place). `grad_scale` is
+/// a runtime buffer (an f32 scalar the step computes, such as the clipping
+/// coefficient), read by the kernel so that the host never waits for it.
 void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
                    const float *exp_avg, const float *exp_avg_sq,
                    float *new_param, float *new_exp_avg, float *new_exp_avg_sq,
                    fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                    double lr, double beta1, double beta2, double eps,
-                   double weight_decay, int64_t step, double grad_scale);
+                   double weight_decay, int64_t step, const float *grad_scale);
 
 /// One torch.optim.SGD step (no dampening, not Nesterov): g += weight_decay·p;
 /// buf = g at step 1, momentum·buf + g after; p -= lr·buf. With momentum 0
@@ -478,7 +491,19 @@ void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
 void fsdp_rt_sgd(fsdp_rt_stream stream, float *param, float *momentum_buffer,
                  fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                  double lr, double momentum, double weight_decay, int64_t step,
-                 double grad_scale);
+                 const float *grad_scale);
+
+/// out[0] = the number of `labels` different from `ignore_index`, as f32:
+/// the tokens a mean loss divides by.
+void fsdp_rt_count_labels(fsdp_rt_stream stream, fsdp_rt_dtype labels_dtype,
+                          const void *labels, int64_t numel,
+                          int64_t ignore_index, float *out);
+
+/// out[0] = min(1, max_norm / (sqrt(sum_of_squares[0]) + 1e-6)), computed in
+/// double: torch.nn.utils.clip_grad_norm_'s coefficient, left on the device.
+void fsdp_rt_clip_coefficient(fsdp_rt_stream stream,
+                              const float *sum_of_squares, double max_norm,
+                              float *out);
 
 #ifdef __cplusplus
 } // extern "C"

@@ -110,6 +110,17 @@ void fsdp_rt_copy(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   });
 }
 
+void fsdp_rt_copy_2d(fsdp_rt_stream, void *dst, size_t dst_pitch,
+                     const void *src, size_t src_pitch, size_t width,
+                     size_t rows) {
+  KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
+  for (size_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char *>(dst) + r * dst_pitch,
+                static_cast<const char *>(src) + r * src_pitch, width);
+}
+
+int fsdp_rt_host_addressable(void) { return 1; }
+
 void fsdp_rt_cast(fsdp_rt_stream, fsdp_rt_dtype src_dtype, const void *x,
                   fsdp_rt_dtype dst_dtype, int64_t numel, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);

@@ -14,6 +14,7 @@
 
 #include "Internal.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace fsdp::rt;
@@ -88,7 +89,7 @@ void fsdp_rt_adamw(fsdp_rt_stream, const float *param, const float *exp_avg,
                    float *new_exp_avg, float *new_exp_avg_sq,
                    fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                    double lr, double beta1, double beta2, double eps,
-                   double weight_decay, int64_t step, double grad_scale) {
+                   double weight_decay, int64_t step, const float *grad_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
   AdamWCoefficients c;
   c.decay = float(1.0 - lr * weight_decay);
@@ -97,7 +98,7 @@ void fsdp_rt_adamw(fsdp_rt_stream, const float *param, const float *exp_avg,
   c.stepSize = float(lr / (1.0 - std::pow(beta1, double(step))));
   c.correction2Sqrt = float(std::sqrt(1.0 - std::pow(beta2, double(step))));
   c.eps = float(eps);
-  c.gradScale = float(grad_scale);
+  c.gradScale = *grad_scale;
   parallelFor(numel, 8 * kBlock, [&](int64_t begin, int64_t end) {
     float scratch[kBlock];
     for (int64_t b = begin; b < end; b += kBlock) {
@@ -117,16 +118,34 @@ void fsdp_rt_adamw(fsdp_rt_stream, const float *param, const float *exp_avg,
 void fsdp_rt_sgd(fsdp_rt_stream, float *param, float *momentum_buffer,
                  fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                  double lr, double momentum, double weight_decay, int64_t step,
-                 double grad_scale) {
+                 const float *grad_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
   FloatInput fg(grad_dtype, grad, numel);
   const float *g = fg.get();
+  double scale = *grad_scale;
   for (int64_t i = 0; i < numel; ++i) {
-    double gi = grad_scale * g[i] + weight_decay * param[i];
+    double gi = scale * g[i] + weight_decay * param[i];
     if (momentum != 0.0) {
       gi = step == 1 ? gi : momentum * momentum_buffer[i] + gi;
       momentum_buffer[i] = float(gi);
     }
     param[i] = float(param[i] - lr * gi);
   }
+}
+
+void fsdp_rt_count_labels(fsdp_rt_stream, fsdp_rt_dtype labels_dtype,
+                          const void *labels, int64_t numel,
+                          int64_t ignore_index, float *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_LOSS);
+  int64_t count = 0;
+  for (int64_t i = 0; i < numel; ++i)
+    count += loadIndex(labels_dtype, labels, i) != ignore_index;
+  out[0] = float(count);
+}
+
+void fsdp_rt_clip_coefficient(fsdp_rt_stream, const float *sum_of_squares,
+                              double max_norm, float *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
+  double norm = std::sqrt(double(sum_of_squares[0]));
+  out[0] = float(std::min(1.0, max_norm / (norm + 1e-6)));
 }

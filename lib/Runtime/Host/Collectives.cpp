@@ -675,6 +675,8 @@ fsdp_tensor *fsdp_op_axis_index(fsdp_program *p, fsdp_type r,
   fsdp_tensor *out = fsdp_tensor_new(p, r);
   int64_t index = g.rank;
   fsdp_rt_copy_to_device(nullptr, out->data, &index, sizeof(index));
+  out->hostKnown = true;
+  out->hostValue = double(index);
   return out;
 }
 

@@ -33,6 +33,11 @@ struct fsdp_tensor {
   fsdp_tensor *base = nullptr;
   /// Inputs and parameters: owned by the program, borrowed by the step.
   bool borrowed = false;
+  /// A scalar whose value the host wrote and nothing rewrites (a rank's axis
+  /// index, the optimizer step): the host reads `hostValue` instead of the
+  /// buffer, which on a device would wait for the stream.
+  bool hostKnown = false;
+  double hostValue = 0;
 };
 
 namespace fsdp::host {
@@ -43,6 +48,12 @@ inline int64_t indexAt(const fsdp_tensor *t, int64_t i) {
              ? static_cast<const int32_t *>(t->data)[i]
              : static_cast<const int64_t *>(t->data)[i];
 }
+
+/// The value of the integer scalar `t` (`what` of `op` in errors): the
+/// host's copy when it has one, else the buffer where the host may read it;
+/// a device scalar the host did not write is an error, since reading it
+/// would stall the step.
+int64_t indexScalar(const char *op, const fsdp_tensor *t, const char *what);
 
 /// The splitmix64 finalizer: a counter-based generator step, so that element
 /// i of a parameter or token s of a sample is drawn without drawing the ones

@@ -574,17 +574,18 @@ fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *shift,
   std::vector<int64_t> dims = Check::dimsOf(a->type);
   dims[dim] = count * block;
   c.shape(r, dims, "result");
-  int64_t rotate = (scale * indexAt(shift, 0) + offset) % blocks;
+  int64_t rotate =
+      (scale * indexScalar(c.op, shift, "shift") + offset) % blocks;
   if (rotate < 0)
     rotate += blocks;
   fsdp_tensor *out = alloc(r);
   char *dst = static_cast<char *>(out->data);
+  // Block i of each outer row comes from one source block: a strided copy.
   for (int64_t i = 0; i < count; ++i) {
     const Source &from = sources[size_t((i - rotate + blocks) % blocks)];
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(dst + (o * count + i) * piece,
-                  from.data + (o * from.blocks + from.index) * piece,
-                  size_t(piece));
+    fsdp_rt_copy_2d(nullptr, dst + i * piece, size_t(count * piece),
+                    from.data + from.index * piece, size_t(from.blocks * piece),
+                    size_t(piece), size_t(outer));
   }
   return out;
 }
@@ -630,19 +631,31 @@ fsdp_tensor *fsdp_op_cross_entropy(fsdp_program *, fsdp_type r,
                           nullptr);
     return out;
   }
-  // The mean divides by the tokens that count, not by all positions.
-  int64_t count = 0;
+  // The mean divides by the tokens that count, not by all positions (the
+  // kernel does, on the device).
   fsdp_rt_cross_entropy(nullptr, logits->type.dtype, logits->data,
                         labels->type.dtype, labels->data, rows, vocab,
-                        ignore_index, FSDP_RT_REDUCTION_SUM, result, &count);
-  if (reduction == FSDP_LOSS_MEAN)
-    *result = count ? float(double(*result) / double(count))
-                    : std::numeric_limits<float>::quiet_NaN();
+                        ignore_index, kernelReduction(reduction), result,
+                        nullptr);
   return out;
+}
+
+int64_t fsdp::host::indexScalar(const char *op, const fsdp_tensor *t,
+                                const char *what) {
+  if (t->hostKnown)
+    return int64_t(t->hostValue);
+  if (!fsdp_rt_host_addressable())
+    fail(op, std::string(what) + " is a device value the host did not write; "
+                                 "reading it would stall the step");
+  return indexAt(t, 0);
 }
 
 void fsdp::host::checkIndices(const char *op, const fsdp_tensor *ids,
                               int64_t high, const char *what, int64_t ignore) {
+  // Device buffers are not read back: the data loader checked every token
+  // before uploading it, and the kernels bound their reads.
+  if (!fsdp_rt_host_addressable())
+    return;
   int64_t n = numElements(ids->type);
   for (int64_t i = 0; i < n; ++i) {
     int64_t v = indexAt(ids, i);
@@ -658,7 +671,7 @@ int64_t fsdp::host::shardStart(const char *op, const fsdp_tensor *shard_index,
   if (shard_index->type.dtype != FSDP_RT_I64 || shard_index->type.rank != 0)
     fail(op, "shard_index is " + typeString(shard_index->type) +
                  ", expected an i64 scalar");
-  int64_t index = indexAt(shard_index, 0);
+  int64_t index = indexScalar(op, shard_index, "shard_index");
   if (index < 0)
     fail(op, "shard_index is " + std::to_string(index));
   return index * blockSize;

@@ -43,14 +43,23 @@ std::pair<int64_t, int64_t> rowsAndWidth(const fsdp_type &t) {
   return {h ? numElements(t) / h : 0, h};
 }
 
-/// The scalar in an f32 tensor.
-float scalar(const char *op, const fsdp_tensor *t, const char *what) {
+/// `t`'s buffer, after checking that it is an f32 scalar.
+const float *f32Scalar(const char *op, const fsdp_tensor *t, const char *what) {
   require(op, t && t->type.dtype == FSDP_RT_F32 && t->type.rank == 0,
           std::string(what) + " must be an f32 scalar");
-  float value = 0;
-  fsdp_rt_copy_to_host(nullptr, &value, t->data, sizeof(float));
-  fsdp_rt_stream_synchronize(nullptr);
-  return value;
+  return static_cast<const float *>(t->data);
+}
+
+/// The value of an f32 scalar the host wrote (the optimizer step, uploaded
+/// by the data loader), without reading the buffer back.
+float hostScalar(const char *op, const fsdp_tensor *t, const char *what) {
+  f32Scalar(op, t, what);
+  if (t->hostKnown)
+    return float(t->hostValue);
+  require(op, fsdp_rt_host_addressable(),
+          std::string(what) + " is a device value the host did not write; "
+                              "reading it would stall the step");
+  return *static_cast<const float *>(t->data);
 }
 
 int int32(int64_t v) { return static_cast<int>(v); }
@@ -278,20 +287,18 @@ void fsdp_op_token_count(fsdp_program *, fsdp_tensor *out, fsdp_tensor *labels,
                          int64_t ignore_index) {
   require("token_count", out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
           "result must be an f32 scalar");
-  int64_t n = numElements(labels->type), count = 0;
-  for (int64_t i = 0; i < n; ++i)
-    count += indexAt(labels, i) != ignore_index;
-  float value = float(count);
-  fsdp_rt_copy_to_device(nullptr, out->data, &value, sizeof(float));
+  fsdp_rt_count_labels(nullptr, labels->type.dtype, labels->data,
+                       numElements(labels->type), ignore_index,
+                       static_cast<float *>(out->data));
 }
 
 void fsdp_op_clip_coefficient(fsdp_program *, fsdp_tensor *out,
                               fsdp_tensor *sum_of_squares, double max_norm) {
-  double norm =
-      std::sqrt(double(scalar("clip_coefficient", sum_of_squares, "input")));
-  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1.
-  float coefficient = float(std::min(1.0, max_norm / (norm + 1e-6)));
-  fsdp_rt_copy_to_device(nullptr, out->data, &coefficient, sizeof(float));
+  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1,
+  // left on the device for the optimizer to read.
+  fsdp_rt_clip_coefficient(
+      nullptr, f32Scalar("clip_coefficient", sum_of_squares, "input"), max_norm,
+      static_cast<float *>(out->data));
 }
 
 void fsdp_op_adamw(fsdp_program *, fsdp_tensor *new_param,
@@ -313,8 +320,8 @@ void fsdp_op_adamw(fsdp_program *, fsdp_tensor *new_param,
                 static_cast<float *>(new_exp_avg->data),
                 static_cast<float *>(new_exp_avg_sq->data), grad->type.dtype,
                 grad->data, numElements(param->type), lr, beta1, beta2, eps,
-                weight_decay, int64_t(scalar("adamw", step, "step")),
-                scalar("adamw", grad_scale, "grad_scale"));
+                weight_decay, int64_t(hostScalar("adamw", step, "step")),
+                f32Scalar("adamw", grad_scale, "grad_scale"));
 }
 
 void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,
@@ -327,14 +334,14 @@ void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,
   require("sgd", numElements(grad->type) == numElements(param->type),
           "gradient " + typeString(grad->type) + " does not match " +
               typeString(param->type));
-  size_t bytes = size_t(byteSize(param->type));
-  fsdp_rt_copy_to_device(nullptr, new_param->data, param->data, bytes);
-  fsdp_rt_copy_to_device(nullptr, new_momentum_buffer->data,
-                         momentum_buffer->data, bytes);
+  int64_t n = numElements(param->type);
+  fsdp_rt_copy(nullptr, FSDP_RT_F32, param->data, n, new_param->data);
+  fsdp_rt_copy(nullptr, FSDP_RT_F32, momentum_buffer->data, n,
+               new_momentum_buffer->data);
   fsdp_rt_sgd(nullptr, static_cast<float *>(new_param->data),
               momentum == 0.0 ? nullptr
                               : static_cast<float *>(new_momentum_buffer->data),
               grad->type.dtype, grad->data, numElements(param->type), lr,
-              momentum, weight_decay, int64_t(scalar("sgd", step, "step")),
-              scalar("sgd", grad_scale, "grad_scale"));
+              momentum, weight_decay, int64_t(hostScalar("sgd", step, "step")),
+              f32Scalar("sgd", grad_scale, "grad_scale"));
 }
