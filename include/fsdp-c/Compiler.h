@@ -69,6 +69,10 @@ typedef struct FsdpCompileOptions {
   /// Write the plan, communication and memory reports here as one JSON
   /// object (--report-json; docs/python.md has its shape).
   const char *report_json;
+  /// The runtime linked (--target): "cpu" or "cuda"; NULL: cpu.
+  const char *target;
+  /// A one-process program without MPI (--no-mpi; cuda only).
+  bool no_mpi;
 } FsdpCompileOptions;
 
 /// fsdp-compile's defaults: every string NULL, sizes 0, the sequence

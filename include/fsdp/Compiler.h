@@ -74,6 +74,13 @@ struct CompileOptions {
   std::string source;
   /// Stop after writing `source`.
   bool sourceOnly = false;
+  /// The runtime the executable links: "cpu" (oneDNN kernels, MPI
+  /// collectives) or "cuda" (CUDA kernels, NCCL collectives; built where the
+  /// CUDA toolkit is).
+  std::string target = "cpu";
+  /// Whether the executable uses MPI (mpirun, any rank count). Without it
+  /// (cuda only) it runs as one process and needs no MPI library.
+  bool mpi = true;
   /// The C++ compiler, an MPI wrapper (empty: the one the build found).
   std::string hostCompiler;
   /// When set, the host compiler's command line is printed here.

@@ -47,6 +47,9 @@ FsdpCompileResult fsdpCompile(const FsdpCompileOptions *options) {
   if (options->output)
     compile.output = options->output;
   compile.source = text(options->source);
+  if (options->target)
+    compile.target = options->target;
+  compile.mpi = !options->no_mpi;
 
   fsdp::PipelineOptions pipeline;
   pipeline.config = text(options->parallel);

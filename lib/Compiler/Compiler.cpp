@@ -156,6 +156,25 @@ struct WorldSizeInstrumentation : public PassInstrumentation {
   int64_t &worldSize;
 };
 
+/// Fails unless the options name a target this build can link.
+LogicalResult checkTarget(const fsdp::CompileOptions &options,
+                          const ErrorReporter &reportError) {
+  bool cuda = options.target == "cuda";
+  if (!cuda && options.target != "cpu")
+    return reportError("--target: unknown target '" + options.target +
+                       "' (expected cpu or cuda)");
+  if (!cuda && !options.mpi)
+    return reportError("--no-mpi needs --target cuda (the CPU runtime's "
+                       "collectives are MPI)");
+#ifndef FSDP_RUNTIME_CUDA_HOST_LIB
+  if (cuda)
+    return reportError("--target cuda: this fsdp-mlir was built without the "
+                       "CUDA runtime (no CUDA compiler found at configure "
+                       "time)");
+#endif
+  return success();
+}
+
 } // namespace
 
 // The program is straight-line calls into the runtime, where all the
@@ -165,24 +184,39 @@ struct WorldSizeInstrumentation : public PassInstrumentation {
 LogicalResult fsdp::linkProgram(StringRef source, const CompileOptions &options,
                                 raw_ostream &errors) {
   ErrorReporter reportError{errors, options.programName};
-  std::string compiler =
-      options.hostCompiler.empty() ? FSDP_HOST_CXX : options.hostCompiler;
+  if (failed(checkTarget(options, reportError)))
+    return failure();
+  bool cuda = options.target == "cuda";
+  // Without MPI the plain C++ compiler links; the MPI wrapper otherwise.
+  std::string compiler = !options.hostCompiler.empty() ? options.hostCompiler
+                         : options.mpi                 ? FSDP_HOST_CXX
+                                                       : FSDP_PLAIN_CXX;
   auto cxx = llvm::sys::findProgramByName(compiler);
   if (!cxx)
     return reportError("cannot find the C++ compiler '" + compiler + "'");
-  SmallVector<std::string> args = {*cxx,
-                                   "-std=c++17",
-                                   "-O0",
-                                   "-I" FSDP_RUNTIME_INCLUDE_DIR,
-                                   source.str(),
-                                   FSDP_RUNTIME_MAIN_LIB,
-                                   FSDP_RUNTIME_HOST_LIB,
-                                   FSDP_RUNTIME_CPU_LIB,
-                                   "-ldnnl",
-                                   "-fopenmp",
-                                   "-lpthread",
-                                   "-o",
-                                   options.output};
+  SmallVector<std::string> args = {*cxx, "-std=c++17", "-O0",
+                                   "-I" FSDP_RUNTIME_INCLUDE_DIR, source.str()};
+  if (!cuda) {
+    args.append({FSDP_RUNTIME_MAIN_LIB, FSDP_RUNTIME_HOST_LIB,
+                 FSDP_RUNTIME_CPU_LIB, FSDP_RUNTIME_FLOAT_LIB, "-ldnnl",
+                 "-fopenmp"});
+  } else {
+#ifdef FSDP_RUNTIME_CUDA_HOST_LIB
+    // The CUDA runtime library links statically; cuBLAS and NCCL are found
+    // at run time through the rpath, or LD_LIBRARY_PATH on another machine.
+    if (options.mpi)
+      args.append({FSDP_RUNTIME_MAIN_LIB, FSDP_RUNTIME_CUDA_HOST_LIB});
+    else
+      args.append(
+          {FSDP_RUNTIME_MAIN_SERIAL_LIB, FSDP_RUNTIME_CUDA_SERIAL_HOST_LIB});
+    args.append({FSDP_RUNTIME_CUDA_LIB, FSDP_RUNTIME_FLOAT_LIB,
+                 "-L" FSDP_CUDA_LIBRARY_DIR, "-L" FSDP_NCCL_LIBRARY_DIR,
+                 "-Wl,-rpath," FSDP_CUDA_LIBRARY_DIR,
+                 "-Wl,-rpath," FSDP_NCCL_LIBRARY_DIR, "-lcublas",
+                 "-lcudart_static", "-lnccl", "-ldl", "-lrt"});
+#endif
+  }
+  args.append({"-lpthread", "-o", options.output});
   SmallVector<StringRef> argRefs(args.begin(), args.end());
   if (options.commandLog) {
     llvm::interleave(argRefs, *options.commandLog, " ");
@@ -225,6 +259,8 @@ fsdp::compileProgram(MLIRContext &context, llvm::SourceMgr &sourceMgr,
     return reportError("--report-json needs a file, not -");
   if (options.sourceOnly && options.source.empty())
     return reportError("--source-only needs --emit-source");
+  if (failed(checkTarget(options, reportError)))
+    return failure();
 
   PassManager pm(&context);
   CompileResult result;
@@ -234,6 +270,11 @@ fsdp::compileProgram(MLIRContext &context, llvm::SourceMgr &sourceMgr,
     return reportError("--passes: cannot parse '" + pipeline.step + "'");
   if (failed(pm.run(*module)))
     return failure();
+  if (!options.mpi && result.worldSize != 1)
+    return reportError("--no-mpi builds a one-process program, but the mesh "
+                       "has " +
+                       Twine(result.worldSize) +
+                       " ranks; drop --no-mpi and launch it with mpirun");
 
   std::string cpp;
   llvm::raw_string_ostream os(cpp);

@@ -23,8 +23,11 @@ class CompileError(Exception):
 class Compiled:
     """A compiled program.
 
-    executable      path of the program, which runs under mpirun
+    executable      path of the program, which runs under mpirun (or
+                    alone, when compiled with mpi=False)
     world_size      the ranks it runs on (mpirun -np)
+    target          "cpu" or "cuda"
+    mpi             whether it runs under mpirun
     plan            the tensor-parallel plan (a dict; None when tp is 1)
     communication   the collectives of one step per kind and mesh-axis group
     memory          the bytes one rank holds in one step
@@ -37,9 +40,11 @@ class Compiled:
     """
 
     def __init__(self, executable, world_size, reports, source, diagnostics,
-                 keep=None):
+                 keep=None, target="cpu", mpi=True):
         self.executable = executable
         self.world_size = world_size
+        self.target = target
+        self.mpi = mpi
         self.plan = reports["plan"]
         self.communication = reports["communication"]
         self.memory = reports["memory"]
@@ -75,7 +80,7 @@ def _size(name, value):
 
 def compile(graph, parallel=None, passes=None, target="cpu", output=None,
             world_size=None, tp=None, sequence_parallel=None, schedule=True,
-            source=None):
+            source=None, mpi=True):
     """Compiles `graph` into an executable, as fsdp-compile does.
 
     graph              a graph.json (or .mlir) path, or the dict `export()`
@@ -84,27 +89,33 @@ def compile(graph, parallel=None, passes=None, target="cpu", output=None,
                        (docs/parallel-config.md)
     passes             passes run on the per-rank program, e.g.
                        "fsdp-build-train-step{lr=1e-3}"
-    target             "cpu" (the only one so far)
+    target             "cpu" (oneDNN kernels, MPI collectives) or "cuda"
+                       (CUDA kernels, NCCL collectives)
     output             the executable's path (default: a temporary file that
                        lives as long as the returned object)
     world_size, tp     override the config's sizes
     sequence_parallel  True or False overrides the config's
     schedule           overlap FSDP's collectives with compute
     source             also keep the generated C++ here
+    mpi                False (cuda only): a one-process program that needs
+                       no MPI library or mpirun
 
     Returns a `Compiled`; raises `CompileError` with the compiler's
     diagnostics when the graph, the config or an option is wrong.
     """
-    if target != "cpu":
-        raise CompileError(f"target {target!r}: only 'cpu' exists; the CUDA "
-                           f"target is not built yet")
+    if target not in ("cpu", "cuda"):
+        raise CompileError(f"target must be 'cpu' or 'cuda', got {target!r}")
+    if not mpi and target != "cuda":
+        raise CompileError("mpi=False needs target='cuda' (the CPU runtime's "
+                           "collectives are MPI)")
     if sequence_parallel not in (None, True, False):
         raise CompileError("sequence_parallel must be None, True or False, "
                            f"got {sequence_parallel!r}")
     options = {"world_size": _size("world_size", world_size),
                "tp": _size("tp", tp),
                "sequence_parallel": sequence_parallel,
-               "passes": passes, "schedule": bool(schedule)}
+               "passes": passes, "schedule": bool(schedule),
+               "target": target, "no_mpi": not mpi}
     if isinstance(graph, dict):
         # Diagnostics name it <graph>, at lines of this text.
         options["input"] = "<graph>"
@@ -141,12 +152,13 @@ def compile(graph, parallel=None, passes=None, target="cpu", output=None,
         with open(options["report_json"]) as f:
             reports = json.load(f)
     return Compiled(options["output"], ranks, reports, options.get("source"),
-                    diagnostics, keep)
+                    diagnostics, keep, target, bool(mpi))
 
 
 def run(compiled_or_path, np=None, args=(), mpirun="mpirun", check=True,
         **kwargs):
-    """Runs a compiled program under MPI: `mpirun -np N program args...`.
+    """Runs a compiled program under MPI: `mpirun -np N program args...`
+    (a program compiled with mpi=False runs alone: `program args...`).
 
     compiled_or_path  a `Compiled`, or an executable's path (then `np` is
                       needed)
@@ -166,11 +178,15 @@ def run(compiled_or_path, np=None, args=(), mpirun="mpirun", check=True,
         executable = os.fspath(compiled_or_path)
         if np is None:
             raise ValueError("run: np is needed with an executable's path")
-    # Open MPI refuses more ranks than cores, and root, unless told.
-    command = [mpirun, "--oversubscribe"]
-    if os.geteuid() == 0:
-        command.append("--allow-run-as-root")
-    command += ["-np", str(np), executable] + [str(a) for a in args]
+    if isinstance(compiled_or_path, Compiled) and not compiled_or_path.mpi:
+        command = [executable]
+    else:
+        # Open MPI refuses more ranks than cores, and root, unless told.
+        command = [mpirun, "--oversubscribe"]
+        if os.geteuid() == 0:
+            command.append("--allow-run-as-root")
+        command += ["-np", str(np), executable]
+    command += [str(a) for a in args]
     if "stdout" not in kwargs and "stderr" not in kwargs:
         kwargs.setdefault("capture_output", True)
     kwargs.setdefault("text", True)

@@ -92,6 +92,15 @@ static cl::opt<std::string> hostCompiler(
     "cxx",
     cl::desc("C++ compiler, an MPI wrapper (default: the one the build found)"),
     cl::value_desc("compiler"));
+static cl::opt<std::string>
+    target("target",
+           cl::desc("Runtime to link: cpu (oneDNN kernels, MPI collectives; "
+                    "default) or cuda (CUDA kernels, NCCL collectives)"),
+           cl::value_desc("cpu|cuda"), cl::init("cpu"));
+static cl::opt<bool>
+    noMpi("no-mpi",
+          cl::desc("With --target cuda: a one-process program that needs "
+                   "no MPI library or mpirun"));
 static cl::opt<bool> verbose("v", cl::desc("Print the compiler command"));
 static cl::opt<bool> schedule(
     "schedule",
@@ -118,6 +127,8 @@ static LogicalResult run() {
   compile.source = emitSource;
   compile.sourceOnly = sourceOnly;
   compile.hostCompiler = hostCompiler;
+  compile.target = target;
+  compile.mpi = !noMpi;
   if (verbose)
     compile.commandLog = &llvm::errs();
   compile.programName = "fsdp-compile";

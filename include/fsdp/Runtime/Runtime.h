@@ -86,6 +86,9 @@ void fsdp_rt_event_synchronize(fsdp_rt_event event);
 /// layer reads a buffer only through fsdp_rt_copy_to_host, which waits.
 int fsdp_rt_host_addressable(void);
 
+/// Sets `bytes` bytes at `ptr` (a buffer from fsdp_rt_alloc) to zero, in
+/// order on `stream`.
+void fsdp_rt_zero(fsdp_rt_stream stream, void *ptr, size_t bytes);
 /// Copies `bytes` from host memory into a runtime buffer, in order on
 /// `stream`. On the CPU backend runtime buffers are host memory and this is a
 /// copy; on CUDA it is an asynchronous host-to-device transfer.

@@ -32,7 +32,8 @@ py::tuple compile(const std::string &input,
                   const std::optional<std::string> &passes, bool schedule,
                   const std::string &output,
                   const std::optional<std::string> &source,
-                  const std::optional<std::string> &reportJson) {
+                  const std::optional<std::string> &reportJson,
+                  const std::string &target, bool noMpi) {
   auto cString = [](const std::optional<std::string> &s) {
     return s ? s->c_str() : nullptr;
   };
@@ -50,6 +51,8 @@ py::tuple compile(const std::string &input,
   options.output = output.c_str();
   options.source = cString(source);
   options.report_json = cString(reportJson);
+  options.target = target.c_str();
+  options.no_mpi = noMpi;
 
   FsdpCompileResult result;
   {
@@ -76,7 +79,8 @@ PYBIND11_MODULE(_fsdp_mlir, m) {
         py::arg("sequence_parallel") = py::none(),
         py::arg("passes") = py::none(), py::arg("schedule") = true,
         py::arg("output") = "a.out", py::arg("source") = py::none(),
-        py::arg("report_json") = py::none(),
+        py::arg("report_json") = py::none(), py::arg("target") = "cpu",
+        py::arg("no_mpi") = false,
         "Compiles a graph into an executable as fsdp-compile does; returns "
         "(succeeded, world_size, diagnostics)");
 }

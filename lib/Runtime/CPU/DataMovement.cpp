@@ -13,6 +13,7 @@
 #include "Internal.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 using namespace fsdp::rt;
@@ -119,7 +120,16 @@ void fsdp_rt_copy_2d(fsdp_rt_stream, void *dst, size_t dst_pitch,
                 static_cast<const char *>(src) + r * src_pitch, width);
 }
 
-int fsdp_rt_host_addressable(void) { return 1; }
+// FSDP_RT_HOST_ADDRESSABLE=0 makes the host layer treat these buffers as a
+// device's, never reading them in place, so that a CPU run takes (and
+// tests) the host paths of a GPU run.
+int fsdp_rt_host_addressable(void) {
+  static const int addressable = [] {
+    const char *value = std::getenv("FSDP_RT_HOST_ADDRESSABLE");
+    return value && std::strcmp(value, "0") == 0 ? 0 : 1;
+  }();
+  return addressable;
+}
 
 void fsdp_rt_cast(fsdp_rt_stream, fsdp_rt_dtype src_dtype, const void *x,
                   fsdp_rt_dtype dst_dtype, int64_t numel, void *out) {

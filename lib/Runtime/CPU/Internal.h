@@ -14,6 +14,7 @@
 #ifndef FSDP_LIB_RUNTIME_CPU_INTERNAL_H
 #define FSDP_LIB_RUNTIME_CPU_INTERNAL_H
 
+#include "../Common/Float.h"
 #include "fsdp/Runtime/Runtime.h"
 
 #include <algorithm>
@@ -24,22 +25,7 @@
 
 #include <omp.h>
 
-// Hot loops are compiled once per x86-64 level (AVX-512, AVX2+FMA, baseline)
-// and the loader picks the best the CPU has, so the shipped library runs
-// everywhere and vectorizes where it can.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FSDP_VECTORIZE                                                         \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FSDP_VECTORIZE
-#endif
-
 namespace fsdp::rt {
-
-float bf16ToFloat(uint16_t h);
-uint16_t floatToBf16(float f);
-float f16ToFloat(uint16_t h);
-uint16_t floatToF16(float f);
 
 /// Elements one block of the streaming kernels holds: small enough for the
 /// stack and the L1 cache, large enough to vectorize.
@@ -80,11 +66,6 @@ inline float fastExp(float x) {
   std::memcpy(&scale, &bits, 4);
   return x < -87.3f ? 0.0f : p * scale;
 }
-
-/// Converts `n` elements of float type `dtype` at `src` to f32.
-void toFloat(fsdp_rt_dtype dtype, const void *src, int64_t n, float *dst);
-/// Converts `n` f32 values to float type `dtype` at `dst`.
-void fromFloat(fsdp_rt_dtype dtype, const float *src, int64_t n, void *dst);
 
 /// Reads index `i` of an i32 or i64 buffer.
 inline int64_t loadIndex(fsdp_rt_dtype dtype, const void *p, int64_t i) {

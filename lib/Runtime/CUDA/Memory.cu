@@ -115,6 +115,11 @@ void fsdp_rt_free(void *ptr) {
   check(cudaFreeAsync(ptr, streamOf(nullptr)), "fsdp_rt_free");
 }
 
+void fsdp_rt_zero(fsdp_rt_stream stream, void *ptr, size_t bytes) {
+  if (bytes)
+    check(cudaMemsetAsync(ptr, 0, bytes, streamOf(stream)), "fsdp_rt_zero");
+}
+
 int64_t fsdp_rt_memory_current(void) { return Pool::get().currentBytes(); }
 int64_t fsdp_rt_memory_peak(void) { return Pool::get().peakBytes(); }
 void fsdp_rt_memory_reset_peak(void) { Pool::get().resetPeak(); }

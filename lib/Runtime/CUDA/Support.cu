@@ -16,6 +16,8 @@
 
 #include "Internal.cuh"
 
+#include "fsdp/Runtime/RuntimeCUDA.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -113,6 +115,10 @@ std::atomic<int64_t> hostSyncs{0};
 
 cudaStream_t fsdp::rt::cuda::streamOf(fsdp_rt_stream stream) {
   return implOf(stream).stream;
+}
+
+cudaStream_t fsdp_rt_cuda_stream(fsdp_rt_stream stream) {
+  return streamOf(stream);
 }
 
 cublasHandle_t fsdp::rt::cuda::blasOf(fsdp_rt_stream stream) {

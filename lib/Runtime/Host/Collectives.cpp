@@ -5,11 +5,12 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// One communicator per declared axis set, split from MPI_COMM_WORLD once.
-// Every collective is a nonblocking MPI call between a start step (checks,
-// staging, rearranging blocks so that MPI sees contiguous ones) and a finish
-// step (rearranging back, averaging, narrowing); the synchronous form is the
-// start immediately followed by fsdp_wait. 16-bit floats are reduced in f32.
+// The host backend of the collectives, over the groups' MPI communicators
+// (Groups.cpp). Every collective is a nonblocking MPI call between a start
+// step (checks, staging, rearranging blocks so that MPI sees contiguous
+// ones) and a finish step (rearranging back, averaging, narrowing); the
+// synchronous form is the start immediately followed by fsdp_wait. 16-bit
+// floats are reduced in f32.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,42 +32,6 @@
 using namespace fsdp::host;
 using fsdp::accounting::Collective;
 namespace accounting = fsdp::accounting;
-
-//===----------------------------------------------------------------------===//
-// Communicators
-//===----------------------------------------------------------------------===//
-
-void fsdp::host::createGroups(fsdp_program &p) {
-  // Rank = row-major index of the mesh coordinates, last axis fastest.
-  int64_t rest = p.worldRank;
-  p.coords.assign(p.axes.size(), 0);
-  for (int64_t i = int64_t(p.axes.size()) - 1; i >= 0; --i) {
-    p.coords[i] = rest % p.axes[i].size;
-    rest /= p.axes[i].size;
-  }
-  for (uint32_t mask : p.groupMasks) {
-    // Ranks sharing every coordinate outside the mask form one group,
-    // ordered row-major over the masked axes.
-    int64_t color = 0, key = 0;
-    for (size_t i = 0; i < p.axes.size(); ++i) {
-      if (mask & (1u << i))
-        key = key * p.axes[i].size + p.coords[i];
-      else
-        color = color * p.axes[i].size + p.coords[i];
-    }
-    Group g;
-    MPI_Comm_split(MPI_COMM_WORLD, int(color), int(key), &g.comm);
-    MPI_Comm_size(g.comm, &g.size);
-    MPI_Comm_rank(g.comm, &g.rank);
-    p.groups[mask] = g;
-  }
-}
-
-void fsdp::host::freeGroups(fsdp_program &p) {
-  for (auto &[mask, g] : p.groups)
-    MPI_Comm_free(&g.comm);
-  p.groups.clear();
-}
 
 //===----------------------------------------------------------------------===//
 // Futures and staging
@@ -150,13 +115,6 @@ void swapBlocks(const char *src, char *dst, int64_t a, int64_t b,
                   size_t(piece));
 }
 
-int64_t product(const int64_t *dims, int64_t n) {
-  int64_t p = 1;
-  for (int64_t i = 0; i < n; ++i)
-    p *= dims[i];
-  return p;
-}
-
 void divide(fsdp_rt_dtype wide, void *data, int64_t n, int divisor) {
   if (wide == FSDP_RT_I32)
     for (int64_t i = 0; i < n; ++i)
@@ -169,22 +127,10 @@ void divide(fsdp_rt_dtype wide, void *data, int64_t n, int divisor) {
       static_cast<float *>(data)[i] /= float(divisor);
 }
 
-const Group &groupOf(fsdp_program *p, const char *op, uint32_t mask) {
-  auto it = p->groups.find(mask);
-  if (it == p->groups.end())
-    fail(op, "no communicator for axis mask " + std::to_string(mask) +
-                 " (declare it with fsdp_prog_group)");
-  return it->second;
-}
-
 /// Common checks; returns a future owning the result and a reference to x.
 fsdp_future *begin(const char *op, const fsdp_type &r, fsdp_tensor *x,
                    uint32_t mask) {
-  if (!x)
-    fail(op, "operand is null");
-  if (r.dtype != x->type.dtype)
-    fail(op, "result is " + typeString(r) + " but operand is " +
-                 typeString(x->type));
+  checkOperand(op, r, x);
   auto *f = new fsdp_future;
   f->op = op;
   f->mask = mask;
@@ -194,30 +140,11 @@ fsdp_future *begin(const char *op, const fsdp_type &r, fsdp_tensor *x,
   return f;
 }
 
-/// `r` must be `x` with dim `dim` multiplied by `mul`; `dim` < 0: equal.
-void checkScaledDim(const char *op, const fsdp_type &r, const fsdp_type &x,
-                    int64_t dim, int64_t mul) {
-  bool ok = r.rank == x.rank && dim < x.rank;
-  for (int64_t i = 0; ok && i < x.rank; ++i)
-    ok = r.dims[i] == (i == dim ? x.dims[i] * mul : x.dims[i]);
-  if (ok)
-    return;
-  if (dim < 0)
-    fail(op, "result " + typeString(r) + " differs from " + typeString(x));
-  fail(op, typeString(r) + " is not " + typeString(x) + " with dim " +
-               std::to_string(dim) + " times the group size " +
-               std::to_string(mul));
-}
-
 MPI_Op mpiOp(fsdp_reduction reduction) {
   return reduction == FSDP_REDUCE_MAX ? MPI_MAX : MPI_SUM;
 }
 
 } // namespace
-
-//===----------------------------------------------------------------------===//
-// Starts
-//===----------------------------------------------------------------------===//
 
 //===----------------------------------------------------------------------===//
 // The communication thread
@@ -319,17 +246,15 @@ fsdp_future *track(fsdp_program *p, fsdp_future *f) {
   return f;
 }
 
-/// Runs `start` as a synchronous collective: started and waited at once,
-/// without the communication thread.
-template <typename Start>
-fsdp_tensor *synchronously(fsdp_program *p, Start start) {
-  startingSync = true;
-  fsdp_future *f = start();
-  startingSync = false;
-  return fsdp_wait(p, f);
-}
-
 } // namespace
+
+// The MPI backend needs nothing beyond the groups' communicators.
+void fsdp::host::startCommunication(fsdp_program &) {}
+void fsdp::host::stopCommunication(fsdp_program &) {}
+
+// A synchronous collective is waited at once, without the communication
+// thread.
+void fsdp::host::markSynchronous(bool on) { startingSync = on; }
 
 const std::map<uint32_t, OverlapStats> &fsdp::host::overlapStats() {
   return overlap;
@@ -339,11 +264,9 @@ fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
                                       fsdp_tensor *x, uint32_t axis_mask,
                                       int64_t dim) {
   const char *op = "all_gather";
-  const Group &g = groupOf(p, op, axis_mask);
+  const Group &g = groupOf(*p, op, axis_mask);
   fsdp_future *f = begin(op, r, x, axis_mask);
-  if (dim < 0 || dim >= x->type.rank)
-    fail(op, "dim " + std::to_string(dim) + " out of range for " +
-                 typeString(x->type));
+  checkDim(op, x->type, dim);
   checkScaledDim(op, r, x->type, dim, g.size);
   int64_t bytes = byteSize(x->type);
   fsdp_rt_count_collective(
@@ -351,7 +274,7 @@ fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
       accounting::bytesSent(Collective::AllGather, bytes, g.size));
   // Blocks arrive as [n, x]; along dim d > 0 they are [n, outer, piece] and
   // the result is [outer, n, piece].
-  int64_t outer = product(x->type.dims, dim);
+  int64_t outer = leadingProduct(x->type.dims, dim);
   char *dst = static_cast<char *>(f->result->data);
   if (accounting::Staging s = accounting::allGatherStaging(byteSize(r), outer);
       s.recv) {
@@ -374,11 +297,9 @@ fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
                                           fsdp_reduction reduction,
                                           int64_t dim) {
   const char *op = "reduce_scatter";
-  const Group &g = groupOf(p, op, axis_mask);
+  const Group &g = groupOf(*p, op, axis_mask);
   fsdp_future *f = begin(op, r, x, axis_mask);
-  if (dim < 0 || dim >= x->type.rank)
-    fail(op, "dim " + std::to_string(dim) + " out of range for " +
-                 typeString(x->type));
+  checkDim(op, x->type, dim);
   checkScaledDim(op, x->type, r, dim, g.size);
   fsdp_rt_dtype dtype = x->type.dtype;
   int64_t numel = numElements(x->type);
@@ -388,7 +309,7 @@ fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
   // Widen 16-bit floats, then make block i (rank i's part) contiguous:
   // [outer, n, piece] -> [n, outer, piece].
   size_t esize = reduceSize(dtype);
-  int64_t outer = product(r.dims, dim);
+  int64_t outer = leadingProduct(r.dims, dim);
   const accounting::Staging staging = accounting::reduceScatterStaging(
       numel, numElements(r), fsdp_rt_dtype_size(dtype), isHalf(dtype), outer);
   const char *src = static_cast<const char *>(x->data);
@@ -433,7 +354,7 @@ fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
                                       fsdp_tensor *x, uint32_t axis_mask,
                                       fsdp_reduction reduction) {
   const char *op = "all_reduce";
-  const Group &g = groupOf(p, op, axis_mask);
+  const Group &g = groupOf(*p, op, axis_mask);
   fsdp_future *f = begin(op, r, x, axis_mask);
   checkScaledDim(op, r, x->type, -1, 1);
   fsdp_rt_dtype dtype = x->type.dtype;
@@ -471,29 +392,20 @@ fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
                                       fsdp_tensor *x, uint32_t axis_mask,
                                       int64_t split_dim, int64_t concat_dim) {
   const char *op = "all_to_all";
-  const Group &g = groupOf(p, op, axis_mask);
+  const Group &g = groupOf(*p, op, axis_mask);
   fsdp_future *f = begin(op, r, x, axis_mask);
   int64_t n = g.size;
   const fsdp_type &in = x->type;
-  if (split_dim < 0 || split_dim >= in.rank || concat_dim < 0 ||
-      concat_dim >= in.rank || in.dims[split_dim] % n != 0)
-    fail(op, "cannot split dim " + std::to_string(split_dim) + " of " +
-                 typeString(in) + " into " + std::to_string(n) +
-                 " blocks and join along dim " + std::to_string(concat_dim));
   // The block each rank sends to one peer.
-  fsdp_type block = in;
-  block.dims[split_dim] /= n;
-  fsdp_type want = block;
-  want.dims[concat_dim] *= n;
-  checkScaledDim(op, r, want, -1, 1);
+  fsdp_type block = allToAllBlock(op, r, in, n, split_dim, concat_dim);
   int64_t bytes = byteSize(in), blockBytes = bytes / n;
   fsdp_rt_count_collective(
       FSDP_RT_ALL_TO_ALL, axis_mask,
       accounting::bytesSent(Collective::AllToAll, bytes, n));
   // Send side: [outer, n, piece] along split_dim -> [n, outer, piece].
   const char *src = static_cast<const char *>(x->data);
-  int64_t outer = product(in.dims, split_dim);
-  int64_t outerRecv = product(block.dims, concat_dim);
+  int64_t outer = leadingProduct(in.dims, split_dim);
+  int64_t outerRecv = leadingProduct(block.dims, concat_dim);
   const accounting::Staging staging =
       accounting::allToAllStaging(bytes, n, outer, outerRecv);
   if (staging.send) {
@@ -521,7 +433,7 @@ fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
 fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                    uint32_t axis_mask, int64_t offset) {
   const char *op = "permute";
-  const Group &g = groupOf(p, op, axis_mask);
+  const Group &g = groupOf(*p, op, axis_mask);
   fsdp_future *f = begin(op, r, x, axis_mask);
   checkScaledDim(op, r, x->type, -1, 1);
   int64_t bytes = byteSize(x->type), n = g.size;
@@ -544,12 +456,10 @@ fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
                                      fsdp_tensor *x, uint32_t axis_mask,
                                      int64_t root) {
   const char *op = "broadcast";
-  const Group &g = groupOf(p, op, axis_mask);
+  const Group &g = groupOf(*p, op, axis_mask);
   fsdp_future *f = begin(op, r, x, axis_mask);
   checkScaledDim(op, r, x->type, -1, 1);
-  if (root < 0 || root >= g.size)
-    fail(op, "root " + std::to_string(root) + " is not in a group of " +
-                 std::to_string(g.size));
+  checkRoot(op, g, root);
   int64_t bytes = byteSize(x->type);
   fsdp_rt_count_collective(
       FSDP_RT_BROADCAST, axis_mask,
@@ -616,78 +526,4 @@ fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f) {
   fsdp_tensor *result = f->result;
   delete f;
   return result;
-}
-
-//===----------------------------------------------------------------------===//
-// Synchronous forms
-//===----------------------------------------------------------------------===//
-
-fsdp_tensor *fsdp_op_all_gather(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, int64_t dim) {
-  return synchronously(
-      p, [&] { return fsdp_op_all_gather_start(p, r, x, axis_mask, dim); });
-}
-
-fsdp_tensor *fsdp_op_reduce_scatter(fsdp_program *p, fsdp_type r,
-                                    fsdp_tensor *x, uint32_t axis_mask,
-                                    fsdp_reduction reduction, int64_t dim) {
-  return synchronously(p, [&] {
-    return fsdp_op_reduce_scatter_start(p, r, x, axis_mask, reduction, dim);
-  });
-}
-
-fsdp_tensor *fsdp_op_all_reduce(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, fsdp_reduction reduction) {
-  return synchronously(p, [&] {
-    return fsdp_op_all_reduce_start(p, r, x, axis_mask, reduction);
-  });
-}
-
-fsdp_tensor *fsdp_op_all_to_all(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, int64_t split_dim,
-                                int64_t concat_dim) {
-  return synchronously(p, [&] {
-    return fsdp_op_all_to_all_start(p, r, x, axis_mask, split_dim, concat_dim);
-  });
-}
-
-fsdp_tensor *fsdp_op_permute(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                             uint32_t axis_mask, int64_t offset) {
-  return synchronously(
-      p, [&] { return fsdp_op_permute_start(p, r, x, axis_mask, offset); });
-}
-
-fsdp_tensor *fsdp_op_broadcast(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                               uint32_t axis_mask, int64_t root) {
-  return synchronously(
-      p, [&] { return fsdp_op_broadcast_start(p, r, x, axis_mask, root); });
-}
-
-//===----------------------------------------------------------------------===//
-// Rank-dependent local ops
-//===----------------------------------------------------------------------===//
-
-fsdp_tensor *fsdp_op_axis_index(fsdp_program *p, fsdp_type r,
-                                uint32_t axis_mask) {
-  const Group &g = groupOf(p, "axis_index", axis_mask);
-  if (r.dtype != FSDP_RT_I64 || r.rank != 0)
-    fail("axis_index", "result is " + typeString(r) + ", expected i64[]");
-  fsdp_tensor *out = fsdp_tensor_new(p, r);
-  int64_t index = g.rank;
-  fsdp_rt_copy_to_device(nullptr, out->data, &index, sizeof(index));
-  out->hostKnown = true;
-  out->hostValue = double(index);
-  return out;
-}
-
-fsdp_tensor *fsdp_op_all_slice(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                               uint32_t axis_mask, int64_t dim) {
-  const Group &g = groupOf(p, "all_slice", axis_mask);
-  if (dim < 0 || dim >= x->type.rank || r.rank != x->type.rank ||
-      r.dims[dim] * g.size != x->type.dims[dim])
-    fail("all_slice", "result " + typeString(r) + " is not a block of " +
-                          typeString(x->type) + " along dim " +
-                          std::to_string(dim) + " over " +
-                          std::to_string(g.size) + " ranks");
-  return fsdp_op_slice(p, r, x, dim, int64_t(g.rank) * r.dims[dim]);
 }

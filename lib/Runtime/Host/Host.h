@@ -100,11 +100,16 @@ struct Param {
   std::vector<int64_t> dimInner;
 };
 
+/// What a device collectives backend keeps per group (NCCL: the
+/// communicator and its stream); defined by that backend.
+struct DeviceComm;
+
 /// The communicator of one axis set: this rank's place in it.
 struct Group {
   MPI_Comm comm = MPI_COMM_NULL;
   int size = 1;
   int rank = 0;
+  DeviceComm *device = nullptr;
 };
 
 } // namespace fsdp::host
@@ -126,10 +131,16 @@ struct fsdp_program {
   std::map<std::string, int64_t> inputRanges;
   std::map<uint32_t, fsdp::host::Group> groups;
   int worldRank = 0, worldSize = 1;
+  /// This rank's place among the ranks of its node (a GPU backend binds
+  /// local rank i to device i).
+  int localRank = 0, localRanks = 1;
   /// This rank's coordinate along each mesh axis.
   std::vector<int64_t> coords;
   /// The step being run (0-based), for messages.
   int64_t step = -1;
+  /// Steps run, and the host synchronizations they made outside the loss
+  /// reads (fsdp_rt_host_syncs), for the report.
+  int64_t stepsRun = 0, stepHostSyncs = 0;
   /// Seconds a collective may take before every rank stops (0: forever).
   double collectiveTimeout = 600;
   /// Whether a communication thread advances started collectives while
@@ -189,9 +200,38 @@ std::string meshString(const fsdp_program &p);
 /// Checks the description (names, sizes, masks, ranges); called once after
 /// fsdp_program_describe on every rank.
 void validate(fsdp_program &p);
-/// Sets the rank's mesh coordinates and splits one communicator per group.
+/// Sets the rank's mesh coordinates, splits one communicator per group and
+/// starts the collectives backend on them.
 void createGroups(fsdp_program &p);
 void freeGroups(fsdp_program &p);
+/// The collectives backend's set-up once the groups exist (MPI: nothing;
+/// NCCL: this rank's GPU, one communicator and one stream per group) and
+/// its tear-down; defined by the backend.
+void startCommunication(fsdp_program &p);
+void stopCommunication(fsdp_program &p);
+/// Brackets the start of a collective the caller waits at once (the
+/// synchronous forms); the backend may skip what overlap needs.
+void markSynchronous(bool on);
+
+/// The group of `mask`; fails naming `op` when the program declared none.
+const Group &groupOf(const fsdp_program &p, const char *op, uint32_t mask);
+/// Checks every collective makes of its operand `x` and result type `r`.
+void checkOperand(const char *op, const fsdp_type &r, const fsdp_tensor *x);
+/// Fails unless `dim` is a dim of `x`.
+void checkDim(const char *op, const fsdp_type &x, int64_t dim);
+/// Fails unless `r` is `x` with dim `dim` multiplied by `mul` (`dim` < 0:
+/// equal to `x`).
+void checkScaledDim(const char *op, const fsdp_type &r, const fsdp_type &x,
+                    int64_t dim, int64_t mul);
+/// The type of the block an all-to-all over `n` ranks sends each peer;
+/// fails unless `x` splits along `splitDim` and `r` is the blocks joined
+/// along `concatDim`.
+fsdp_type allToAllBlock(const char *op, const fsdp_type &r, const fsdp_type &x,
+                        int64_t n, int64_t splitDim, int64_t concatDim);
+/// Fails unless `root` is a rank of `g`.
+void checkRoot(const char *op, const Group &g, int64_t root);
+/// The product of the first `n` of `dims`.
+int64_t leadingProduct(const int64_t *dims, int64_t n);
 
 /// Fills elements [begin, end) of the row-major parameter `name` with its
 /// initializer, drawing element i from (seed, name, i) alone, so that any

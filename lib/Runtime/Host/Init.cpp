@@ -14,7 +14,7 @@
 
 #include "Host.h"
 
-#include "../CPU/Internal.h"
+#include "../Common/Float.h"
 
 #include <cmath>
 #include <vector>

@@ -19,7 +19,7 @@
 
 #include "Host.h"
 
-#include "../CPU/Internal.h"
+#include "../Common/Float.h"
 
 #include <cerrno>
 #include <chrono>
@@ -42,6 +42,8 @@ struct Options {
   bool seedGiven = false;
   std::string load, save, resume, data, dumpDir, consolidate, output;
   int64_t saveEvery = 0, keep = 0;
+  /// Read the loss (the step's one device-to-host copy) every N steps.
+  int64_t logEvery = 1;
   double collectiveTimeout = 600;
   bool report = false, quiet = false, strictLoad = false;
   bool commThread = true;
@@ -53,7 +55,8 @@ const char *kUsage =
     "          [--save DIR [--save-every N] [--keep K]] [--resume DIR]\n"
     "          [--consolidate DIR --output FILE.safetensors]\n"
     "          [--collective-timeout SECONDS] [--dump-dir DIR]\n"
-    "          [--dump-step K] [--report] [--quiet] [--no-comm-thread]\n";
+    "          [--dump-step K] [--log-every N] [--report] [--quiet]\n"
+    "          [--no-comm-thread]\n";
 
 /// Parses the options; returns false (after printing why on rank 0) if they
 /// are wrong.
@@ -91,7 +94,7 @@ bool parse(int argc, char **argv, int rank, Options &o) {
     };
     int64_t n = 0;
     if (arg == "--steps" || arg == "--dump-step" || arg == "--seed" ||
-        arg == "--save-every" || arg == "--keep") {
+        arg == "--save-every" || arg == "--keep" || arg == "--log-every") {
       if (!number(n))
         return bad(arg + " needs a non-negative integer below 2^63, got '" +
                    value + "'");
@@ -103,6 +106,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
         o.saveEvery = n;
       else if (arg == "--keep")
         o.keep = n;
+      else if (arg == "--log-every")
+        o.logEvery = n;
       else {
         o.seed = uint64_t(n);
         o.seedGiven = true;
@@ -157,6 +162,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
     return bad("--consolidate DIR and --output FILE go together");
   if (o.strictLoad && o.load.empty())
     return bad("--strict-load needs --load");
+  if (o.logEvery < 1)
+    return bad("--log-every needs a number of steps >= 1");
   return true;
 }
 
@@ -194,7 +201,9 @@ int main(int argc, char **argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
                       &node);
   MPI_Comm_size(node, &localRanks);
+  MPI_Comm_rank(node, &p.localRank);
   MPI_Comm_free(&node);
+  p.localRanks = localRanks;
   fsdp_rt_set_threads(localRanks);
   Options o;
   if (!parse(argc, argv, p.worldRank, o)) {
@@ -262,25 +271,42 @@ int main(int argc, char **argv) {
     saveCheckpoint(p, o.save, state, o.keep);
     lastSaved = state.step;
   };
+  // Step times are per logging window: from the first step's start to the
+  // loss read that ends it, which on a GPU waits for the queued work.
+  auto windowStart = std::chrono::steady_clock::now();
+  int64_t windowSteps = 0;
+  double windowExcludedMs = 0;
+  auto msSince = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now() - t)
+        .count();
+  };
   for (int64_t i = 0; i < o.steps; ++i) {
     // Steps count from the run's beginning, so that a resumed run reads the
     // data and takes the optimizer steps the uninterrupted one would.
     int64_t step = state.step;
     p.step = step;
+    if (windowSteps == 0) {
+      windowStart = std::chrono::steady_clock::now();
+      windowExcludedMs = 0;
+    }
+    int64_t syncsBefore = fsdp_rt_host_syncs();
     fillInputs(p, data, step);
-    auto start = std::chrono::steady_clock::now();
     fsdp_program_forward(&p);
-    double ms = std::chrono::duration<double, std::milli>(
-                    std::chrono::steady_clock::now() - start)
-                    .count();
     for (size_t k = 0; k < p.outputs.size(); ++k)
       if (!p.outputs[k])
         fail("forward",
              "the step did not set output '" + p.outputNames[k] + "'");
+    // What the step itself made the host wait for; the loss read below is
+    // the one wait a step is allowed, every --log-every steps.
+    p.stepHostSyncs += fsdp_rt_host_syncs() - syncsBefore;
+    ++p.stepsRun;
+    ++windowSteps;
+    bool logStep = (i + 1) % o.logEvery == 0 || i + 1 == o.steps;
     // The loss is the same on every rank (a global mean), so every rank
     // stops together on a non-finite one, before its updates are kept.
     double loss = 0;
-    bool hasLoss = lossOf(p, loss);
+    bool hasLoss = logStep && lossOf(p, loss);
     if (hasLoss && !std::isfinite(loss))
       failAll(p, "train",
               "step " + std::to_string(step) + ": the loss is " +
@@ -289,10 +315,14 @@ int main(int argc, char **argv) {
                   (lastSaved >= 0 || !o.resume.empty()
                        ? " (the last checkpoint is kept as it was)"
                        : ""));
-    if (!o.quiet && p.worldRank == 0 && hasLoss) {
-      std::printf("step %lld loss %.6f time %.3f ms\n", (long long)step, loss,
-                  ms);
-      std::fflush(stdout);
+    if (logStep) {
+      double ms = (msSince(windowStart) - windowExcludedMs) / windowSteps;
+      windowSteps = 0;
+      if (!o.quiet && p.worldRank == 0 && hasLoss) {
+        std::printf("step %lld loss %.6f time %.3f ms\n", (long long)step, loss,
+                    ms);
+        std::fflush(stdout);
+      }
     }
     if (i == o.dumpStep && !o.dumpDir.empty())
       dumpTensors(p, o.dumpDir);
@@ -311,8 +341,11 @@ int main(int argc, char **argv) {
     state.step = step + 1;
     if (o.save.empty())
       continue;
-    if (o.saveEvery && state.step % o.saveEvery == 0)
+    if (o.saveEvery && state.step % o.saveEvery == 0) {
+      auto saveStart = std::chrono::steady_clock::now();
       save();
+      windowExcludedMs += msSince(saveStart);
+    }
     // A signal may reach one rank only: stop when any rank has one.
     int local = stopRequested, any = 0;
     MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -92,7 +92,7 @@ fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type) {
   if (!t->data)
     fail("alloc", "out of memory allocating " + std::to_string(bytes) +
                       " bytes for " + typeString(type));
-  std::memset(t->data, 0, bytes);
+  fsdp_rt_zero(nullptr, t->data, bytes);
   return t;
 }
 

@@ -116,6 +116,11 @@ void fsdp::host::printReport(const fsdp_program &p) {
   std::printf("memory: current %lld bytes, peak %lld bytes\n",
               (long long)fsdp_rt_memory_current(),
               (long long)fsdp_rt_memory_peak());
+  // Waits of the host on the backend's streams inside the steps; the loss
+  // read every --log-every steps is outside this count.
+  std::printf("host syncs per step: %.2f (%lld in %lld steps)\n",
+              p.stepsRun ? double(p.stepHostSyncs) / double(p.stepsRun) : 0.0,
+              (long long)p.stepHostSyncs, (long long)p.stepsRun);
   std::printf("%-16s %10s %12s\n", "kernel class", "calls", "time (ms)");
   for (int c = 0; c < FSDP_RT_NUM_KERNEL_CLASSES; ++c) {
     auto cls = fsdp_rt_kernel_class(c);

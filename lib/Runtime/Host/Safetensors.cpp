@@ -15,7 +15,7 @@
 
 #include "Safetensors.h"
 
-#include "../CPU/Internal.h"
+#include "../Common/Float.h"
 
 #include <nlohmann/json.hpp>
 
