@@ -41,6 +41,22 @@ if mpirun:
     config.substitutions.append(
         ("%mpirun", mpirun + " --allow-run-as-root --oversubscribe"))
 
+# `cuda`: this build links --target cuda programs (the CUDA toolkit was
+# found at configure time). `cuda-gpu`: a GPU is visible too, so they run.
+# Tests that need a GPU say REQUIRES: cuda-gpu and are reported UNSUPPORTED
+# on a machine without one, never passed.
+if config.fsdp_cuda_runtime_lib:
+    config.available_features.add("cuda")
+    config.substitutions.append(("%fsdp_cuda_lib",
+                                 config.fsdp_cuda_runtime_lib))
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi:
+        import subprocess
+        listed = subprocess.run([nvidia_smi, "-L"], capture_output=True,
+                                text=True)
+        if listed.returncode == 0 and "GPU" in listed.stdout:
+            config.available_features.add("cuda-gpu")
+
 # The interpreter of the test scripts: Debian's python3, which has the torch
 # and numpy that .ci/setup installs (FSDP_PYTHON overrides it), in place of
 # lit's default %python (whichever interpreter runs lit).
