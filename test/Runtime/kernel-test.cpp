@@ -13,6 +13,11 @@
 // with PyTorch. --grad runs the backward and optimizer kernels instead of the
 // forward ones. Only the public C ABI is used, as generated code would.
 //
+// Built with FSDP_KERNEL_TEST_CUDA it runs the CUDA backend: the tensors are
+// CUDA managed memory, which both the kernels and this file's host code
+// address, and every host read waits for the device first. The device check
+// (test/device) compares its files with the CPU backend's.
+//
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/Runtime/Runtime.h"
@@ -21,28 +26,85 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
 
+#ifdef FSDP_KERNEL_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace {
+
+#ifdef FSDP_KERNEL_TEST_CUDA
+void *testAlloc(size_t bytes) {
+  void *ptr = nullptr;
+  cudaError_t err = cudaMallocManaged(&ptr, std::max<size_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "cudaMallocManaged(%zu): %s\n", bytes,
+                 cudaGetErrorString(err));
+    std::exit(1);
+  }
+  return ptr;
+}
+void testFree(void *ptr) { cudaFree(ptr); }
+/// Waits for every kernel launched so far, before the host touches memory.
+void hostSync() {
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "a kernel failed: %s\n", cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+#else
+void *testAlloc(size_t bytes) {
+  return std::malloc(std::max<size_t>(bytes, 1));
+}
+void testFree(void *ptr) { std::free(ptr); }
+void hostSync() {}
+#endif
 
 const char *dtypeName(fsdp_rt_dtype dtype) {
   static const char *names[] = {"f32", "bf16", "f16", "i32", "i64"};
   return names[dtype];
 }
 
-/// A tensor owned by the test: bytes plus type and shape.
+/// A tensor owned by the test: zero-initialized bytes (memory the backend's
+/// kernels address) plus type and shape. Copies are deep.
 struct Tensor {
   fsdp_rt_dtype dtype;
   std::vector<int64_t> shape;
-  std::vector<char> bytes;
+  size_t size = 0;
+  char *bytes = nullptr;
 
   Tensor(fsdp_rt_dtype dtype, std::vector<int64_t> shape)
       : dtype(dtype), shape(std::move(shape)) {
-    bytes.resize(numel() * fsdp_rt_dtype_size(dtype));
+    size = size_t(numel()) * fsdp_rt_dtype_size(dtype);
+    bytes = static_cast<char *>(testAlloc(size));
+    std::memset(bytes, 0, size);
+  }
+  Tensor(const Tensor &other) : Tensor(other.dtype, other.shape) {
+    hostSync();
+    std::memcpy(bytes, other.bytes, size);
+  }
+  Tensor(Tensor &&other) noexcept
+      : dtype(other.dtype), shape(std::move(other.shape)), size(other.size),
+        bytes(other.bytes) {
+    other.bytes = nullptr;
+  }
+  Tensor &operator=(Tensor other) {
+    std::swap(dtype, other.dtype);
+    std::swap(shape, other.shape);
+    std::swap(size, other.size);
+    std::swap(bytes, other.bytes);
+    return *this;
+  }
+  ~Tensor() {
+    if (bytes)
+      testFree(bytes);
   }
   int64_t numel() const {
     int64_t n = 1;
@@ -51,7 +113,7 @@ struct Tensor {
     return n;
   }
   int rank() const { return int(shape.size()); }
-  void *data() { return bytes.data(); }
+  void *data() { return bytes; }
   template <typename T> T *as() { return reinterpret_cast<T *>(data()); }
 };
 
@@ -66,6 +128,7 @@ float nextUniform() {
 /// A float tensor of `dtype` with values uniform in [-range, range).
 Tensor randomFloat(fsdp_rt_dtype dtype, std::vector<int64_t> shape,
                    float range = 1.0f) {
+  hostSync();
   Tensor f32(FSDP_RT_F32, shape);
   for (int64_t i = 0; i < f32.numel(); ++i)
     f32.as<float>()[i] = range * nextUniform();
@@ -79,6 +142,7 @@ Tensor randomFloat(fsdp_rt_dtype dtype, std::vector<int64_t> shape,
 /// An index tensor with values in [0, bound).
 Tensor randomIndex(fsdp_rt_dtype dtype, std::vector<int64_t> shape,
                    int64_t bound) {
+  hostSync();
   Tensor t(dtype, std::move(shape));
   for (int64_t i = 0; i < t.numel(); ++i) {
     int64_t v = int64_t((nextUniform() + 1.0f) * 0.5f * bound) % bound;
@@ -121,8 +185,9 @@ public:
     for (int64_t d : t.shape)
       std::fprintf(manifest, " %lld", (long long)d);
     std::fprintf(manifest, "\n");
+    hostSync();
     FILE *f = std::fopen((dir + "/" + file).c_str(), "wb");
-    std::fwrite(t.bytes.data(), 1, t.bytes.size(), f);
+    std::fwrite(t.bytes, 1, t.size, f);
     std::fclose(f);
   }
 
@@ -589,6 +654,8 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
   const double lr = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
   // A runtime buffer, as the step's clipping coefficient is.
   const float gradScale = 0.5f;
+  Tensor scale(FSDP_RT_F32, {});
+  scale.as<float>()[0] = gradScale;
   Tensor param0 = randomFloat(FSDP_RT_F32, {n}), param = param0,
          m(FSDP_RT_F32, {n}), v(FSDP_RT_F32, {n});
   std::fill(m.as<float>(), m.as<float>() + n, 0.0f);
@@ -601,11 +668,12 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
       fsdp_rt_adamw(nullptr, param.as<float>(), m.as<float>(), v.as<float>(),
                     param.as<float>(), m.as<float>(), v.as<float>(), gradType,
                     grads.back().data(), n, lr, beta1, beta2, eps, wd, step,
-                    &gradScale);
+                    scale.as<float>());
     else
       fsdp_rt_sgd(nullptr, param.as<float>(),
                   momentum != 0 ? m.as<float>() : nullptr, gradType,
-                  grads.back().data(), n, lr, momentum, wd, step, &gradScale);
+                  grads.back().data(), n, lr, momentum, wd, step,
+                  scale.as<float>());
   }
   w.begin(name, adam ? "adamw" : "sgd");
   w.attr("lr", lr);
@@ -791,10 +859,10 @@ bool checkSupport() {
   expect(fsdp_rt_collective_calls(FSDP_RT_REDUCE_SCATTER, 3) == 1 &&
              fsdp_rt_collective_calls(FSDP_RT_REDUCE_SCATTER, 2) == 0,
          "counters are keyed by the axis set");
-  float x[4] = {1, 2, 3, 4}, y[4];
-  fsdp_rt_neg(nullptr, FSDP_RT_F32, x, 4, y);
-  float sumSq;
-  fsdp_rt_sum_squares(nullptr, FSDP_RT_F32, x, 4, &sumSq);
+  Tensor x(FSDP_RT_F32, {4}), y(FSDP_RT_F32, {4}), sumSq(FSDP_RT_F32, {});
+  fsdp_rt_neg(nullptr, FSDP_RT_F32, x.data(), 4, y.data());
+  fsdp_rt_sum_squares(nullptr, FSDP_RT_F32, x.data(), 4, sumSq.as<float>());
+  hostSync();
   expect(fsdp_rt_kernel_calls(FSDP_RT_KERNEL_ELEMENTWISE) == 1 &&
              fsdp_rt_kernel_time_ns(FSDP_RT_KERNEL_ELEMENTWISE) >= 0 &&
              fsdp_rt_kernel_calls(FSDP_RT_KERNEL_OPTIMIZER) == 1 &&
