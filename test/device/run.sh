@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The device check, on a GPU machine (nvcc, PyTorch with transformers; no
+# MLIR, no MPI, no network needed), in the folder prepare.sh wrote on the
+# build machine. Runs every check, then prints one table (table.py); each
+# check's raw output stays in RESULTS. Exits 1 if a check failed.
+#
+#   bash run.sh [BUNDLE [RESULTS]]   (default build/device-bundle,
+#                                     BUNDLE/results)
+#
+# PYTHON names the interpreter with torch and transformers (python3);
+# FSDP_DEVICE_QUICK=1 skips torch.compile (the slowest part, ~2 minutes).
+set -uo pipefail
+bundle=$(cd "${1:-build/device-bundle}" && pwd)
+results=${2:-$bundle/results}
+py=${PYTHON:-python3}
+scripts=$bundle/scripts
+bin=$bundle/bin
+batch=$(cat "$bundle/configs/batch")
+seq=$(cat "$bundle/configs/seq")
+device=$(cat "$bundle/configs/device")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+rm -rf "$results"
+mkdir -p "$results"
+
+# The programs link libcublas.so.13 (the CUDA toolkit) and libnccl.so.2 (the
+# toolkit's or PyTorch's wheel, whichever the machine has).
+libs=$("$py" - <<'EOF'
+import glob, os, site
+roots = ["/usr/local/cuda/lib64", "/usr/local/cuda/lib",
+         "/usr/local/cuda/targets/x86_64-linux/lib"] + site.getsitepackages()
+found = []
+for name in ("libcublas.so.13", "libcublasLt.so.13", "libnccl.so.2"):
+    for root in roots:
+        hits = glob.glob(os.path.join(root, name)) or \
+            glob.glob(os.path.join(root, "nvidia", "*", "lib", name)) or \
+            glob.glob(os.path.join(root, "nvidia", "*", "lib64", name))
+        if hits:
+            found.append(os.path.dirname(hits[0]))
+            break
+print(":".join(dict.fromkeys(found)))
+EOF
+)
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# check NAME SECONDS COMMAND...: output in RESULTS/NAME.txt, exit status in
+# RESULTS/NAME.rc; a check past its time limit is killed (status 124).
+check() {
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name" >&2
+  timeout "$limit" "$@" >"$results/$name.txt" 2>&1
+  echo $? >"$results/$name.rc"
+}
+
+check gpu 30 nvidia-smi --query-gpu=name,memory.total,driver_version \
+  --format=csv,noheader
+check env 60 "$py" -c "import os, torch, transformers
+print('torch', torch.__version__, 'transformers', transformers.__version__,
+      'cuda', torch.version.cuda)
+print('LD_LIBRARY_PATH', os.environ['LD_LIBRARY_PATH'])"
+
+# Kernels: the CUDA backend on the CPU build's inputs, against its outputs
+# and against PyTorch (on the CPU, as the CPU tests check).
+check kernels-run 120 "$bin/fsdp-runtime-kernel-test-cuda" "$work/kernels"
+check kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
+  "$work/kernels" "$bundle/ref/kernels"
+check kernels-vs-torch 300 "$py" "$scripts/check_kernels.py" "$work/kernels"
+check grad-kernels-run 120 "$bin/fsdp-runtime-kernel-test-cuda" --grad \
+  "$work/grad"
+check grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
+  "$work/grad" "$bundle/ref/grad"
+
+# The small steps: the CUDA program against the same step on the CPU
+# runtime, and against transformers (float64) on the GPU.
+small=$bundle/configs/llama-3.2-1b-small.json
+for v in f32 bf16; do
+  check small-$v-run 120 "$bin/small-$v" --steps 1 --quiet \
+    --dump-dir "$work/small-$v"
+  tolerance=1e-5 yardstick=()
+  [[ $v == bf16 ]] && tolerance=2e-2 yardstick=(--yardstick)
+  check small-$v-vs-cpu 120 "$py" "$scripts/compare_dumps.py" \
+    "$work/small-$v" "$bundle/ref/small-$v.dump" --rtol $tolerance
+  check small-$v-vs-hf 300 "$py" "$scripts/hf_step.py" "$small" \
+    "$work/small-$v" --device "$device" --label small-$v "${yardstick[@]}"
+done
+
+# Llama-3.2-1B, bf16 params and f32 masters: one step against
+# transformers, then the training step's time, memory and host syncs.
+big=$bundle/configs/llama-3.2-1b.json
+check llama1b-grad-run 300 "$bin/llama1b-grad" --steps 1 --quiet \
+  --dump-dir "$work/llama1b"
+check llama1b-vs-hf 600 "$py" "$scripts/hf_step.py" "$big" "$work/llama1b" \
+  --device "$device" --label llama1b --yardstick
+rm -rf "$work/llama1b"
+check llama1b-train 300 "$bin/llama1b-train" --steps 13 --log-every 4 \
+  --report
+check torch-eager 300 "$py" "$scripts/bench_torch.py" "$big" --batch "$batch" \
+  --seq "$seq" --device "$device" --mode eager
+if [[ ${FSDP_DEVICE_QUICK:-0} != 1 ]]; then
+  check torch-compile 420 "$py" "$scripts/bench_torch.py" "$big" \
+    --batch "$batch" --seq "$seq" --device "$device" --mode compile
+fi
+
+"$py" "$scripts/table.py" "$bundle" "$results"

@@ -1,0 +1,218 @@
+# Prints the device check's table from the files run.sh left in RESULTS:
+# one row per check with what was measured, the bound or goal, and the
+# result. Correctness rows PASS or FAIL (exit 1 on any FAIL); performance
+# rows say whether the issue's goal was met (1.1x PyTorch eager, at least
+# torch.compile, MFU >= 45%) and never fail the check by themselves.
+# Nothing here is estimated: a check that did not run says so.
+#
+# Usage: python3 table.py BUNDLE RESULTS
+
+import json
+import os
+import re
+import sys
+
+H100_PEAK = 989e12  # dense bf16, torchtitan's H100/H200 peak
+H200_MATMUL = 790e12  # measured bf16 matmul peak of the H200
+
+rows = []
+failed = False
+
+
+def row(check, measured, bound, result):
+    global failed
+    failed |= result == "FAIL"
+    rows.append((check, measured, bound, result))
+
+
+def read(results, name):
+    """(output, exit status) of a check, or (None, None) if it did not
+    run."""
+    path = os.path.join(results, name + ".txt")
+    if not os.path.exists(path):
+        return None, None
+    with open(path) as f:
+        text = f.read()
+    with open(os.path.join(results, name + ".rc")) as f:
+        return text, int(f.read())
+
+
+def last_line(text):
+    lines = [l for l in (text or "").splitlines() if l.strip()]
+    return lines[-1][:60] if lines else "no output"
+
+
+def ran(results, name, check, bound):
+    """The output of check `name` if it ran and exited 0; else a FAIL row
+    and None."""
+    text, rc = read(results, name)
+    if text is None:
+        row(check, "did not run", bound, "FAIL")
+        return None
+    if rc != 0:
+        what = "timed out" if rc == 124 else f"exit {rc}: {last_line(text)}"
+        row(check, what, bound, "FAIL")
+        return None
+    return text
+
+
+def status(ok):
+    return "PASS" if ok else "FAIL"
+
+
+def kernels(results, run, name, check):
+    bound = "f32 1e-5, bf16/f16 1e-2"
+    if ran(results, run, check, bound) is None:
+        return
+    text, rc = read(results, name)
+    m = re.search(r"(\d+) cases, (\d+) failed, worst (\S+)", text or "")
+    if not m:
+        row(check, last_line(text), bound, "FAIL")
+        return
+    row(check, f"{m[1]} cases, {m[2]} failed, worst {m[3]}", bound,
+        status(rc == 0 and m[2] == "0"))
+
+
+def dumps(results, name, check, bound):
+    text, rc = read(results, name)
+    m = re.search(r"(\d+) tensors, max_rel_diff (\S+)(?: \((\S+)\))?",
+                  text or "")
+    if not m:
+        row(check, last_line(text) if text else "did not run", bound, "FAIL")
+        return
+    where = f" ({m[3]})" if m[3] else ""
+    row(check, f"{m[1]} tensors, worst {m[2]}{where}", bound,
+        status(rc == 0))
+
+
+def transformers_rows(results, name, check):
+    text = ran(results, name, check, "")
+    if text is None:
+        return
+    for line in text.splitlines():
+        m = re.match(r"(FAIL )?\S+ vs transformers (\w+)(.*?) max_rel_err "
+                     r"(\S+) tolerance (\S+)", line)
+        if m:
+            row(f"{check}: {m[2]}{m[3]}", m[4], m[5], status(not m[1]))
+        m = re.match(r"\S+ transformers bf16 autocast (\w+) max_rel_err (\S+)",
+                     line)
+        if m:
+            row(f"  PyTorch bf16 autocast vs float64: {m[1]}", m[2],
+                "(yardstick)", "")
+
+
+def flops_per_token(config, seq):
+    """torchtitan's model FLOPs per token: 6 N + 12 L d T (embeddings
+    counted when tied, as the output projection)."""
+    d, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    hd = config.get("head_dim", d // heads)
+    inter, vocab = config["intermediate_size"], config["vocab_size"]
+    per_layer = d * hd * (heads + 2 * kv) + heads * hd * d + 3 * d * inter
+    matmul = layers * per_layer + vocab * d
+    return 6 * matmul + 12 * layers * heads * hd * seq
+
+
+def performance(bundle, results):
+    with open(os.path.join(bundle, "configs", "llama-3.2-1b.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(bundle, "configs", "batch")) as f:
+        batch = int(f.read())
+    with open(os.path.join(bundle, "configs", "seq")) as f:
+        seq = int(f.read())
+    tokens = batch * seq
+    flops = flops_per_token(config, seq) * tokens
+    shape = f"Llama-3.2-1B, {batch} x {seq} tokens, bf16"
+
+    text = ran(results, "llama1b-train", f"step time ({shape})", "")
+    ours = None
+    if text is not None:
+        # Windows of --log-every 4: steps 4-7 and 8-11 (step 0 warms up).
+        times = {int(s): float(t) for s, t in re.findall(
+            r"step (\d+) loss \S+ time (\S+) ms", text)}
+        if 7 in times and 11 in times:
+            ours = (times[7] + times[11]) / 2
+            row("fsdp-mlir step time (steps 4-11)", f"{ours:.1f} ms", "", "")
+        else:
+            row("fsdp-mlir step time", "no step lines", "", "FAIL")
+        m = re.search(r"memory: current \d+ bytes, peak (\d+) bytes", text)
+        with open(os.path.join(bundle, "ref",
+                               "llama1b-train.report.json")) as f:
+            estimate = json.load(f)["memory"]["estimated_peak"]
+        if m:
+            peak = int(m[1])
+            row("fsdp-mlir peak device memory (runtime counter)",
+                f"{peak / 2**30:.2f} GiB",
+                f"report's estimate {estimate / 2**30:.2f} GiB",
+                status(peak == estimate))
+        m = re.search(r"host syncs per step: \S+ \((\d+) in (\d+) steps\)",
+                      text)
+        if m:
+            logged = len(re.findall(r"^step \d+ loss", text, re.M))
+            row("host syncs in 13 steps (loss read every 4)", m[1],
+                f"{logged} (the loss reads)", status(int(m[1]) <= logged))
+    if ours:
+        row("fsdp-mlir tokens/s", f"{tokens / ours * 1e3:,.0f}", "", "")
+        for peak, name in ((H100_PEAK, "989 TF/s"), (H200_MATMUL, "790 TF/s")):
+            mfu = flops / (ours * 1e-3) / peak
+            goal = "met" if mfu >= 0.45 else "missed"
+            row(f"fsdp-mlir MFU vs {name}", f"{mfu:.1%}", ">= 45%",
+                f"goal {goal}")
+    for mode, goal in (("eager", 1.1), ("compile", 1.0)):
+        name = f"torch-{mode}"
+        text, rc = read(results, name)
+        if text is None:
+            row(f"PyTorch {mode}", "skipped", "", "")
+            continue
+        text = ran(results, name, f"PyTorch {mode}", "")
+        if text is None:
+            continue
+        torch_run = json.loads(text.strip().splitlines()[-1])
+        ms = torch_run["step_ms"]
+        row(f"PyTorch {mode} step time", f"{ms:.1f} ms",
+            f"tokens/s {torch_run['tokens_per_s']:,.0f}, MFU "
+            f"{flops / (ms * 1e-3) / H100_PEAK:.1%} of 989", "")
+        row(f"PyTorch {mode} max_memory_allocated",
+            f"{torch_run['max_memory_allocated'] / 2**30:.2f} GiB", "", "")
+        if ours:
+            speedup = ms / ours
+            row(f"speed-up over PyTorch {mode}", f"{speedup:.2f}x",
+                f">= {goal}x", f"goal {'met' if speedup >= goal else 'missed'}")
+
+
+def main():
+    bundle, results = sys.argv[1], sys.argv[2]
+    gpu, rc = read(results, "gpu")
+    print(f"device check on {gpu.strip() if rc == 0 else 'no GPU listed'}")
+    env, _ = read(results, "env")
+    print((env or "").strip())
+    kernels(results, "kernels-run", "kernels-vs-cpu",
+            "kernels (forward) vs CPU runtime")
+    kernels(results, "grad-kernels-run", "grad-kernels-vs-cpu",
+            "kernels (backward, optimizers) vs CPU runtime")
+    text = ran(results, "kernels-vs-torch", "kernels vs PyTorch",
+               "f32 1e-5, bf16 1e-2")
+    if text is not None:
+        m = re.search(r"(\d+) of (\d+) cases passed", text)
+        row("kernels vs PyTorch", m[0] if m else last_line(text),
+            "f32 1e-5, bf16 1e-2", status(bool(m) and m[1] == m[2]))
+    for v, bound in (("f32", "1e-5"), ("bf16", "2e-2")):
+        if ran(results, f"small-{v}-run", f"small {v} step", "") is None:
+            continue
+        dumps(results, f"small-{v}-vs-cpu",
+              f"small {v} step vs CPU runtime", bound)
+        transformers_rows(results, f"small-{v}-vs-hf", f"small {v} step")
+    if ran(results, "llama1b-grad-run", "Llama-3.2-1B step", "") is not None:
+        transformers_rows(results, "llama1b-vs-hf", "Llama-3.2-1B bf16 step")
+    performance(bundle, results)
+
+    header = ("check", "measured", "bound / goal", "result")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(4)]
+    for r in [header] + rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    print(f"device check: {'FAILED' if failed else 'passed'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
