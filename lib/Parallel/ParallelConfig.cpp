@@ -376,6 +376,36 @@ void requireDefault(const json &v, const json &defaultValue,
                       "); only " + defaultValue.dump() + " is accepted");
 }
 
+/// FSDP2Config.offload_policy: null, or torch's CPUOffloadPolicy as an
+/// object (`_target_` optional; `pin_memory` only at its default, true).
+bool parseOffloadPolicy(const json &v, const std::string &file,
+                        const std::string &key) {
+  std::string where = field(file, key);
+  if (v.is_null())
+    return false;
+  if (!v.is_object())
+    reject(where, "must be null or a CPUOffloadPolicy object "
+                  "({\"pin_memory\": true}); got " +
+                      v.dump());
+  for (auto &[k, x] : v.items()) {
+    std::string sub = field(file, key + "." + k);
+    if (k == "_target_") {
+      std::string target = x.is_string() ? x.get<std::string>() : "";
+      if (target != "torch.distributed.fsdp.CPUOffloadPolicy" &&
+          target != "CPUOffloadPolicy")
+        reject(sub, "is " + x.dump() +
+                        "; only torch.distributed.fsdp.CPUOffloadPolicy "
+                        "is an offload policy here");
+    } else if (k == "pin_memory") {
+      requireDefault(x, true, sub, "pageable host buffers");
+    } else {
+      reject(sub, "unknown CPUOffloadPolicy field (expected _target_, "
+                  "pin_memory)");
+    }
+  }
+  return true;
+}
+
 ParallelConfig parseConfig(const std::string &text, const std::string &file) {
   json root = parseJson(text, file);
   if (!root.is_object())
@@ -435,7 +465,7 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
                               root["sequence_parallel"] == true))
         reject(at, "= true requires sequence_parallel = true");
     } else if (key == "offload_policy")
-      requireDefault(v, nullptr, at, "CPU offload");
+      config.cpuOffload = parseOffloadPolicy(v, file, key);
     else if (key == "autocast_dtype")
       requireDefault(v, nullptr, at, "autocast");
     else if (key == "activation_checkpointing")

@@ -33,12 +33,13 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
   for (BlockArgument arg : step.getArguments()) {
     unsigned i = arg.getArgNumber();
     int64_t bytes = bytesOf(arg.getType());
+    bool host = bool(step.getArgAttr(i, "fsdp.host"));
     if (step.getArgAttr(i, nn::NNDialect::kParamAttrName))
-      r.params += bytes;
+      (host ? r.host.params : r.params) += bytes;
     else if (step.getArgAttr(i, nn::NNDialect::kStateAttrName))
-      r.state += bytes;
+      (host ? r.host.state : r.state) += bytes;
     else
-      r.inputs += bytes;
+      (host ? r.host.inputs : r.inputs) += bytes;
   }
 
   // The runtime's buffers: each op result is a new one, but dist.copy and
@@ -52,11 +53,17 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
     return it == buffer.end() ? v : it->second;
   };
   DenseMap<Value, int64_t> references;
-  int64_t live = 0;
+  // Bytes live on the device and, under CPU offload, on the host: an op
+  // placed on the host (or a host copy) allocates its results there.
+  int64_t live = 0, liveHost = 0;
+  auto onHost = [](Operation *op) {
+    return isa<nn::ToHostOp>(op) ||
+           (op->hasAttr("fsdp.host") && !isa<nn::ToDeviceOp>(op));
+  };
   auto release = [&](Value v) {
     Value b = bufferOf(v);
     if (!isa<BlockArgument>(b) && --references[b] == 0)
-      live -= bytesOf(b.getType());
+      (onHost(b.getDefiningOp()) ? liveHost : live) -= bytesOf(b.getType());
   };
   ReleasePlan plan(body);
   // Per started future: its input and the staging it holds.
@@ -70,7 +77,7 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
           isContiguousSlice(&op))
         buffer[result] = bufferOf(op.getOperand(0));
       else
-        live += bytesOf(result.getType());
+        (onHost(&op) ? liveHost : live) += bytesOf(result.getType());
       if (ReleasePlan::isReleased(result))
         ++references[bufferOf(result)];
     }
@@ -99,6 +106,7 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
       live -= held;
     }
     r.peak = std::max(r.peak, live + staging);
+    r.host.peak = std::max(r.host.peak, liveHost);
     if (auto gather = dyn_cast<dist::AllGatherOp>(op);
         gather && gather->hasAttr("fsdp.unit"))
       r.gathered = std::max(r.gathered, bytesOf(gather.getType()));

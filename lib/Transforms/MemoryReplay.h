@@ -18,19 +18,27 @@ namespace fsdp {
 
 /// The bytes one rank holds in a step, as the runtime allocates them.
 struct MemoryReplay {
-  /// The arguments, held for the whole step.
+  /// The arguments, held for the whole step, on the device.
   int64_t params = 0, state = 0, inputs = 0;
   /// Gradient blocks at the update, the largest gathered FSDP unit.
   int64_t grads = 0, gathered = 0;
-  /// The peak of everything else: activations, temporaries, staging.
+  /// The peak of everything else on the device: activations,
+  /// temporaries, staging.
   int64_t peak = 0;
+  /// Host memory under CPU offload (fsdp-offload's fsdp.host): the
+  /// arguments placed there and the peak of the host ops' results.
+  struct Host {
+    int64_t params = 0, state = 0, inputs = 0, peak = 0;
+    int64_t estimate() const { return params + state + inputs + peak; }
+  } host;
+  bool offloaded() const { return host.estimate() > 0; }
   /// The bytes live when the backward starts (at the loss's gradient):
   /// what the forward saved for it.
   std::optional<int64_t> saved;
   /// FLOPs of the ops activation checkpointing recomputed, and of the
   /// forward (ops with a module path).
   double recomputedFlops = 0, forwardFlops = 0;
-  /// The estimated peak of the step.
+  /// The estimated peak of the step on the device.
   int64_t estimate() const { return params + state + inputs + peak; }
 };
 

@@ -72,6 +72,12 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
                             {"saved_for_backward", r.saved.value_or(0)},
                             {"forward_flops", r.forwardFlops},
                             {"precision", std::move(precision)}};
+    if (r.offloaded())
+      json["host"] = llvm::json::Object{{"parameters", r.host.params},
+                                        {"optimizer_state", r.host.state},
+                                        {"inputs", r.host.inputs},
+                                        {"temporaries_peak", r.host.peak},
+                                        {"estimated_peak", r.host.estimate()}};
     if (report) {
       if (failed(report->write(module, "memory", std::move(json))))
         return signalPassFailure();
@@ -96,6 +102,15 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         if (r.saved)
           row("saved for the backward", *r.saved);
         row("estimated peak", r.estimate());
+        if (r.offloaded()) {
+          os << llvm::formatv("{0,-34} {1,16}\n",
+                              "host memory per rank (CPU offload)", "bytes");
+          row("parameters (this rank's blocks)", r.host.params);
+          row("optimizer state", r.host.state);
+          row("inputs", r.host.inputs);
+          row("gradients, optimizer results, peak", r.host.peak);
+          row("estimated peak", r.host.estimate());
+        }
         if (!precisionText.empty())
           os << "precision: " << precisionText << "\n";
         if (r.recomputedFlops > 0)

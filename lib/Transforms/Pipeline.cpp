@@ -55,6 +55,9 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     schedule.remark = false;
     pm.addPass(createSchedulePass(schedule));
   }
+  // CPU offload (the config's offload_policy; otherwise nothing to do).
+  if (options.isParallel())
+    pm.addPass(createOffloadPass());
   if (options.report) {
     pm.addPass(createCommReportPass());
     pm.addPass(createMemoryReportPass());

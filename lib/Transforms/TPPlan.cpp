@@ -291,6 +291,8 @@ void TPPlanPass::runOnOperation() {
   if (parallel.activationCheckpointing != "none")
     module->setAttr("fsdp.activation_checkpointing",
                     b.getStringAttr(parallel.activationCheckpointing));
+  if (parallel.cpuOffload)
+    module->setAttr("fsdp.offload", b.getUnitAttr());
   if (parallel.asyncTP)
     module->setAttr("fsdp.async_tp", b.getUnitAttr());
   if (parallel.activationMemoryBudget > 0)

@@ -84,6 +84,9 @@ struct Tensor {
       : dtype(dtype), shape(std::move(shape)) {
     size = size_t(numel()) * fsdp_rt_dtype_size(dtype);
     bytes = static_cast<char *>(testAlloc(size));
+    // Host writes to managed memory wait for running kernels (which a
+    // GPU without concurrent managed access requires).
+    hostSync();
     std::memset(bytes, 0, size);
   }
   Tensor(const Tensor &other) : Tensor(other.dtype, other.shape) {
@@ -103,8 +106,11 @@ struct Tensor {
     return *this;
   }
   ~Tensor() {
-    if (bytes)
+    if (bytes) {
+      // A kernel may still read it.
+      hostSync();
       testFree(bytes);
+    }
   }
   int64_t numel() const {
     int64_t n = 1;

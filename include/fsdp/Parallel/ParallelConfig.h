@@ -92,6 +92,10 @@ struct ParallelConfig {
   /// rank in bytes, or a fraction (<= 1) of them without checkpointing; 0
   /// for none.
   double activationMemoryBudget = 0;
+  /// FSDP2Config.offload_policy: a CPUOffloadPolicy (parameter blocks,
+  /// gradients at the update and optimizer state in host memory, the
+  /// optimizer step on the host).
+  bool cpuOffload = false;
   /// FSDP2Config.defer_fsdp_grad_sync.
   bool deferGradSync = true;
   /// FSDP2Config.enable_fsdp2_prefetch and the chain depths.

@@ -293,6 +293,21 @@ fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f);
 // Training steps
 //===----------------------------------------------------------------------===//
 
+//===----------------------------------------------------------------------===//
+// CPU offload (fsdp-offload)
+//===----------------------------------------------------------------------===//
+
+/// Argument `index` (as fsdp_prog_arg counts) lives in host memory: the
+/// runtime allocates and counts it there (declared after the argument).
+void fsdp_prog_arg_on_host(fsdp_program *p, int64_t index);
+/// Ops called from now on, on this thread, put their results in host memory
+/// (`host`) or on the device (the default): set around each op fsdp-offload
+/// placed on the host. The CPU backend's kernels read either.
+void fsdp_prog_placement(fsdp_program *p, bool host);
+/// A device copy of `x` (a host tensor), and a host copy of `x`.
+fsdp_tensor *fsdp_op_to_device(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+fsdp_tensor *fsdp_op_to_host(fsdp_program *p, fsdp_type r, fsdp_tensor *x);
+
 /// Declares optimizer state `name` (an argument after the parameters,
 /// zero-initialized, not saved with the parameters).
 void fsdp_prog_state(fsdp_program *p, const char *name, fsdp_type type);

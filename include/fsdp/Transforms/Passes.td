@@ -632,4 +632,44 @@ def AsyncTPPass : Pass<"fsdp-async-tp", "mlir::ModuleOp"> {
   let dependentDialects = ["fsdp::dist::DistDialect", "fsdp::nn::NNDialect"];
 }
 
+def OffloadPass : Pass<"fsdp-offload", "mlir::ModuleOp"> {
+  let summary = "CPU offload: parameter blocks, gradients and optimizer state in host memory";
+  let description = [{
+    FSDP2's `CPUOffloadPolicy` (`offload_policy` in parallel.json, the
+    module attribute `fsdp.offload`; or `enable=true`), on the finished
+    training step:
+
+    - the step's parameter blocks, optimizer state and optimizer step count
+      are placed in host memory (`fsdp.host` on the argument);
+    - each gradient an optimizer op updates with is copied to the host
+      (`nn.to_host`) where it is produced, after its reduce-scatter;
+    - the optimizer ops and everything only they need (the gradient norm of
+      clipping, its all-reduce, the clip coefficient) run on the host
+      (`fsdp.host` on the op): their results are host buffers, and the
+      updated parameters and state stay there;
+    - every other op that reads a host value gets a device copy
+      (`nn.to_device`) just before it: a parameter block is copied to the
+      device before its cast and all-gather, once per use, as FSDP2 copies
+      it before each all-gather.
+
+    The numbers do not change; the memory report splits device and host
+    memory. Runs after `fsdp-build-train-step` (and the schedule), before the
+    reports and the lowering.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The step function to rewrite">,
+    Option<"enable", "enable", "fsdp::FromConfig",
+           /*default=*/"fsdp::FromConfig::Config",
+           "Offload: the module's fsdp.offload (config), or always (true) or "
+           "never (false)", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::FromConfig::Config, "config", "the config's"),
+          clEnumValN(fsdp::FromConfig::True, "true", "on"),
+          clEnumValN(fsdp::FromConfig::False, "false", "off"))
+    }]>,
+  ];
+  let dependentDialects = ["fsdp::nn::NNDialect"];
+}
+
 #endif // FSDP_TRANSFORMS_PASSES_TD

@@ -46,8 +46,10 @@ public:
 private:
   /// Declares argument `arg` of the step: an input (with its split and id
   /// range), optimizer state, or a parameter (with its initializer and the
-  /// block this rank holds).
+  /// block this rank holds), and its placement in host memory.
   LogicalResult emitArgument(BlockArgument arg, Location loc);
+  /// The declaration of `arg` by its kind (input, state or parameter).
+  LogicalResult emitArgumentKind(BlockArgument arg, Location loc);
   /// The number of blocks a vocabulary-parallel op's `shard_index` (a
   /// dist.axis_index) counts, or 1.
   int64_t numBlocks(Value shardIndex);
@@ -74,6 +76,17 @@ int64_t Describer::numBlocks(Value shardIndex) {
 }
 
 LogicalResult Describer::emitArgument(BlockArgument arg, Location loc) {
+  if (failed(emitArgumentKind(arg, loc)))
+    return failure();
+  // CPU offload: the argument lives in host memory.
+  if (entry.getArgAttr(arg.getArgNumber(), "fsdp.host"))
+    call("fsdp_prog_arg_on_host")
+        .literal(intLiteral(arg.getArgNumber()))
+        .emit(builder, loc);
+  return success();
+}
+
+LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
   unsigned i = arg.getArgNumber();
   auto type = cast<RankedTensorType>(arg.getType());
   if (auto name = entry.getArgAttrOfType<StringAttr>(

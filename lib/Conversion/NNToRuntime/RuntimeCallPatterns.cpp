@@ -95,6 +95,16 @@ struct RuntimeCallPattern
     Call c(state.context,
            (call.getRuntimeCallee() + (async ? "_start" : "")).str());
     c.value(program);
+    // An op fsdp-offload placed on the host allocates its results there.
+    bool host = op->hasAttr("fsdp.host");
+    auto placement = [&](bool onHost) {
+      Call(state.context, "fsdp_prog_placement")
+          .value(program)
+          .literal(onHost ? "true" : "false")
+          .emit(rewriter, loc);
+    };
+    if (host)
+      placement(true);
     SmallVector<Value> results;
     if (call.getRuntimeWritesResults()) {
       for (Type type : op->getResultTypes())
@@ -122,6 +132,8 @@ struct RuntimeCallPattern
                  getTypeConverter()->convertType(op->getResult(0).getType())));
     else
       c.emit(rewriter, loc);
+    if (host)
+      placement(false);
     state.finish(rewriter, op, operands, results, 1);
     return success();
   }

@@ -507,7 +507,7 @@ CheckpointState fsdp::host::loadCheckpoint(fsdp_program &p,
                      "this program; ignored\n",
                      ck.dir.c_str(), name.c_str());
   for (Param &param : p.params) {
-    param.tensor = newTensor(param.type);
+    param.tensor = newTensor(param.type, param.host);
     param.tensor->borrowed = true;
     std::vector<char> image(size_t(byteSize(param.type)));
     ck.readBlock(param.name, layoutOf(p, param), param.type.dtype,

@@ -77,16 +77,21 @@ void fsdp::host::startCommunication(fsdp_program &p) {
                 (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") +
                 "); this program was built with fsdp-compile --target cuda: "
                 "run it on a GPU machine, or build it with --target cpu");
-  if (p.localRanks > devices)
+  // Local rank i drives GPU i. A launcher that binds one GPU per process
+  // (CUDA_VISIBLE_DEVICES per rank: SLURM --gpus-per-task, --gpu-bind) shows
+  // each rank a single device, which is then its own.
+  int device = devices == 1 ? 0 : p.localRank;
+  if (device >= devices)
     failAll(p, "cuda",
             std::to_string(p.localRanks) + " ranks share a node with " +
                 std::to_string(devices) +
-                " GPUs; NCCL needs one GPU per rank (launch at most " +
-                std::to_string(devices) + " ranks per node)");
-  // Local rank i drives GPU i; the runtime's memory pool and compute stream
-  // are created on it at their first use, after this.
-  if (cudaSetDevice(p.localRank) != cudaSuccess)
-    failAll(p, "cuda", "cannot select GPU " + std::to_string(p.localRank));
+                " visible GPUs; NCCL needs one GPU per rank (launch at most " +
+                std::to_string(devices) +
+                " ranks per node, or bind one GPU to each rank)");
+  // The runtime's memory pool and compute stream are created on it at
+  // their first use, after this.
+  if (cudaSetDevice(device) != cudaSuccess)
+    failAll(p, "cuda", "cannot select GPU " + std::to_string(device));
   // Every rank visits the masks in the same order, so each group's members
   // meet in ncclCommInitRank together.
   for (uint32_t mask : p.groupMasks) {

@@ -125,7 +125,7 @@ int64_t fsdp::host::globalBatch(const fsdp_program &p) {
 void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
   BatchShape shape = batchShape(p);
   for (Input &in : p.inputs) {
-    in.tensor = newTensor(in.type);
+    in.tensor = newTensor(in.type, in.host);
     in.tensor->borrowed = true;
     if (!isTokenInput(in.name) && in.name != kOptimizerStep && p.worldRank == 0)
       std::fprintf(stderr,

@@ -38,6 +38,9 @@ struct fsdp_tensor {
   /// buffer, which on a device would wait for the stream.
   bool hostKnown = false;
   double hostValue = 0;
+  /// In host memory (CPU offload, fsdp-offload's fsdp.host): allocated and
+  /// counted by the host layer, not the kernel backend.
+  bool host = false;
 };
 
 namespace fsdp::host {
@@ -74,6 +77,8 @@ struct Input {
   std::string name;
   fsdp_type type;
   fsdp_tensor *tensor = nullptr;
+  /// Kept in host memory (fsdp_prog_arg_on_host).
+  bool host = false;
   /// The mesh axes dim 0 (the batch) is split over (data parallelism).
   uint32_t batchAxes = 0;
 };
@@ -84,6 +89,8 @@ struct Param {
   fsdp_init_kind init;
   double a, b;
   fsdp_tensor *tensor = nullptr;
+  /// Kept in host memory (fsdp_prog_arg_on_host).
+  bool host = false;
   /// Optimizer state: zero-initialized (or resumed), laid out as its
   /// parameter, not part of Hugging Face weights.
   bool state = false;
@@ -184,7 +191,14 @@ const char *dtypeName(fsdp_rt_dtype dtype);
 /// `f32[2x3]`, for messages.
 std::string typeString(const fsdp_type &type);
 /// A new zero-filled tensor with one reference.
+/// A zeroed tensor on the side the step is placing results on
+/// (fsdp_prog_placement: the device unless a host op is running).
 fsdp_tensor *newTensor(const fsdp_type &type);
+/// A zeroed tensor in host memory if `host`, else on the device.
+fsdp_tensor *newTensor(const fsdp_type &type, bool host);
+/// Host memory the program holds (CPU offload), in requested bytes.
+int64_t hostMemoryCurrent();
+int64_t hostMemoryPeak();
 /// Copies a host image of `t`'s bytes into `t` (the backend's host-to-device
 /// path; every host write of tensor data goes through it).
 void upload(fsdp_tensor *t, const void *host);

@@ -76,7 +76,7 @@ void fsdp::host::initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a,
 
 void fsdp::host::initParams(fsdp_program &p, uint64_t seed) {
   for (Param &param : p.params) {
-    param.tensor = newTensor(param.type);
+    param.tensor = newTensor(param.type, param.host);
     param.tensor->borrowed = true;
     // Each run of this rank's block is a run of the whole tensor; padding
     // stays zero.

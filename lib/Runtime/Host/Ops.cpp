@@ -590,6 +590,34 @@ fsdp_tensor *fsdp_op_roll(fsdp_program *, fsdp_type r, fsdp_tensor *shift,
   return out;
 }
 
+namespace {
+/// A copy of `x` in host memory (`host`) or on the device.
+fsdp_tensor *placedCopy(const char *op, fsdp_type r, fsdp_tensor *x,
+                        bool host) {
+  Check c{op};
+  c.present(x, "operand");
+  c.sameShape(r, x->type, "result");
+  if (r.dtype != x->type.dtype)
+    fail(op,
+         "result " + typeString(r) + " is not operand " + typeString(x->type));
+  fsdp_tensor *out = newTensor(r, host);
+  size_t bytes = size_t(byteSize(r));
+  if (host)
+    fsdp_rt_copy_to_host(nullptr, out->data, x->data, bytes);
+  else
+    fsdp_rt_copy_to_device(nullptr, out->data, x->data, bytes);
+  return out;
+}
+} // namespace
+
+fsdp_tensor *fsdp_op_to_device(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
+  return placedCopy("to_device", r, x, false);
+}
+
+fsdp_tensor *fsdp_op_to_host(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
+  return placedCopy("to_host", r, x, true);
+}
+
 fsdp_tensor *fsdp_op_cast(fsdp_program *, fsdp_type r, fsdp_tensor *x) {
   Check c{"cast"};
   c.present(x, "operand");

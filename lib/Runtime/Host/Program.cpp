@@ -7,9 +7,12 @@
 
 #include "Host.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -76,7 +79,38 @@ std::string fsdp::host::typeString(const fsdp_type &type) {
   return s + "]";
 }
 
+namespace {
+/// Whether ops now place their results in host memory: set around each
+/// host op by the generated code, per thread (the communication thread's
+/// buffers are the device's).
+thread_local bool placingOnHost = false;
+std::mutex hostMemoryMutex;
+int64_t hostCurrent = 0, hostPeak = 0;
+
+void countHost(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(hostMemoryMutex);
+  hostCurrent += bytes;
+  hostPeak = std::max(hostPeak, hostCurrent);
+}
+} // namespace
+
+int64_t fsdp::host::hostMemoryCurrent() {
+  std::lock_guard<std::mutex> lock(hostMemoryMutex);
+  return hostCurrent;
+}
+
+int64_t fsdp::host::hostMemoryPeak() {
+  std::lock_guard<std::mutex> lock(hostMemoryMutex);
+  return hostPeak;
+}
+
+void fsdp_prog_placement(fsdp_program *, bool host) { placingOnHost = host; }
+
 fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type) {
+  return newTensor(type, placingOnHost);
+}
+
+fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type, bool host) {
   if (type.rank < 0 || type.rank > 8)
     fail("alloc", "rank " + std::to_string(type.rank) + " is not in [0, 8]");
   for (int64_t i = 0; i < type.rank; ++i)
@@ -87,12 +121,24 @@ fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type) {
   auto *t = new fsdp_tensor;
   t->type = type;
   size_t bytes = size_t(byteSize(type));
+  t->host = host;
   // A zero-size buffer still gets a distinct address.
-  t->data = fsdp_rt_alloc(bytes ? bytes : 1);
+  if (host) {
+    t->data =
+        std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+    if (t->data) {
+      std::memset(t->data, 0, bytes);
+      countHost(int64_t(bytes ? bytes : 1));
+    }
+  } else {
+    t->data = fsdp_rt_alloc(bytes ? bytes : 1);
+  }
   if (!t->data)
-    fail("alloc", "out of memory allocating " + std::to_string(bytes) +
+    fail("alloc", std::string("out of ") + (host ? "host " : "") +
+                      "memory allocating " + std::to_string(bytes) +
                       " bytes for " + typeString(type));
-  fsdp_rt_zero(nullptr, t->data, bytes);
+  if (!host)
+    fsdp_rt_zero(nullptr, t->data, bytes);
   return t;
 }
 
@@ -315,6 +361,18 @@ int64_t fsdp_prog_mesh_coord(fsdp_program *p, int64_t axis) {
 // Step
 //===----------------------------------------------------------------------===//
 
+void fsdp_prog_arg_on_host(fsdp_program *p, int64_t index) {
+  int64_t numInputs = int64_t(p->inputs.size());
+  if (index >= 0 && index < numInputs)
+    p->inputs[index].host = true;
+  else if (index >= numInputs && index < numInputs + int64_t(p->params.size()))
+    p->params[index - numInputs].host = true;
+  else
+    fail("arg", "no argument " + std::to_string(index) +
+                    " to place on the "
+                    "host");
+}
+
 fsdp_tensor *fsdp_prog_arg(fsdp_program *p, int64_t index) {
   int64_t numInputs = int64_t(p->inputs.size());
   if (index >= 0 && index < numInputs)
@@ -353,8 +411,13 @@ void fsdp_release(fsdp_tensor *t) {
     return;
   if (t->base)
     fsdp_release(t->base);
-  else
+  else if (t->host) {
+    std::free(t->data);
+    size_t bytes = size_t(byteSize(t->type));
+    countHost(-int64_t(bytes ? bytes : 1));
+  } else {
     fsdp_rt_free(t->data);
+  }
   delete t;
 }
 

@@ -116,6 +116,10 @@ void fsdp::host::printReport(const fsdp_program &p) {
   std::printf("memory: current %lld bytes, peak %lld bytes\n",
               (long long)fsdp_rt_memory_current(),
               (long long)fsdp_rt_memory_peak());
+  if (hostMemoryPeak() > 0)
+    std::printf("host memory (CPU offload): current %lld bytes, peak %lld "
+                "bytes\n",
+                (long long)hostMemoryCurrent(), (long long)hostMemoryPeak());
   // Waits of the host on the backend's streams inside the steps; the loss
   // read every --log-every steps is outside this count.
   std::printf("host syncs per step: %.2f (%lld in %lld steps)\n",

@@ -393,7 +393,7 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path,
                  listNames(unexpected).c_str());
 
   for (Param &param : p.params) {
-    param.tensor = newTensor(param.type);
+    param.tensor = newTensor(param.type, param.host);
     param.tensor->borrowed = true;
     if (param.state)
       continue; // optimizer state starts at zero

@@ -78,7 +78,8 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
   if (name == "fsdp.unit")
     return expect(isa<StringAttr>(value), "a unit name");
   if (name == "fsdp.reshard" || name == "fsdp.regather" ||
-      name == "fsdp.recompute" || name == "fsdp.async_tp")
+      name == "fsdp.recompute" || name == "fsdp.async_tp" ||
+      name == "fsdp.offload" || name == "fsdp.host")
     return expect(isa<UnitAttr>(value), "a unit attribute");
   if (name == "fsdp.activation_memory_budget") {
     auto f = dyn_cast<FloatAttr>(value);
@@ -125,6 +126,12 @@ LogicalResult FSDPDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned index,
                                                     NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
+  if (name == "fsdp.host") {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError("argument #")
+             << index << " has 'fsdp.host' that is not a unit attribute";
+    return success();
+  }
   if (name != "fsdp.inner_axes" && name != "fsdp.global_shape")
     return op->emitOpError("has '")
            << name << "' on argument #" << index

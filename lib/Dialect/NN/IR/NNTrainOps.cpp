@@ -95,3 +95,18 @@ LogicalResult SGDOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   results.append({param, param});
   return success();
 }
+
+// The placement copies keep the type.
+LogicalResult ToDeviceOp::inferTypes(MLIRContext *, std::optional<Location>,
+                                     Adaptor adaptor,
+                                     SmallVectorImpl<Type> &results) {
+  results.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult ToHostOp::inferTypes(MLIRContext *, std::optional<Location>,
+                                   Adaptor adaptor,
+                                   SmallVectorImpl<Type> &results) {
+  results.push_back(adaptor.getInput().getType());
+  return success();
+}

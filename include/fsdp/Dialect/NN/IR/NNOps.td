@@ -875,4 +875,33 @@ def NN_SGDOp : NN_Op<"sgd", [
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Memory placement (CPU offload)
+//===----------------------------------------------------------------------===//
+
+class NN_PlacementCopyOp<string mnemonic, string callee, string where>
+    : NN_Op<mnemonic, [RuntimeCall<callee>]> {
+  let summary = "Copy a tensor into " # where # " memory";
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def NN_ToDeviceOp : NN_PlacementCopyOp<"to_device", "fsdp_op_to_device",
+                                       "device"> {
+  let description = [{
+    A device copy of a tensor in host memory (an argument or result
+    `fsdp-offload` placed there): a parameter block on its way to its
+    all-gather. The runtime allocates the result on the device.
+  }];
+}
+
+def NN_ToHostOp : NN_PlacementCopyOp<"to_host", "fsdp_op_to_host", "host"> {
+  let description = [{
+    A host copy of a device tensor: a gradient block on its way to the
+    optimizer step, which runs on the host under CPU offload. The runtime
+    allocates the result in host memory.
+  }];
+}
+
 #endif // FSDP_DIALECT_NN_IR_NNOPS_TD
