@@ -143,22 +143,17 @@ LogicalResult writeFile(StringRef path, StringRef text,
   return success();
 }
 
-/// Reads the world size off the module's mesh, and whether it offloads to
-/// the host, before each pass: the lowering to runtime calls erases the mesh
-/// and the module's attributes, so the last reading is the program's.
-struct ModuleFactsInstrumentation : public PassInstrumentation {
-  ModuleFactsInstrumentation(int64_t &worldSize, bool &offload)
-      : worldSize(worldSize), offload(offload) {}
+/// Reads the world size off the module's mesh before each pass: the lowering
+/// to runtime calls erases the mesh, so the last reading is the program's.
+struct WorldSizeInstrumentation : public PassInstrumentation {
+  explicit WorldSizeInstrumentation(int64_t &worldSize)
+      : worldSize(worldSize) {}
   void runBeforePass(Pass *, Operation *op) override {
-    auto module = dyn_cast<ModuleOp>(op);
-    if (!module)
-      return;
-    if (fsdp::dist::MeshOp mesh = fsdp::dist::findMesh(module))
-      worldSize = mesh.getNumRanks();
-    offload |= module->hasAttr("fsdp.offload");
+    if (auto module = dyn_cast<ModuleOp>(op))
+      if (fsdp::dist::MeshOp mesh = fsdp::dist::findMesh(module))
+        worldSize = mesh.getNumRanks();
   }
   int64_t &worldSize;
-  bool &offload;
 };
 
 /// Fails unless the options name a target this build can link.
@@ -269,18 +264,12 @@ fsdp::compileProgram(MLIRContext &context, llvm::SourceMgr &sourceMgr,
 
   PassManager pm(&context);
   CompileResult result;
-  bool offload = false;
   pm.addInstrumentation(
-      std::make_unique<ModuleFactsInstrumentation>(result.worldSize, offload));
+      std::make_unique<WorldSizeInstrumentation>(result.worldSize));
   if (failed(buildPipeline(pm, pipeline, errors)))
     return reportError("--passes: cannot parse '" + pipeline.step + "'");
   if (failed(pm.run(*module)))
     return failure();
-  if (options.target == "cuda" && offload)
-    return reportError(
-        "--target cuda: offload_policy (CPU offload) runs the optimizer step "
-        "on the host, and the CUDA runtime has no host kernels yet; compile "
-        "it with --target cpu, or without offload_policy");
   if (!options.mpi && result.worldSize != 1)
     return reportError("--no-mpi builds a one-process program, but the mesh "
                        "has " +

@@ -50,11 +50,11 @@ bool isHost(func::FuncOp step, Value v) {
   return def->hasAttr(kHost);
 }
 
-/// Ops the host may run: runtime calls, and the waits and copies that hand
-/// out their results.
+/// Ops placed on the host: runtime calls other than collectives (which
+/// communicate device buffers) and the placement copies.
 bool canRunOnHost(Operation *op) {
-  return isa<RuntimeCallOpInterface, dist::WaitOp, dist::CopyOp>(op) &&
-         !isa<nn::ToHostOp, nn::ToDeviceOp>(op);
+  return isa<RuntimeCallOpInterface>(op) &&
+         !isa<dist::CollectiveOpInterface, nn::ToHostOp, nn::ToDeviceOp>(op);
 }
 
 struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
@@ -111,17 +111,21 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
     }
 
     // The updates and what only feeds them run on the host: the slice of
-    // their operands up to host values.
+    // their operands up to host values. Collectives (and their waits) stay
+    // on the device, but the slice goes on through them: clipping's partial
+    // norms are summed on the host, only the scalars cross.
     SmallVector<Operation *> worklist(updates.begin(), updates.end());
+    DenseSet<Operation *> visited(updates.begin(), updates.end());
     while (!worklist.empty()) {
       Operation *op = worklist.pop_back_val();
-      if (op->hasAttr(kHost))
-        continue;
-      op->setAttr(kHost, unit);
+      if (canRunOnHost(op))
+        op->setAttr(kHost, unit);
       for (Value v : op->getOperands()) {
         Operation *def = v.getDefiningOp();
         if (def && def->getBlock() == &body && !isHost(step, v) &&
-            canRunOnHost(def) && !def->hasAttr(kHost))
+            (canRunOnHost(def) ||
+             isa<dist::WaitOp, dist::CollectiveOpInterface>(def)) &&
+            visited.insert(def).second)
           worklist.push_back(def);
       }
     }

@@ -13,6 +13,8 @@
 #                          hidden 128, 4 heads, vocab 2048, seq 128, batch 2),
 #                          optimizer=none, f32 and bf16 (mp_policy); the CPU
 #                          runtime's dumps of the same steps are in ref/
+#   small-offload          the same with AdamW (clip 0.5) and CPU offload, 4
+#                          steps, f32
 #   llama1b-grad           Llama-3.2-1B (16 layers, hidden 2048, vocab
 #                          128256, tied), bf16 params and f32 masters,
 #                          batch 1 x 2048, optimizer=none, for transformers
@@ -48,7 +50,8 @@ trap 'rm -rf "$work"' EXIT
 
 cp "$src"/test/device/{run.sh,hf_step.py,bench_torch.py,table.py} \
   "$src"/test/Runtime/{check_kernels.py,compare_backends.py} \
-  "$src"/test/E2E/{reference.py,compare_dumps.py} "$out/scripts/"
+  "$src"/test/E2E/{reference.py,compare_dumps.py,compare_losses.py} \
+  "$out/scripts/"
 cp "$src"/test/device/llama-3.2-1b-small.json "$out/configs/"
 cp "$big" "$out/configs/llama-3.2-1b.json"
 echo "$batch" >"$out/configs/batch"
@@ -61,7 +64,9 @@ cp "$bin/$kernel_test" "$out/bin/fsdp-runtime-kernel-test-cuda"
 "$bin/fsdp-runtime-kernel-test" --grad "$out/ref/grad" >/dev/null
 
 # compile NAME CONFIG BATCH OPTIMIZER [PRECISION]: graphs/NAME.json and
-# bin/NAME (CUDA); PRECISION bf16 compiles with mp_policy bf16/f32.
+# bin/NAME (CUDA); PRECISION bf16 compiles with mp_policy bf16/f32, offload
+# with f32 and offload_policy (AdamW with a clip that clips, 4 steps on the
+# CPU runtime in ref/NAME.log instead of a dump).
 compile() {
   local name=$1 config=$2 batch=$3 optimizer=$4 precision=${5:-f32}
   local graph=$out/graphs/$name.json args=()
@@ -73,19 +78,30 @@ compile() {
     args=(--parallel "$work/mp.json")
   fi
   local passes="fsdp-build-train-step{optimizer=$optimizer lr=1e-4}"
+  if [[ $precision == offload ]]; then
+    echo '{"mp_policy": {"param_dtype": "fp32", "reduce_dtype": "fp32",
+           "output_dtype": "fp32"}, "offload_policy": {}}' >"$work/off.json"
+    args=(--parallel "$work/off.json")
+    passes="fsdp-build-train-step{optimizer=$optimizer lr=1e-3 max-grad-norm=0.5}"
+  fi
   "$bin/fsdp-compile" "$graph" "${args[@]}" --passes="$passes" \
     "${target[@]}" --report-json "$out/ref/$name.report.json" -o "$out/bin/$name"
   if [[ $config == *small* ]]; then
     # The same step on the CPU runtime, dumped.
     "$bin/fsdp-compile" "$graph" "${args[@]}" --passes="$passes" \
       -o "$work/$name-cpu"
-    "$work/$name-cpu" --steps 1 --quiet --dump-dir "$out/ref/$name.dump"
+    if [[ $precision == offload ]]; then
+      "$work/$name-cpu" --steps 4 >"$out/ref/$name.log"
+    else
+      "$work/$name-cpu" --steps 1 --quiet --dump-dir "$out/ref/$name.dump"
+    fi
   fi
 }
 
 echo "== programs"
 SEQ=128 compile small-f32 "$src/test/device/llama-3.2-1b-small.json" 2 none
 SEQ=128 compile small-bf16 "$src/test/device/llama-3.2-1b-small.json" 2 none bf16
+SEQ=128 compile small-offload "$src/test/device/llama-3.2-1b-small.json" 2 adamw offload
 compile llama1b-grad "$out/configs/llama-3.2-1b.json" 1 none bf16
 compile llama1b-train "$out/configs/llama-3.2-1b.json" "$batch" adamw bf16
 

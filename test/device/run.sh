@@ -85,6 +85,12 @@ for v in f32 bf16; do
     "$work/small-$v" --device "$device" --label small-$v "${yardstick[@]}"
 done
 
+# CPU offload: 4 AdamW steps with the optimizer on pinned host memory,
+# against the CPU runtime's losses; memory and host syncs from --report.
+check small-offload-run 120 "$bin/small-offload" --steps 4 --report
+check small-offload-vs-cpu 60 "$py" "$scripts/compare_losses.py" \
+  "$bundle/ref/small-offload.log" "$results/small-offload-run.txt" --rtol 1e-5
+
 # Llama-3.2-1B, bf16 params and f32 masters: one step against
 # transformers, then the training step's time, memory and host syncs.
 big=$bundle/configs/llama-3.2-1b.json

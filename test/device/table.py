@@ -113,6 +113,32 @@ def flops_per_token(config, seq):
     return 6 * matmul + 12 * layers * heads * hd * seq
 
 
+def memory_rows(bundle, text, name, label):
+    """Rows for the peaks a --report run of program `name` measured (device,
+    and host under CPU offload) against its compile report's estimates, and
+    its host syncs inside the steps (the loss reads are not counted)."""
+    with open(os.path.join(bundle, "ref", name + ".report.json")) as f:
+        estimate = json.load(f)["memory"]
+    for kind, pattern, expected in (
+            ("device", r"^memory: current \d+ bytes, peak (\d+) bytes",
+             estimate["estimated_peak"]),
+            ("host", r"^host memory \(CPU offload\): current \d+ bytes, "
+             r"peak (\d+) bytes",
+             estimate.get("host", {}).get("estimated_peak"))):
+        if expected is None:
+            continue
+        m = re.search(pattern, text, re.M)
+        peak = int(m[1]) if m else None
+        row(f"{label} peak {kind} memory (runtime counter)",
+            f"{peak / 2**20:,.1f} MiB" if m else "not reported",
+            f"report's estimate {expected / 2**20:,.1f} MiB",
+            status(peak == expected))
+    m = re.search(r"host syncs per step: \S+ \((\d+) in (\d+) steps\)", text)
+    row(f"{label} host syncs in {m[2] if m else '?'} steps (loss reads "
+        "excluded)", m[1] if m else "not reported", "0",
+        status(bool(m) and m[1] == "0"))
+
+
 def performance(bundle, results):
     with open(os.path.join(bundle, "configs", "llama-3.2-1b.json")) as f:
         config = json.load(f)
@@ -135,22 +161,7 @@ def performance(bundle, results):
             row("fsdp-mlir step time (steps 4-11)", f"{ours:.1f} ms", "", "")
         else:
             row("fsdp-mlir step time", "no step lines", "", "FAIL")
-        m = re.search(r"memory: current \d+ bytes, peak (\d+) bytes", text)
-        with open(os.path.join(bundle, "ref",
-                               "llama1b-train.report.json")) as f:
-            estimate = json.load(f)["memory"]["estimated_peak"]
-        if m:
-            peak = int(m[1])
-            row("fsdp-mlir peak device memory (runtime counter)",
-                f"{peak / 2**30:.2f} GiB",
-                f"report's estimate {estimate / 2**30:.2f} GiB",
-                status(peak == estimate))
-        m = re.search(r"host syncs per step: \S+ \((\d+) in (\d+) steps\)",
-                      text)
-        if m:
-            logged = len(re.findall(r"^step \d+ loss", text, re.M))
-            row("host syncs in 13 steps (loss read every 4)", m[1],
-                f"{logged} (the loss reads)", status(int(m[1]) <= logged))
+        memory_rows(bundle, text, "llama1b-train", "fsdp-mlir")
     if ours:
         row("fsdp-mlir tokens/s", f"{tokens / ours * 1e3:,.0f}", "", "")
         for peak, name in ((H100_PEAK, "989 TF/s"), (H200_MATMUL, "790 TF/s")):
@@ -202,6 +213,15 @@ def main():
         dumps(results, f"small-{v}-vs-cpu",
               f"small {v} step vs CPU runtime", bound)
         transformers_rows(results, f"small-{v}-vs-hf", f"small {v} step")
+    text = ran(results, "small-offload-run", "small f32 CPU offload steps",
+               "")
+    if text is not None:
+        out, rc = read(results, "small-offload-vs-cpu")
+        m = re.search(r"(\d+) steps max_rel_diff (\S+)", out or "")
+        row("small f32 AdamW + CPU offload vs CPU runtime: losses",
+            f"{m[1]} steps, worst {m[2]}" if m else last_line(out), "1e-5",
+            status(rc == 0 and bool(m)))
+        memory_rows(bundle, text, "small-offload", "CPU offload")
     if ran(results, "llama1b-grad-run", "Llama-3.2-1B step", "") is not None:
         transformers_rows(results, "llama1b-vs-hf", "Llama-3.2-1B bf16 step")
     performance(bundle, results)

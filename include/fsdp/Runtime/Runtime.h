@@ -99,6 +99,13 @@ void fsdp_rt_copy_to_device(fsdp_rt_stream stream, void *dst,
 void fsdp_rt_copy_to_host(fsdp_rt_stream stream, void *host_dst,
                           const void *src, size_t bytes);
 
+/// Host memory the kernels can read and write (CPU offload): on the CPU
+/// backend an aligned allocation; on CUDA pinned memory the device maps
+/// (kernels read it over the bus), cached and reused in stream order, so
+/// neither call waits for the device. Not counted by fsdp_rt_memory_*.
+void *fsdp_rt_host_alloc(size_t bytes);
+void fsdp_rt_host_free(void *ptr);
+
 //===----------------------------------------------------------------------===//
 // Counters
 //===----------------------------------------------------------------------===//
@@ -363,7 +370,8 @@ void fsdp_rt_concat(fsdp_rt_stream stream, fsdp_rt_dtype dtype, int num_inputs,
 void fsdp_rt_copy_2d(fsdp_rt_stream stream, void *dst, size_t dst_pitch,
                      const void *src, size_t src_pitch, size_t width,
                      size_t rows);
-/// Copies `numel` elements; reshape and split lower to this (or to views).
+/// Copies `numel` elements; reshape and split lower to this (or to views),
+/// and the CPU offload copies between device and fsdp_rt_host_alloc memory.
 void fsdp_rt_copy(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                   int64_t numel, void *out);
 /// Converts `numel` float elements between f32, bf16 and f16.

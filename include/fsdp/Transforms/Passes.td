@@ -643,17 +643,21 @@ def OffloadPass : Pass<"fsdp-offload", "mlir::ModuleOp"> {
       are placed in host memory (`fsdp.host` on the argument);
     - each gradient an optimizer op updates with is copied to the host
       (`nn.to_host`) where it is produced, after its reduce-scatter;
-    - the optimizer ops and everything only they need (the gradient norm of
-      clipping, its all-reduce, the clip coefficient) run on the host
+    - the optimizer ops and everything only they need (clipping's squared
+      norms, their sums, the clip coefficient) are placed on the host
       (`fsdp.host` on the op): their results are host buffers, and the
-      updated parameters and state stay there;
+      updated parameters and state stay there. Collectives stay on the
+      device (the norm's scalars are copied across);
     - every other op that reads a host value gets a device copy
       (`nn.to_device`) just before it: a parameter block is copied to the
       device before its cast and all-gather, once per use, as FSDP2 copies
       it before each all-gather.
 
-    The numbers do not change; the memory report splits device and host
-    memory. Runs after `fsdp-build-train-step` (and the schedule), before the
+    Host ops run where the runtime's kernels run: on the CPU backend on the
+    CPU; on CUDA as kernels reading pinned host memory over the bus
+    (zero-copy), so the step still needs no host synchronization, where
+    FSDP2 runs the optimizer step on the CPU. The numbers do not change;
+    the memory report splits device and host memory. Runs after `fsdp-build-train-step` (and the schedule), before the
     reports and the lowering.
   }];
   let options = [

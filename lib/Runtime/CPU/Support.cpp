@@ -120,6 +120,12 @@ void fsdp_rt_copy_to_host(fsdp_rt_stream, void *host_dst, const void *src,
   if (bytes)
     std::memcpy(host_dst, src, bytes);
 }
+void *fsdp_rt_host_alloc(size_t bytes) {
+  return std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+}
+
+void fsdp_rt_host_free(void *ptr) { std::free(ptr); }
+
 int64_t fsdp_rt_memory_peak(void) { return peakBytes.load(); }
 void fsdp_rt_memory_reset_peak(void) { peakBytes.store(currentBytes.load()); }
 

@@ -115,6 +115,70 @@ void fsdp_rt_free(void *ptr) {
   check(cudaFreeAsync(ptr, streamOf(nullptr)), "fsdp_rt_free");
 }
 
+namespace {
+/// Pinned host blocks (cudaMallocHost: mapped, so kernels read them),
+/// kept for reuse by size once freed. cudaFreeHost would synchronize the
+/// device; reuse does not need to, because every access to these blocks is
+/// queued on the compute stream (kernels, copies, the host layer's uploads)
+/// and a new owner's work is queued after the old owner's.
+class PinnedCache {
+public:
+  static PinnedCache &get() {
+    static PinnedCache *cache = new PinnedCache;
+    return *cache;
+  }
+
+  void *take(size_t bytes) {
+    size_t size = roundUp(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = spare.find(size);
+      if (it != spare.end()) {
+        void *ptr = it->second;
+        spare.erase(it);
+        sizes[ptr] = size;
+        return ptr;
+      }
+    }
+    void *ptr = nullptr;
+    if (cudaMallocHost(&ptr, size) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    sizes[ptr] = size;
+    return ptr;
+  }
+
+  void give(void *ptr) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = sizes.find(ptr);
+    if (it == sizes.end())
+      fail("fsdp_rt_host_free",
+           "the pointer does not come from fsdp_rt_host_alloc");
+    spare.emplace(it->second, ptr);
+    sizes.erase(it);
+  }
+
+private:
+  static size_t roundUp(size_t bytes) {
+    return (std::max<size_t>(bytes, 1) + 511) / 512 * 512;
+  }
+  std::mutex mutex;
+  std::unordered_multimap<size_t, void *> spare;
+  std::unordered_map<void *, size_t> sizes;
+};
+} // namespace
+
+void *fsdp_rt_host_alloc(size_t bytes) {
+  return PinnedCache::get().take(bytes);
+}
+
+void fsdp_rt_host_free(void *ptr) {
+  if (ptr)
+    PinnedCache::get().give(ptr);
+}
+
 void fsdp_rt_zero(fsdp_rt_stream stream, void *ptr, size_t bytes) {
   if (bytes)
     check(cudaMemsetAsync(ptr, 0, bytes, streamOf(stream)), "fsdp_rt_zero");

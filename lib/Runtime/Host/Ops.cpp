@@ -601,11 +601,8 @@ fsdp_tensor *placedCopy(const char *op, fsdp_type r, fsdp_tensor *x,
     fail(op,
          "result " + typeString(r) + " is not operand " + typeString(x->type));
   fsdp_tensor *out = newTensor(r, host);
-  size_t bytes = size_t(byteSize(r));
-  if (host)
-    fsdp_rt_copy_to_host(nullptr, out->data, x->data, bytes);
-  else
-    fsdp_rt_copy_to_device(nullptr, out->data, x->data, bytes);
+  // In order on the compute stream, without a wait: only kernels read it.
+  fsdp_rt_copy(nullptr, r.dtype, x->data, numElements(r), out->data);
   return out;
 }
 } // namespace

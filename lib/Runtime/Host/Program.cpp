@@ -123,22 +123,15 @@ fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type, bool host) {
   size_t bytes = size_t(byteSize(type));
   t->host = host;
   // A zero-size buffer still gets a distinct address.
-  if (host) {
-    t->data =
-        std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
-    if (t->data) {
-      std::memset(t->data, 0, bytes);
-      countHost(int64_t(bytes ? bytes : 1));
-    }
-  } else {
-    t->data = fsdp_rt_alloc(bytes ? bytes : 1);
-  }
+  t->data = host ? fsdp_rt_host_alloc(bytes) : fsdp_rt_alloc(bytes ? bytes : 1);
   if (!t->data)
     fail("alloc", std::string("out of ") + (host ? "host " : "") +
                       "memory allocating " + std::to_string(bytes) +
                       " bytes for " + typeString(type));
-  if (!host)
-    fsdp_rt_zero(nullptr, t->data, bytes);
+  if (host)
+    countHost(int64_t(bytes ? bytes : 1));
+  // On the stream: a reused pinned block may still be read by queued work.
+  fsdp_rt_zero(nullptr, t->data, bytes);
   return t;
 }
 
@@ -412,7 +405,7 @@ void fsdp_release(fsdp_tensor *t) {
   if (t->base)
     fsdp_release(t->base);
   else if (t->host) {
-    std::free(t->data);
+    fsdp_rt_host_free(t->data);
     size_t bytes = size_t(byteSize(t->type));
     countHost(-int64_t(bytes ? bytes : 1));
   } else {
