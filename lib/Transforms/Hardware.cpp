@@ -180,7 +180,8 @@ llvm::Expected<Hardware> sim::parseHardware(StringRef text, StringRef file) {
   Reader r(file);
   r.onlyKnown(*root, "",
               {"name", "sources", "peak_flops", "hbm_bytes_per_s", "efficiency",
-               "kernel_latency_s", "gpus_per_node", "nvlink", "network"});
+               "kernel_latency_s", "gpus_per_node", "nvlink", "network",
+               "host_link"});
   auto nested = [&](StringRef key, ArrayRef<StringRef> known) {
     if (const llvm::json::Object *o = root->getObject(key))
       r.onlyKnown(*o, (key + ".").str(), known);
@@ -191,6 +192,7 @@ llvm::Expected<Hardware> sim::parseHardware(StringRef text, StringRef file) {
   nested("nvlink",
          {"bus_bytes_per_s", "all_reduce_bus_bytes_per_s", "latency_s"});
   nested("network", {"bytes_per_s_per_gpu", "latency_s"});
+  nested("host_link", {"bytes_per_s", "latency_s"});
 
   Hardware hw;
   std::optional<StringRef> name = root->getString("name");
@@ -218,6 +220,11 @@ llvm::Expected<Hardware> sim::parseHardware(StringRef text, StringRef file) {
   hw.nvlinkLatencyS = r.positive(*root, "nvlink.latency_s");
   hw.networkBytesPerSPerGpu = r.positive(*root, "network.bytes_per_s_per_gpu");
   hw.networkLatencyS = r.positive(*root, "network.latency_s");
+  // Optional: only programs with CPU offload use it.
+  if (root->get("host_link")) {
+    hw.hostLinkBytesPerS = r.positive(*root, "host_link.bytes_per_s");
+    hw.hostLinkLatencyS = r.positive(*root, "host_link.latency_s");
+  }
   if (r.failure)
     return makeError(*r.failure);
   return hw;

@@ -54,6 +54,9 @@ struct Hardware {
          nvlinkLatencyS = 0;
   /// The network: bandwidth of one GPU's NIC, latency of one step.
   double networkBytesPerSPerGpu = 0, networkLatencyS = 0;
+  /// The GPU's link to host memory (PCIe), for CPU offload: bandwidth per
+  /// direction and latency of one transfer; 0 when the model has none.
+  double hostLinkBytesPerS = 0, hostLinkLatencyS = 0;
 
   /// The dense peak for FLOPs in `element`.
   double peakFlops(mlir::Type element) const;
@@ -64,6 +67,10 @@ struct Hardware {
   /// the input).
   double seconds(accounting::Collective kind, double bytes,
                  Placement group) const;
+  /// The seconds moving `bytes` over the host link takes.
+  double hostSeconds(double bytes) const {
+    return bytes > 0 ? hostLinkLatencyS + bytes / hostLinkBytesPerS : 0;
+  }
 };
 
 /// Reads a hardware model from JSON `text`; errors name `file` and the field.

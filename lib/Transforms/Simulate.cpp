@@ -63,6 +63,9 @@ struct Span {
 /// The replay's totals.
 struct Totals {
   double step = 0, matmul = 0, attention = 0, memory = 0, modelFlops = 0;
+  /// Time on the host link under CPU offload: the placement copies and the
+  /// host ops' traffic.
+  double hostLink = 0;
   /// FLOPs of the ops activation checkpointing recomputes (not model FLOPs).
   double recomputed = 0;
 };
@@ -113,6 +116,20 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
     Totals totals;
     std::map<uint32_t, Stream> streams;
     std::vector<Span> spans;
+    if (!hw->hostLinkBytesPerS) {
+      Operation *offloaded = nullptr;
+      step.walk([&](Operation *op) {
+        if (!offloaded &&
+            (isa<nn::ToDeviceOp, nn::ToHostOp>(op) || op->hasAttr("fsdp.host")))
+          offloaded = op;
+      });
+      if (offloaded) {
+        offloaded->emitOpError("is placed in host memory (offload_policy), but "
+                               "the hardware model '")
+            << hardware << "' has no host_link";
+        return signalPassFailure();
+      }
+    }
     replay(step.getBody().front(), *hw, mesh, sizes, totals, streams, spans);
 
     double tokens = tokensPerGpu(step, mesh, world);
@@ -215,7 +232,15 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
       nn::OpCost cost = isa<nn::CostOpInterface>(op)
                             ? cast<nn::CostOpInterface>(op).getCost()
                             : nn::streamingCost(&op);
-      double duration = hw.seconds(cost);
+      // CPU offload: a placement copy moves its tensor over the host link
+      // once; an op placed on the host streams its bytes over it.
+      bool copy = isa<nn::ToDeviceOp, nn::ToHostOp>(op);
+      bool hostTraffic = copy || op.hasAttr("fsdp.host");
+      double duration =
+          !hostTraffic ? hw.seconds(cost)
+          : copy       ? hw.hostSeconds(bytesOf(op.getResult(0).getType()))
+                       : std::max(hw.hostSeconds(cost.bytes),
+                            cost.bytes > 0 ? hw.kernelLatencyS : 0.0);
       double start = compute;
       for (Value operand : op.getOperands())
         start = std::max(start, readyOf(operand));
@@ -228,18 +253,21 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
         totals.recomputed += cost.flops;
       else
         totals.modelFlops += cost.modelFlops;
-      switch (cost.unit) {
-      case nn::CostUnit::Memory:
-        totals.memory += duration;
-        break;
-      case nn::CostUnit::Matmul:
-        totals.matmul += duration;
-        break;
-      case nn::CostUnit::AttentionForward:
-      case nn::CostUnit::AttentionBackward:
-        totals.attention += duration;
-        break;
-      }
+      if (hostTraffic)
+        totals.hostLink += duration;
+      else
+        switch (cost.unit) {
+        case nn::CostUnit::Memory:
+          totals.memory += duration;
+          break;
+        case nn::CostUnit::Matmul:
+          totals.matmul += duration;
+          break;
+        case nn::CostUnit::AttentionForward:
+        case nn::CostUnit::AttentionBackward:
+          totals.attention += duration;
+          break;
+        }
       spans.push_back({kComputeTrack, start, duration,
                        op.getName().getStringRef().str(), pathOf(op),
                        cost.flops, cost.bytes});
@@ -285,6 +313,7 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
                                        {"matmul_s", totals.matmul},
                                        {"attention_s", totals.attention},
                                        {"memory_bound_s", totals.memory},
+                                       {"host_link_s", totals.hostLink},
                                        {"exposed_communication_s", exposed},
                                        {"groups", std::move(groups)},
                                        {"model_flops", totals.modelFlops},
@@ -304,6 +333,8 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
     row("compute: matmul", ms(totals.matmul).str());
     row("compute: attention", ms(totals.attention).str());
     row("compute: memory-bound ops", ms(totals.memory).str());
+    if (totals.hostLink > 0)
+      row("CPU offload: host link", ms(totals.hostLink).str());
     row("exposed communication", ms(exposed).str());
     row("model FLOPs per rank", llvm::formatv("{0:e3}", totals.modelFlops));
     if (totals.recomputed > 0)
