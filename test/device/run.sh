@@ -70,6 +70,16 @@ check grad-kernels-run 120 "$bin/fsdp-runtime-kernel-test-cuda" --grad \
   "$work/grad"
 check grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
   "$work/grad" "$bundle/ref/grad"
+# The same with the exact per-row attention kernels in place of the
+# cuBLAS products (FSDP_RT_CUDA_ATTENTION=exact).
+check exact-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=exact \
+  "$bin/fsdp-runtime-kernel-test-cuda" "$work/exact"
+check exact-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
+  "$work/exact" "$bundle/ref/kernels"
+check exact-grad-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=exact \
+  "$bin/fsdp-runtime-kernel-test-cuda" --grad "$work/exact-grad"
+check exact-grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
+  "$work/exact-grad" "$bundle/ref/grad"
 
 # The small steps: the CUDA program against the same step on the CPU
 # runtime, and against transformers (float64) on the GPU.

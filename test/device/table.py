@@ -201,6 +201,10 @@ def main():
             "kernels (forward) vs CPU runtime")
     kernels(results, "grad-kernels-run", "grad-kernels-vs-cpu",
             "kernels (backward, optimizers) vs CPU runtime")
+    kernels(results, "exact-kernels-run", "exact-kernels-vs-cpu",
+            "kernels (forward), exact attention, vs CPU runtime")
+    kernels(results, "exact-grad-kernels-run", "exact-grad-kernels-vs-cpu",
+            "kernels (backward), exact attention, vs CPU runtime")
     text = ran(results, "kernels-vs-torch", "kernels vs PyTorch",
                "f32 1e-5, bf16 1e-2")
     if text is not None:

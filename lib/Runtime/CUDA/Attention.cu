@@ -5,7 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// A simple, exact kernel rather than a tiled flash-attention one: one warp
+// With FSDP_RT_CUDA_ATTENTION=exact (the default runs attention through
+// cuBLAS products, AttentionGemm.cu): a simple, exact kernel rather than a
+// tiled flash-attention one: one warp
 // per (batch, head, row), four warps per block, all in f32 on CUDA cores.
 // Lane l owns the feature dims l, l + 32, ... of the row's vectors (kept in
 // the warp's slice of shared memory); a dot product is the lanes' partial
@@ -31,7 +33,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Internal.cuh"
+#include "AttentionGemm.cuh"
 
 #include <cmath>
 
@@ -256,6 +258,12 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention");
   if (b == 0 || s == 0 || nq == 0)
     return;
+  if (attentionThroughProducts()) {
+    attentionProducts(scope, stream, dtype, q, k, v,
+                      {b, s, nq, nkv, d, dv, causal, sliding_window, scale},
+                      out, lse);
+    return;
+  }
   Geometry g = {b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};
   dim3 grid = gridOf(s, nq, b, scope.name());
   dispatchFloat(dtype, scope.name(), [&](auto e) {
@@ -276,6 +284,12 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_grad");
   if (b == 0 || s == 0 || nq == 0)
     return;
+  if (attentionThroughProducts()) {
+    attentionGradProducts(scope, stream, dtype, q, k, v, lse, dout,
+                          {b, s, nq, nkv, d, dv, causal, sliding_window, scale},
+                          dq, dk, dvalue);
+    return;
+  }
   Geometry g = {b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};
   cudaStream_t st = scope.stream();
   dispatchFloat(dtype, scope.name(), [&](auto e) {

@@ -1,0 +1,303 @@
+//===- AttentionGemm.cu - Attention as cuBLAS products on tensor cores ----===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// The default attention of the CUDA backend (FSDP_RT_CUDA_ATTENTION=exact
+// selects the per-row kernels of Attention.cu instead): the products run in
+// cuBLAS on tensor cores, and two row kernels do the masked softmax and its
+// gradient in between. Per query head h (KV head g = h / (nq / nkv)), for a
+// chunk of the batch at a time:
+//
+//   forward   S = Q_h·K_gᵀ (f32), P = exp(scale·S - lse) over the keys each
+//             query sees (lse = log Σ exp(scale·S), written for the
+//             backward), out_h = P·V_g with P in the input type;
+//   backward  S again, dP = dO_h·V_gᵀ (f32), Δ = Σ_j P·dP (in double, as
+//             the CPU backend), dS = scale·P·(dP - Δ) in the input type,
+//             dQ_h = dS·K_g, dK_g += dSᵀ·Q_h, dV_g += Pᵀ·dO_h, the KV sums
+//             kept in f32 over the heads of the group and rounded once.
+//
+// The products see the tensors in place ([b, s, heads, dim] rows with a
+// leading dimension of heads·dim), batched over the chunk's batch entries
+// with cublasGemmStridedBatchedEx_64; f32 runs with
+// CUBLAS_COMPUTE_32F_PEDANTIC (no TF32). The score matrices are temporaries
+// of b·s² elements, chunked so that one stays under 256 MiB. The masked
+// half of a causal S is computed and discarded: this trades FLOPs for
+// simplicity against a tiled (flash-style) kernel, which stays to be done.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttentionGemm.cuh"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+using namespace fsdp::rt::cuda;
+
+namespace {
+
+cudaDataType blasType(fsdp_rt_dtype dtype) {
+  switch (dtype) {
+  case FSDP_RT_BF16:
+    return CUDA_R_16BF;
+  case FSDP_RT_F16:
+    return CUDA_R_16F;
+  default:
+    return CUDA_R_32F;
+  }
+}
+
+/// Row-major c[i] = op(a[i])·op(b[i]) + beta·c[i] for i < batch, op(a)
+/// [m, k], op(b) [k, n], c [m, n]; each operand with its leading dimension
+/// (row stride) and batch stride in elements. Column-major cuBLAS computes
+/// cᵀ = op(b)ᵀ·op(a)ᵀ: the operands swapped, each keeping its transpose.
+struct Product {
+  cublasHandle_t handle;
+  cublasComputeType_t compute;
+  const char *where;
+
+  void run(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+           const void *a, cudaDataType aType, int64_t lda, int64_t strideA,
+           const void *b, cudaDataType bType, int64_t ldb, int64_t strideB,
+           float beta, void *c, cudaDataType cType, int64_t ldc,
+           int64_t strideC, int64_t batch) const {
+    float alpha = 1.0f;
+    check(cublasGemmStridedBatchedEx_64(
+              handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+              transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, bType,
+              ldb, strideB, a, aType, lda, strideA, &beta, c, cType, ldc,
+              strideC, batch, compute, CUBLAS_GEMM_DEFAULT),
+          where);
+  }
+};
+
+/// The keys query i sees, [lo, hi): Attention.cu's rule.
+struct Mask {
+  int64_t s;
+  int causal;
+  int64_t window;
+  float scale;
+  __device__ int64_t lo(int64_t i) const {
+    return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+  }
+  __device__ int64_t hi(int64_t i) const { return causal ? i + 1 : s; }
+};
+
+/// Per row (bi, i) of one head's scores [rows, s] (f32): lse of the
+/// visible scaled scores into lse[(bi0 + bi)·nq·s + h·s + i] and P (zero
+/// where masked) into p.
+template <typename E>
+__global__ void softmaxRows(const float *scores, Mask mask, int64_t rows,
+                            int64_t nq, int64_t h, int64_t bi0,
+                            typename E::T *p, float *lse) {
+  int64_t s = mask.s;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    int64_t bi = row / s, i = row % s;
+    int64_t lo = mask.lo(i), hi = mask.hi(i);
+    const float *x = scores + row * s;
+    float m = -INFINITY;
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+      m = fmaxf(m, mask.scale * x[j]);
+    m = blockReduce(m, MaxOp());
+    float sum = 0;
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+      sum += expf(mask.scale * x[j] - m);
+    sum = blockReduce(sum, SumOp());
+    float l = m + logf(sum);
+    if (threadIdx.x == 0)
+      lse[((bi0 + bi) * nq + h) * s + i] = l;
+    for (int64_t j = threadIdx.x; j < s; j += blockDim.x)
+      E::store(p, row * s + j,
+               j >= lo && j < hi ? expf(mask.scale * x[j] - l) : 0.0f);
+  }
+}
+
+/// Per row (bi, i): P rebuilt from the scores and lse, Δ = Σ_j P·dP in
+/// double, then P and dS = scale·P·(dP - Δ) in the input type (zero where
+/// masked).
+template <typename E>
+__global__ void softmaxGradRows(const float *scores, const float *dp,
+                                const float *lse, Mask mask, int64_t rows,
+                                int64_t nq, int64_t h, int64_t bi0,
+                                typename E::T *p, typename E::T *ds) {
+  int64_t s = mask.s;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    int64_t bi = row / s, i = row % s;
+    int64_t lo = mask.lo(i), hi = mask.hi(i);
+    float l = lse[((bi0 + bi) * nq + h) * s + i];
+    const float *x = scores + row * s, *g = dp + row * s;
+    double delta = 0;
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+      delta += double(expf(mask.scale * x[j] - l)) * double(g[j]);
+    delta = blockReduce(delta, SumOp());
+    for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+      bool seen = j >= lo && j < hi;
+      float pj = seen ? expf(mask.scale * x[j] - l) : 0.0f;
+      E::store(p, row * s + j, pj);
+      E::store(ds, row * s + j,
+               seen ? mask.scale * pj * (g[j] - float(delta)) : 0.0f);
+    }
+  }
+}
+
+/// out[i] = x[i] rounded to the storage type.
+template <typename E>
+__global__ void roundTo(const float *x, int64_t n, typename E::T *out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    E::store(out, i, x[i]);
+}
+
+/// Batch entries per chunk: one f32 score matrix set stays under 256 MiB.
+int64_t chunkOf(int64_t b, int64_t s) {
+  int64_t per = s * s * int64_t(sizeof(float));
+  int64_t chunk = (int64_t(256) << 20) / (per > 0 ? per : 1);
+  return chunk < 1 ? 1 : chunk < b ? chunk : b;
+}
+
+unsigned rowBlocks(int64_t rows) {
+  return unsigned(rows < (1 << 20) ? rows : (1 << 20));
+}
+} // namespace
+
+bool fsdp::rt::cuda::attentionThroughProducts() {
+  static const bool products = [] {
+    const char *choice = std::getenv("FSDP_RT_CUDA_ATTENTION");
+    if (!choice || !*choice || !std::strcmp(choice, "products"))
+      return true;
+    if (!std::strcmp(choice, "exact"))
+      return false;
+    fail("FSDP_RT_CUDA_ATTENTION", "expected products or exact");
+  }();
+  return products;
+}
+
+void fsdp::rt::cuda::attentionProducts(const KernelScope &scope,
+                                       fsdp_rt_stream stream,
+                                       fsdp_rt_dtype dtype, const void *q,
+                                       const void *k, const void *v,
+                                       const AttentionShape &a, void *out,
+                                       float *lse) {
+  cudaStream_t st = scope.stream();
+  Product product{blasOf(stream),
+                  dtype == FSDP_RT_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC
+                                       : CUBLAS_COMPUTE_32F,
+                  scope.name()};
+  cudaDataType type = blasType(dtype);
+  size_t elt = fsdp_rt_dtype_size(dtype);
+  int64_t s = a.s, group = a.nq / a.nkv, chunk = chunkOf(a.b, s);
+  Mask mask{s, a.causal, a.window, float(a.scale)};
+  Temp<float> scores(chunk * s * s, st, scope.name());
+  Temp<char> probs(int64_t(chunk * s * s * elt), st, scope.name());
+  const char *qc = static_cast<const char *>(q);
+  const char *kc = static_cast<const char *>(k);
+  const char *vc = static_cast<const char *>(v);
+  char *oc = static_cast<char *>(out);
+  for (int64_t bi0 = 0; bi0 < a.b; bi0 += chunk) {
+    int64_t n = a.b - bi0 < chunk ? a.b - bi0 : chunk;
+    for (int64_t h = 0; h < a.nq; ++h) {
+      int64_t g = h / group;
+      const char *qh = qc + ((bi0 * s * a.nq + h) * a.d) * elt;
+      const char *kg = kc + ((bi0 * s * a.nkv + g) * a.d) * elt;
+      const char *vg = vc + ((bi0 * s * a.nkv + g) * a.dv) * elt;
+      // S[bi] = Q_h[bi]·K_g[bi]ᵀ, [s, s] f32.
+      product.run(false, true, s, s, a.d, qh, type, a.nq * a.d, s * a.nq * a.d,
+                  kg, type, a.nkv * a.d, s * a.nkv * a.d, 0.0f, scores.get(),
+                  CUDA_R_32F, s, s * s, n);
+      dispatchFloat(dtype, scope.name(), [&](auto e) {
+        using E = decltype(e);
+        softmaxRows<E><<<rowBlocks(n * s), kThreads, 0, st>>>(
+            scores.get(), mask, n * s, a.nq, h, bi0,
+            reinterpret_cast<typename E::T *>(probs.get()), lse);
+      });
+      // out_h[bi] = P[bi]·V_g[bi], written in place.
+      product.run(false, false, s, a.dv, s, probs.get(), type, s, s * s, vg,
+                  type, a.nkv * a.dv, s * a.nkv * a.dv, 0.0f,
+                  oc + ((bi0 * s * a.nq + h) * a.dv) * elt, type, a.nq * a.dv,
+                  s * a.nq * a.dv, n);
+    }
+  }
+}
+
+void fsdp::rt::cuda::attentionGradProducts(
+    const KernelScope &scope, fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+    const void *q, const void *k, const void *v, const float *lse,
+    const void *dout, const AttentionShape &a, void *dq, void *dk,
+    void *dvalue) {
+  cudaStream_t st = scope.stream();
+  Product product{blasOf(stream),
+                  dtype == FSDP_RT_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC
+                                       : CUBLAS_COMPUTE_32F,
+                  scope.name()};
+  cudaDataType type = blasType(dtype);
+  size_t elt = fsdp_rt_dtype_size(dtype);
+  int64_t s = a.s, group = a.nq / a.nkv, chunk = chunkOf(a.b, s);
+  Mask mask{s, a.causal, a.window, float(a.scale)};
+  Temp<float> scores(chunk * s * s, st, scope.name());
+  Temp<float> dp(chunk * s * s, st, scope.name());
+  Temp<char> probs(int64_t(chunk * s * s * elt), st, scope.name());
+  Temp<char> dscores(int64_t(chunk * s * s * elt), st, scope.name());
+  // dK and dV sum over the group's query heads: in f32, rounded once (f32
+  // results accumulate in place).
+  bool wide = dtype != FSDP_RT_F32;
+  int64_t kvElems = a.b * s * a.nkv;
+  Temp<float> dk32(wide ? kvElems * a.d : 1, st, scope.name());
+  Temp<float> dv32(wide ? kvElems * a.dv : 1, st, scope.name());
+  float *dkAcc = wide ? dk32.get() : static_cast<float *>(dk);
+  float *dvAcc = wide ? dv32.get() : static_cast<float *>(dvalue);
+  const char *qc = static_cast<const char *>(q);
+  const char *kc = static_cast<const char *>(k);
+  const char *vc = static_cast<const char *>(v);
+  const char *doc = static_cast<const char *>(dout);
+  char *dqc = static_cast<char *>(dq);
+  for (int64_t bi0 = 0; bi0 < a.b; bi0 += chunk) {
+    int64_t n = a.b - bi0 < chunk ? a.b - bi0 : chunk;
+    for (int64_t h = 0; h < a.nq; ++h) {
+      int64_t g = h / group;
+      float beta = h % group == 0 ? 0.0f : 1.0f;
+      const char *qh = qc + ((bi0 * s * a.nq + h) * a.d) * elt;
+      const char *kg = kc + ((bi0 * s * a.nkv + g) * a.d) * elt;
+      const char *vg = vc + ((bi0 * s * a.nkv + g) * a.dv) * elt;
+      const char *doh = doc + ((bi0 * s * a.nq + h) * a.dv) * elt;
+      product.run(false, true, s, s, a.d, qh, type, a.nq * a.d, s * a.nq * a.d,
+                  kg, type, a.nkv * a.d, s * a.nkv * a.d, 0.0f, scores.get(),
+                  CUDA_R_32F, s, s * s, n);
+      // dP = dO_h·V_gᵀ, [s, s] f32.
+      product.run(false, true, s, s, a.dv, doh, type, a.nq * a.dv,
+                  s * a.nq * a.dv, vg, type, a.nkv * a.dv, s * a.nkv * a.dv,
+                  0.0f, dp.get(), CUDA_R_32F, s, s * s, n);
+      dispatchFloat(dtype, scope.name(), [&](auto e) {
+        using E = decltype(e);
+        softmaxGradRows<E><<<rowBlocks(n * s), kThreads, 0, st>>>(
+            scores.get(), dp.get(), lse, mask, n * s, a.nq, h, bi0,
+            reinterpret_cast<typename E::T *>(probs.get()),
+            reinterpret_cast<typename E::T *>(dscores.get()));
+      });
+      // dQ_h = dS·K_g, written in place.
+      product.run(false, false, s, a.d, s, dscores.get(), type, s, s * s, kg,
+                  type, a.nkv * a.d, s * a.nkv * a.d, 0.0f,
+                  dqc + ((bi0 * s * a.nq + h) * a.d) * elt, type, a.nq * a.d,
+                  s * a.nq * a.d, n);
+      // dK_g += dSᵀ·Q_h and dV_g += Pᵀ·dO_h, in f32.
+      product.run(true, false, s, a.d, s, dscores.get(), type, s, s * s, qh,
+                  type, a.nq * a.d, s * a.nq * a.d, beta,
+                  dkAcc + (bi0 * s * a.nkv + g) * a.d, CUDA_R_32F,
+                  a.nkv * a.d, s * a.nkv * a.d, n);
+      product.run(true, false, s, a.dv, s, probs.get(), type, s, s * s, doh,
+                  type, a.nq * a.dv, s * a.nq * a.dv, beta,
+                  dvAcc + (bi0 * s * a.nkv + g) * a.dv, CUDA_R_32F,
+                  a.nkv * a.dv, s * a.nkv * a.dv, n);
+    }
+  }
+  if (wide && kvElems > 0 && a.d > 0 && a.dv > 0)
+    dispatchFloat(dtype, scope.name(), [&](auto e) {
+      using E = decltype(e);
+      roundTo<E><<<gridFor(kvElems * a.d), kThreads, 0, st>>>(
+          dk32.get(), kvElems * a.d, asOut<E>(dk));
+      roundTo<E><<<gridFor(kvElems * a.dv), kThreads, 0, st>>>(
+          dv32.get(), kvElems * a.dv, asOut<E>(dvalue));
+    });
+}
