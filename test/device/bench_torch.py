@@ -3,8 +3,9 @@
 # in bf16 (float32 parameters, torch.autocast bf16, SDPA attention,
 # torch.optim.AdamW(fused=True)), eager or under torch.compile, on random
 # tokens of the program's batch and sequence length. Times --steps steps
-# after --warmup (compilation included in the warm-up) with CUDA events and
-# prints one JSON line: step_ms, tokens_per_s, max_memory_allocated, loss.
+# after --warmup (compilation included in the warm-up), synchronizing before
+# and after, and prints one JSON line: step_ms, tokens_per_s,
+# max_memory_allocated, max_memory_reserved, loss.
 #
 # Usage: python3 bench_torch.py CONFIG.json --batch B --seq S
 #            [--mode eager|compile] [--steps 10] [--warmup 3]
@@ -12,6 +13,7 @@
 import argparse
 import json
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -60,18 +62,20 @@ def main():
     synchronize = torch.cuda.synchronize if device.type == "cuda" else \
         (lambda: None)
     synchronize()
-    import time
+
     start = time.perf_counter()
     for _ in range(args.steps):
         loss = train_step()
     synchronize()
     step_s = (time.perf_counter() - start) / args.steps
-    memory = torch.cuda.max_memory_allocated() if device.type == "cuda" \
-        else 0
+    cuda = device.type == "cuda"
+    memory = torch.cuda.max_memory_allocated() if cuda else 0
+    reserved = torch.cuda.max_memory_reserved() if cuda else 0
     print(json.dumps({
         "mode": args.mode, "step_ms": step_s * 1e3,
         "tokens_per_s": args.batch * args.seq / step_s,
-        "max_memory_allocated": memory, "loss": loss.item()}))
+        "max_memory_allocated": memory, "max_memory_reserved": reserved,
+        "loss": loss.item()}))
     return 0
 
 

@@ -133,6 +133,13 @@ def memory_rows(bundle, text, name, label):
             f"{peak / 2**20:,.1f} MiB" if m else "not reported",
             f"report's estimate {expected / 2**20:,.1f} MiB",
             status(peak == expected))
+    m = re.search(r"^memory reserved by the backend: peak (\d+) bytes", text,
+                  re.M)
+    if m:
+        reserved = int(m[1])
+        row(f"{label} device memory reserved (allocator high-water)",
+            f"{reserved / 2**20:,.1f} MiB",
+            f"{reserved / estimate['estimated_peak']:.2f}x the estimate", "")
     m = re.search(r"host syncs per step: \S+ \((\d+) in (\d+) steps\)", text)
     row(f"{label} host syncs in {m[2] if m else '?'} steps (loss reads "
         "excluded)", m[1] if m else "not reported", "0",
@@ -183,8 +190,10 @@ def performance(bundle, results):
         row(f"PyTorch {mode} step time", f"{ms:.1f} ms",
             f"tokens/s {torch_run['tokens_per_s']:,.0f}, MFU "
             f"{flops / (ms * 1e-3) / H100_PEAK:.1%} of 989", "")
-        row(f"PyTorch {mode} max_memory_allocated",
-            f"{torch_run['max_memory_allocated'] / 2**30:.2f} GiB", "", "")
+        row(f"PyTorch {mode} max_memory_allocated / reserved",
+            f"{torch_run['max_memory_allocated'] / 2**20:,.1f} MiB",
+            f"reserved {torch_run['max_memory_reserved'] / 2**20:,.1f} MiB",
+            "")
         if ours:
             speedup = ms / ours
             row(f"speed-up over PyTorch {mode}", f"{speedup:.2f}x",

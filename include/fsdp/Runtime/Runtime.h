@@ -54,6 +54,11 @@ int64_t fsdp_rt_memory_current(void);
 int64_t fsdp_rt_memory_peak(void);
 /// Sets the peak to the current value, to measure one phase of a step.
 void fsdp_rt_memory_reset_peak(void);
+/// The most memory the backend held from its allocator at once (since the
+/// start): on CUDA the memory pool's reserved high-water mark, kernel
+/// temporaries and fragmentation included (PyTorch's max_memory_reserved);
+/// on the CPU backend the peak of fsdp_rt_memory_current.
+int64_t fsdp_rt_memory_reserved_peak(void);
 
 //===----------------------------------------------------------------------===//
 // Streams and events

@@ -129,6 +129,15 @@ void fsdp_rt_host_free(void *ptr) { std::free(ptr); }
 int64_t fsdp_rt_memory_peak(void) { return peakBytes.load(); }
 void fsdp_rt_memory_reset_peak(void) { peakBytes.store(currentBytes.load()); }
 
+// Without a pool the held memory is what callers asked for; never reset.
+static std::atomic<int64_t> reservedPeak{0};
+int64_t fsdp_rt_memory_reserved_peak(void) {
+  int64_t peak = peakBytes.load(), seen = reservedPeak.load();
+  while (peak > seen && !reservedPeak.compare_exchange_weak(seen, peak))
+    ;
+  return reservedPeak.load();
+}
+
 //===----------------------------------------------------------------------===//
 // Streams and events
 //===----------------------------------------------------------------------===//

@@ -188,6 +188,14 @@ int64_t fsdp_rt_memory_current(void) { return Pool::get().currentBytes(); }
 int64_t fsdp_rt_memory_peak(void) { return Pool::get().peakBytes(); }
 void fsdp_rt_memory_reset_peak(void) { Pool::get().resetPeak(); }
 
+int64_t fsdp_rt_memory_reserved_peak(void) {
+  uint64_t high = 0;
+  check(cudaMemPoolGetAttribute(Pool::get().handle(),
+                                cudaMemPoolAttrReservedMemHigh, &high),
+        "fsdp_rt_memory_reserved_peak");
+  return int64_t(high);
+}
+
 void *fsdp::rt::cuda::allocTemp(size_t bytes, cudaStream_t stream,
                                 const char *where) {
   void *ptr = nullptr;

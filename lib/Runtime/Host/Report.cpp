@@ -116,6 +116,8 @@ void fsdp::host::printReport(const fsdp_program &p) {
   std::printf("memory: current %lld bytes, peak %lld bytes\n",
               (long long)fsdp_rt_memory_current(),
               (long long)fsdp_rt_memory_peak());
+  std::printf("memory reserved by the backend: peak %lld bytes\n",
+              (long long)fsdp_rt_memory_reserved_peak());
   if (hostMemoryPeak() > 0)
     std::printf("host memory (CPU offload): current %lld bytes, peak %lld "
                 "bytes\n",
