@@ -39,17 +39,6 @@ using namespace fsdp::rt::cuda;
 
 namespace {
 
-cudaDataType blasType(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_BF16:
-    return CUDA_R_16BF;
-  case FSDP_RT_F16:
-    return CUDA_R_16F;
-  default:
-    return CUDA_R_32F;
-  }
-}
-
 /// Row-major c[i] = op(a[i])·op(b[i]) + beta·c[i] for i < batch, op(a)
 /// [m, k], op(b) [k, n], c [m, n]; each operand with its leading dimension
 /// (row stride) and batch stride in elements. Column-major cuBLAS computes
@@ -161,6 +150,54 @@ int64_t chunkOf(int64_t b, int64_t s) {
 unsigned rowBlocks(int64_t rows) {
   return unsigned(rows < (1 << 20) ? rows : (1 << 20));
 }
+
+/// What both directions share: the products on the call's stream, the
+/// element type, the chunking, and each head's operands in place.
+struct Heads {
+  Heads(const KernelScope &scope, fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+        const AttentionShape &a, const void *q, const void *k, const void *v)
+      : product{blasOf(stream),
+                dtype == FSDP_RT_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC
+                                     : CUBLAS_COMPUTE_32F,
+                scope.name()},
+        type(blasType(dtype)), elt(fsdp_rt_dtype_size(dtype)), a(a),
+        group(a.nq / a.nkv), chunk(chunkOf(a.b, a.s)),
+        mask{a.s, a.causal, a.window, float(a.scale)},
+        q(static_cast<const char *>(q)), k(static_cast<const char *>(k)),
+        v(static_cast<const char *>(v)) {}
+
+  /// Element offsets of head h of batch entry bi0 in a [b, s, heads, dim]
+  /// tensor of `heads` heads of `dim`.
+  int64_t at(int64_t bi0, int64_t h, int64_t heads, int64_t dim) const {
+    return (bi0 * a.s * heads + h) * dim;
+  }
+  const char *qOf(int64_t bi0, int64_t h) const {
+    return q + at(bi0, h, a.nq, a.d) * elt;
+  }
+  const char *kOf(int64_t bi0, int64_t h) const {
+    return k + at(bi0, h / group, a.nkv, a.d) * elt;
+  }
+  const char *vOf(int64_t bi0, int64_t h) const {
+    return v + at(bi0, h / group, a.nkv, a.dv) * elt;
+  }
+
+  /// S[bi] = Q_h[bi]·K_g[bi]ᵀ in f32 ([s, s] each) for the n entries from
+  /// bi0.
+  void scores(int64_t bi0, int64_t h, int64_t n, float *out) const {
+    int64_t s = a.s;
+    product.run(false, true, s, s, a.d, qOf(bi0, h), type, a.nq * a.d,
+                s * a.nq * a.d, kOf(bi0, h), type, a.nkv * a.d,
+                s * a.nkv * a.d, 0.0f, out, CUDA_R_32F, s, s * s, n);
+  }
+
+  Product product;
+  cudaDataType type;
+  size_t elt;
+  const AttentionShape &a;
+  int64_t group, chunk;
+  Mask mask;
+  const char *q, *k, *v;
+};
 } // namespace
 
 bool fsdp::rt::cuda::attentionThroughProducts() {
@@ -182,42 +219,27 @@ void fsdp::rt::cuda::attentionProducts(const KernelScope &scope,
                                        const AttentionShape &a, void *out,
                                        float *lse) {
   cudaStream_t st = scope.stream();
-  Product product{blasOf(stream),
-                  dtype == FSDP_RT_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC
-                                       : CUBLAS_COMPUTE_32F,
-                  scope.name()};
-  cudaDataType type = blasType(dtype);
-  size_t elt = fsdp_rt_dtype_size(dtype);
-  int64_t s = a.s, group = a.nq / a.nkv, chunk = chunkOf(a.b, s);
-  Mask mask{s, a.causal, a.window, float(a.scale)};
+  Heads heads(scope, stream, dtype, a, q, k, v);
+  int64_t s = a.s, chunk = heads.chunk;
   Temp<float> scores(chunk * s * s, st, scope.name());
-  Temp<char> probs(int64_t(chunk * s * s * elt), st, scope.name());
-  const char *qc = static_cast<const char *>(q);
-  const char *kc = static_cast<const char *>(k);
-  const char *vc = static_cast<const char *>(v);
+  Temp<char> probs(int64_t(chunk * s * s * heads.elt), st, scope.name());
   char *oc = static_cast<char *>(out);
   for (int64_t bi0 = 0; bi0 < a.b; bi0 += chunk) {
     int64_t n = a.b - bi0 < chunk ? a.b - bi0 : chunk;
     for (int64_t h = 0; h < a.nq; ++h) {
-      int64_t g = h / group;
-      const char *qh = qc + ((bi0 * s * a.nq + h) * a.d) * elt;
-      const char *kg = kc + ((bi0 * s * a.nkv + g) * a.d) * elt;
-      const char *vg = vc + ((bi0 * s * a.nkv + g) * a.dv) * elt;
-      // S[bi] = Q_h[bi]·K_g[bi]ᵀ, [s, s] f32.
-      product.run(false, true, s, s, a.d, qh, type, a.nq * a.d, s * a.nq * a.d,
-                  kg, type, a.nkv * a.d, s * a.nkv * a.d, 0.0f, scores.get(),
-                  CUDA_R_32F, s, s * s, n);
+      heads.scores(bi0, h, n, scores.get());
       dispatchFloat(dtype, scope.name(), [&](auto e) {
         using E = decltype(e);
         softmaxRows<E><<<rowBlocks(n * s), kThreads, 0, st>>>(
-            scores.get(), mask, n * s, a.nq, h, bi0,
+            scores.get(), heads.mask, n * s, a.nq, h, bi0,
             reinterpret_cast<typename E::T *>(probs.get()), lse);
       });
       // out_h[bi] = P[bi]·V_g[bi], written in place.
-      product.run(false, false, s, a.dv, s, probs.get(), type, s, s * s, vg,
-                  type, a.nkv * a.dv, s * a.nkv * a.dv, 0.0f,
-                  oc + ((bi0 * s * a.nq + h) * a.dv) * elt, type, a.nq * a.dv,
-                  s * a.nq * a.dv, n);
+      heads.product.run(false, false, s, a.dv, s, probs.get(), heads.type, s,
+                        s * s, heads.vOf(bi0, h), heads.type, a.nkv * a.dv,
+                        s * a.nkv * a.dv, 0.0f,
+                        oc + heads.at(bi0, h, a.nq, a.dv) * heads.elt,
+                        heads.type, a.nq * a.dv, s * a.nq * a.dv, n);
     }
   }
 }
@@ -228,14 +250,11 @@ void fsdp::rt::cuda::attentionGradProducts(
     const void *dout, const AttentionShape &a, void *dq, void *dk,
     void *dvalue) {
   cudaStream_t st = scope.stream();
-  Product product{blasOf(stream),
-                  dtype == FSDP_RT_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC
-                                       : CUBLAS_COMPUTE_32F,
-                  scope.name()};
-  cudaDataType type = blasType(dtype);
-  size_t elt = fsdp_rt_dtype_size(dtype);
-  int64_t s = a.s, group = a.nq / a.nkv, chunk = chunkOf(a.b, s);
-  Mask mask{s, a.causal, a.window, float(a.scale)};
+  Heads heads(scope, stream, dtype, a, q, k, v);
+  const Product &product = heads.product;
+  cudaDataType type = heads.type;
+  size_t elt = heads.elt;
+  int64_t s = a.s, chunk = heads.chunk;
   Temp<float> scores(chunk * s * s, st, scope.name());
   Temp<float> dp(chunk * s * s, st, scope.name());
   Temp<char> probs(int64_t(chunk * s * s * elt), st, scope.name());
@@ -248,47 +267,39 @@ void fsdp::rt::cuda::attentionGradProducts(
   Temp<float> dv32(wide ? kvElems * a.dv : 1, st, scope.name());
   float *dkAcc = wide ? dk32.get() : static_cast<float *>(dk);
   float *dvAcc = wide ? dv32.get() : static_cast<float *>(dvalue);
-  const char *qc = static_cast<const char *>(q);
-  const char *kc = static_cast<const char *>(k);
-  const char *vc = static_cast<const char *>(v);
   const char *doc = static_cast<const char *>(dout);
   char *dqc = static_cast<char *>(dq);
   for (int64_t bi0 = 0; bi0 < a.b; bi0 += chunk) {
     int64_t n = a.b - bi0 < chunk ? a.b - bi0 : chunk;
     for (int64_t h = 0; h < a.nq; ++h) {
-      int64_t g = h / group;
-      float beta = h % group == 0 ? 0.0f : 1.0f;
-      const char *qh = qc + ((bi0 * s * a.nq + h) * a.d) * elt;
-      const char *kg = kc + ((bi0 * s * a.nkv + g) * a.d) * elt;
-      const char *vg = vc + ((bi0 * s * a.nkv + g) * a.dv) * elt;
-      const char *doh = doc + ((bi0 * s * a.nq + h) * a.dv) * elt;
-      product.run(false, true, s, s, a.d, qh, type, a.nq * a.d, s * a.nq * a.d,
-                  kg, type, a.nkv * a.d, s * a.nkv * a.d, 0.0f, scores.get(),
-                  CUDA_R_32F, s, s * s, n);
+      int64_t g = h / heads.group;
+      float beta = h % heads.group == 0 ? 0.0f : 1.0f;
+      const char *doh = doc + heads.at(bi0, h, a.nq, a.dv) * elt;
+      heads.scores(bi0, h, n, scores.get());
       // dP = dO_h·V_gᵀ, [s, s] f32.
       product.run(false, true, s, s, a.dv, doh, type, a.nq * a.dv,
-                  s * a.nq * a.dv, vg, type, a.nkv * a.dv, s * a.nkv * a.dv,
-                  0.0f, dp.get(), CUDA_R_32F, s, s * s, n);
+                  s * a.nq * a.dv, heads.vOf(bi0, h), type, a.nkv * a.dv,
+                  s * a.nkv * a.dv, 0.0f, dp.get(), CUDA_R_32F, s, s * s, n);
       dispatchFloat(dtype, scope.name(), [&](auto e) {
         using E = decltype(e);
         softmaxGradRows<E><<<rowBlocks(n * s), kThreads, 0, st>>>(
-            scores.get(), dp.get(), lse, mask, n * s, a.nq, h, bi0,
+            scores.get(), dp.get(), lse, heads.mask, n * s, a.nq, h, bi0,
             reinterpret_cast<typename E::T *>(probs.get()),
             reinterpret_cast<typename E::T *>(dscores.get()));
       });
       // dQ_h = dS·K_g, written in place.
-      product.run(false, false, s, a.d, s, dscores.get(), type, s, s * s, kg,
-                  type, a.nkv * a.d, s * a.nkv * a.d, 0.0f,
-                  dqc + ((bi0 * s * a.nq + h) * a.d) * elt, type, a.nq * a.d,
+      product.run(false, false, s, a.d, s, dscores.get(), type, s, s * s,
+                  heads.kOf(bi0, h), type, a.nkv * a.d, s * a.nkv * a.d, 0.0f,
+                  dqc + heads.at(bi0, h, a.nq, a.d) * elt, type, a.nq * a.d,
                   s * a.nq * a.d, n);
       // dK_g += dSᵀ·Q_h and dV_g += Pᵀ·dO_h, in f32.
-      product.run(true, false, s, a.d, s, dscores.get(), type, s, s * s, qh,
-                  type, a.nq * a.d, s * a.nq * a.d, beta,
-                  dkAcc + (bi0 * s * a.nkv + g) * a.d, CUDA_R_32F,
+      product.run(true, false, s, a.d, s, dscores.get(), type, s, s * s,
+                  heads.qOf(bi0, h), type, a.nq * a.d, s * a.nq * a.d, beta,
+                  dkAcc + heads.at(bi0, g, a.nkv, a.d), CUDA_R_32F,
                   a.nkv * a.d, s * a.nkv * a.d, n);
       product.run(true, false, s, a.dv, s, probs.get(), type, s, s * s, doh,
                   type, a.nq * a.dv, s * a.nq * a.dv, beta,
-                  dvAcc + (bi0 * s * a.nkv + g) * a.dv, CUDA_R_32F,
+                  dvAcc + heads.at(bi0, g, a.nkv, a.dv), CUDA_R_32F,
                   a.nkv * a.dv, s * a.nkv * a.dv, n);
     }
   }

@@ -27,17 +27,6 @@
 using namespace fsdp::rt::cuda;
 
 namespace {
-cudaDataType blasType(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_BF16:
-    return CUDA_R_16BF;
-  case FSDP_RT_F16:
-    return CUDA_R_16F;
-  default:
-    return CUDA_R_32F;
-  }
-}
-
 /// c[r, j] = bias[j] for r < rows, j < n (c row-major [rows, n]).
 template <typename E>
 __global__ void broadcastRows(const typename E::T *bias, int64_t rows,

@@ -253,6 +253,18 @@ void dispatchFloat(fsdp_rt_dtype dtype, const char *where, Fn &&fn) {
   }
 }
 
+/// The cuBLAS element type of a float dtype (f32 for any other).
+inline cudaDataType blasType(fsdp_rt_dtype dtype) {
+  switch (dtype) {
+  case FSDP_RT_BF16:
+    return CUDA_R_16BF;
+  case FSDP_RT_F16:
+    return CUDA_R_16F;
+  default:
+    return CUDA_R_32F;
+  }
+}
+
 /// Typed views of an untyped ABI pointer.
 template <typename E> const typename E::T *asIn(const void *p) {
   return static_cast<const typename E::T *>(p);
