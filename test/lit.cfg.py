@@ -30,7 +30,8 @@ llvm_config.add_tool_substitutions(
     ["fsdp-opt", "fsdp-translate", "fsdp-graphgen", "fsdp-compile",
      "fsdp-embed-pipeline",
      "fsdp-runtime-kernel-test", "fsdp-runtime-collectives-program",
-     "fsdp-runtime-program-basics", "fsdp-runtime-kernel-test-cuda"],
+     "fsdp-runtime-program-basics", "fsdp-runtime-kernel-test-cuda",
+     "fsdp-runtime-collectives-program-cuda"],
     [config.fsdp_tools_dir, config.llvm_tools_dir])
 
 # Runtime tests launch several ranks; the tests run as root in containers and

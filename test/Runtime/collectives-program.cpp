@@ -17,6 +17,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/Runtime/Program.h"
+#include "fsdp/Runtime/Runtime.h"
+
+#include "Common/Float.h"
 
 #include <cmath>
 #include <cstdio>
@@ -61,20 +64,25 @@ bool isFloat(fsdp_rt_dtype d) {
   return d == FSDP_RT_F32 || d == FSDP_RT_BF16 || d == FSDP_RT_F16;
 }
 
+// Tensors are read and written through copies, so that the program runs on
+// any backend (device buffers on CUDA).
 std::vector<double> read(fsdp_tensor *t, const fsdp_type &type) {
   int64_t n = numel(type);
   std::vector<double> out(n);
-  void *data = fsdp_tensor_data(t);
+  std::vector<char> bytes(size_t(n) * fsdp_rt_dtype_size(type.dtype));
+  fsdp_rt_copy_to_host(nullptr, bytes.data(), fsdp_tensor_data(t),
+                       bytes.size());
+  fsdp_rt_stream_synchronize(nullptr);
   if (isFloat(type.dtype)) {
     std::vector<float> f(n);
-    fsdp_rt_cast(nullptr, type.dtype, data, FSDP_RT_F32, n, f.data());
+    fsdp::rt::toFloat(type.dtype, bytes.data(), n, f.data());
     for (int64_t i = 0; i < n; ++i)
       out[i] = f[i];
   } else {
     for (int64_t i = 0; i < n; ++i)
       out[i] = type.dtype == FSDP_RT_I32
-                   ? double(static_cast<int32_t *>(data)[i])
-                   : double(static_cast<int64_t *>(data)[i]);
+                   ? double(reinterpret_cast<int32_t *>(bytes.data())[i])
+                   : double(reinterpret_cast<int64_t *>(bytes.data())[i]);
   }
   return out;
 }
@@ -121,7 +129,8 @@ struct Tester {
     std::vector<float> f(n);
     for (int64_t i = 0; i < n; ++i)
       f[i] = float(valueOf(rank, i));
-    void *data = fsdp_tensor_data(x);
+    std::vector<char> bytes(size_t(n) * fsdp_rt_dtype_size(t.dtype));
+    void *data = bytes.data();
     for (int64_t i = 0; i < n; ++i) {
       if (t.dtype == FSDP_RT_I32)
         static_cast<int32_t *>(data)[i] = int32_t(f[i]);
@@ -129,7 +138,9 @@ struct Tester {
         static_cast<int64_t *>(data)[i] = int64_t(f[i]);
     }
     if (isFloat(t.dtype))
-      fsdp_rt_cast(nullptr, FSDP_RT_F32, f.data(), t.dtype, n, data);
+      fsdp::rt::fromFloat(t.dtype, f.data(), n, data);
+    fsdp_rt_copy_to_device(nullptr, fsdp_tensor_data(x), data, bytes.size());
+    fsdp_rt_stream_synchronize(nullptr);
     return x;
   }
 

@@ -33,9 +33,11 @@ bin=$build/bin
 batch=${FSDP_DEVICE_BATCH:-4}
 big=$src/test/device/llama-3.2-1b.json big_seq=2048 target=(--target cuda --no-mpi)
 kernel_test=fsdp-runtime-kernel-test-cuda device=cuda
+collectives=fsdp-runtime-collectives-program-cuda
 if [[ ${FSDP_DEVICE_DRY_RUN:-0} == 1 ]]; then
   big=$src/test/device/llama-3.2-1b-small.json big_seq=128 target=()
   kernel_test=fsdp-runtime-kernel-test device=cpu batch=2
+  collectives=fsdp-runtime-collectives-program
 fi
 
 if [[ ! -x $bin/$kernel_test ]]; then
@@ -60,6 +62,7 @@ echo "$device" >"$out/configs/device"
 
 echo "== kernels: the CUDA test program and the CPU results"
 cp "$bin/$kernel_test" "$out/bin/fsdp-runtime-kernel-test-cuda"
+cp "$bin/$collectives" "$out/bin/fsdp-runtime-collectives-program-cuda"
 "$bin/fsdp-runtime-kernel-test" "$out/ref/kernels" >/dev/null
 "$bin/fsdp-runtime-kernel-test" --grad "$out/ref/grad" >/dev/null
 

@@ -81,6 +81,10 @@ check exact-grad-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=exact \
 check exact-grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
   "$work/exact-grad" "$bundle/ref/grad"
 
+# Every collective over NCCL, each communicator of one rank.
+check collectives 120 env FSDP_TEST_MESH=1x1 \
+  "$bin/fsdp-runtime-collectives-program-cuda" --steps 1
+
 # The small steps: the CUDA program against the same step on the CPU
 # runtime, and against transformers (float64) on the GPU.
 small=$bundle/configs/llama-3.2-1b-small.json

@@ -214,6 +214,12 @@ def main():
             "kernels (forward), exact attention, vs CPU runtime")
     kernels(results, "exact-grad-kernels-run", "exact-grad-kernels-vs-cpu",
             "kernels (backward), exact attention, vs CPU runtime")
+    text = ran(results, "collectives", "NCCL collectives (1 rank each)",
+               "109 checks")
+    if text is not None:
+        ok = len(re.findall(r" ok$", text, re.M))
+        row("NCCL collectives (one rank per communicator)",
+            f"{ok} of 109 checks ok", "109", status(ok == 109))
     text = ran(results, "kernels-vs-torch", "kernels vs PyTorch",
                "f32 1e-5, bf16 1e-2")
     if text is not None:
