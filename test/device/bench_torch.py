@@ -37,7 +37,8 @@ def main():
         config = transformers.AutoConfig.for_model(**json.load(f))
     config._attn_implementation = "sdpa"
     device = torch.device(args.device)
-    model = getattr(transformers, config.architectures[0])(config).to(device)
+    with device:
+        model = getattr(transformers, config.architectures[0])(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
                                   fused=device.type == "cuda")
     vocab = config.vocab_size

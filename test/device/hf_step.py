@@ -86,8 +86,10 @@ def main():
     with open(args.config) as f:
         config = transformers.AutoConfig.for_model(**json.load(f))
     config._attn_implementation = "eager"
-    model = getattr(transformers, config.architectures[0])(config)
-    model = model.double().to(args.device)
+    # Built on the device: initializing 1B parameters on the CPU takes long.
+    with torch.device(args.device):
+        model = getattr(transformers, config.architectures[0])(config)
+    model = model.double()
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, p in params.items():
