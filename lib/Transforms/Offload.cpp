@@ -102,7 +102,7 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
       Value grad = update->getOperand(1);
       if (isHost(step, grad))
         continue;
-      if (auto arg = dyn_cast<BlockArgument>(grad))
+      if (isa<BlockArgument>(grad))
         b.setInsertionPointToStart(&body);
       else
         b.setInsertionPointAfter(grad.getDefiningOp());
@@ -110,8 +110,8 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
       grad.replaceAllUsesExcept(copy, copy.getDefiningOp());
     }
 
-    // The updates and what only feeds them run on the host: the slice of
-    // their operands up to host values. Collectives (and their waits) stay
+    // The updates and what feeds them run on the host: the slice of their
+    // operands up to host values (in a training step: clipping's norms). Collectives (and their waits) stay
     // on the device, but the slice goes on through them: clipping's partial
     // norms are summed on the host, only the scalars cross.
     SmallVector<Operation *> worklist(updates.begin(), updates.end());
