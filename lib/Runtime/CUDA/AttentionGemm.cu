@@ -8,8 +8,10 @@
 // The default attention of the CUDA backend (FSDP_RT_CUDA_ATTENTION=exact
 // selects the per-row kernels of Attention.cu instead): the products run in
 // cuBLAS on tensor cores, and two row kernels do the masked softmax and its
-// gradient in between. Per query head h (KV head g = h / (nq / nkv)), for a
-// chunk of the batch at a time:
+// gradient in between. Per query head h (KV head g = h / (nq / nkv)) and
+// block of query rows (256 rows when a causal mask or a window hides keys,
+// so that a block's products cover only the keys its queries can see; all
+// rows at once otherwise), for a chunk of the batch at a time:
 //
 //   forward   S = Q_h·K_gᵀ (f32), P = exp(scale·S - lse) over the keys each
 //             query sees (lse = log Σ exp(scale·S), written for the
@@ -17,15 +19,18 @@
 //   backward  S again, dP = dO_h·V_gᵀ (f32), Δ = Σ_j P·dP (in double, as
 //             the CPU backend), dS = scale·P·(dP - Δ) in the input type,
 //             dQ_h = dS·K_g, dK_g += dSᵀ·Q_h, dV_g += Pᵀ·dO_h, the KV sums
-//             kept in f32 over the heads of the group and rounded once.
+//             kept in f32 (from zero, over the row blocks and the heads of
+//             the group) and rounded once.
 //
 // The products see the tensors in place ([b, s, heads, dim] rows with a
 // leading dimension of heads·dim), batched over the chunk's batch entries
 // with cublasGemmStridedBatchedEx_64; f32 runs with
 // CUBLAS_COMPUTE_32F_PEDANTIC (no TF32). The score matrices are temporaries
-// of b·s² elements, chunked so that one stays under 256 MiB. The masked
-// half of a causal S is computed and discarded: this trades FLOPs for
-// simplicity against a tiled (flash-style) kernel, which stays to be done.
+// of at most b·s² elements, chunked so that one stays under 256 MiB. Inside
+// a row block the masked scores are computed and discarded (a causal step
+// computes 9/16 of S at s = 2048 rather than 1/2), and the score matrices
+// go through memory: a tiled flash-style kernel avoids both and stays to be
+// done.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,24 +74,36 @@ struct Mask {
   int causal;
   int64_t window;
   float scale;
-  __device__ int64_t lo(int64_t i) const {
+  __host__ __device__ int64_t lo(int64_t i) const {
     return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
   }
-  __device__ int64_t hi(int64_t i) const { return causal ? i + 1 : s; }
+  __host__ __device__ int64_t hi(int64_t i) const {
+    return causal ? i + 1 : s;
+  }
 };
 
-/// Per row (bi, i) of one head's scores [rows, s] (f32): lse of the
-/// visible scaled scores into lse[(bi0 + bi)·nq·s + h·s + i] and P (zero
-/// where masked) into p.
+/// One block of query rows [r0, r0 + m) of one head and the keys any of
+/// them sees, [k0, k0 + nk): its scores are [m, nk] per batch entry.
+struct Block {
+  int64_t r0, m, k0, nk;
+  int64_t h, nq, bi0;
+  /// The row's query position, its batch entry and its lse index.
+  __device__ int64_t query(int64_t row) const { return r0 + row % m; }
+  __device__ int64_t lseAt(int64_t row, int64_t s) const {
+    return ((bi0 + row / m) * nq + h) * s + query(row);
+  }
+};
+
+/// Per row of a block's scores [rows, nk] (f32): lse of the visible scaled
+/// scores and P (zero where masked) in the input type.
 template <typename E>
-__global__ void softmaxRows(const float *scores, Mask mask, int64_t rows,
-                            int64_t nq, int64_t h, int64_t bi0,
-                            typename E::T *p, float *lse) {
-  int64_t s = mask.s;
+__global__ void softmaxRows(const float *scores, Mask mask, Block blk,
+                            int64_t rows, typename E::T *p, float *lse) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    int64_t bi = row / s, i = row % s;
-    int64_t lo = mask.lo(i), hi = mask.hi(i);
-    const float *x = scores + row * s;
+    int64_t i = blk.query(row);
+    // The visible keys as columns of the block.
+    int64_t lo = mask.lo(i) - blk.k0, hi = mask.hi(i) - blk.k0;
+    const float *x = scores + row * blk.nk;
     float m = -INFINITY;
     for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
       m = fmaxf(m, mask.scale * x[j]);
@@ -97,36 +114,35 @@ __global__ void softmaxRows(const float *scores, Mask mask, int64_t rows,
     sum = blockReduce(sum, SumOp());
     float l = m + logf(sum);
     if (threadIdx.x == 0)
-      lse[((bi0 + bi) * nq + h) * s + i] = l;
-    for (int64_t j = threadIdx.x; j < s; j += blockDim.x)
-      E::store(p, row * s + j,
+      lse[blk.lseAt(row, mask.s)] = l;
+    for (int64_t j = threadIdx.x; j < blk.nk; j += blockDim.x)
+      E::store(p, row * blk.nk + j,
                j >= lo && j < hi ? expf(mask.scale * x[j] - l) : 0.0f);
   }
 }
 
-/// Per row (bi, i): P rebuilt from the scores and lse, Δ = Σ_j P·dP in
+/// Per row of a block: P rebuilt from the scores and lse, Δ = Σ_j P·dP in
 /// double, then P and dS = scale·P·(dP - Δ) in the input type (zero where
 /// masked).
 template <typename E>
 __global__ void softmaxGradRows(const float *scores, const float *dp,
-                                const float *lse, Mask mask, int64_t rows,
-                                int64_t nq, int64_t h, int64_t bi0,
-                                typename E::T *p, typename E::T *ds) {
-  int64_t s = mask.s;
+                                const float *lse, Mask mask, Block blk,
+                                int64_t rows, typename E::T *p,
+                                typename E::T *ds) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    int64_t bi = row / s, i = row % s;
-    int64_t lo = mask.lo(i), hi = mask.hi(i);
-    float l = lse[((bi0 + bi) * nq + h) * s + i];
-    const float *x = scores + row * s, *g = dp + row * s;
+    int64_t i = blk.query(row);
+    int64_t lo = mask.lo(i) - blk.k0, hi = mask.hi(i) - blk.k0;
+    float l = lse[blk.lseAt(row, mask.s)];
+    const float *x = scores + row * blk.nk, *g = dp + row * blk.nk;
     double delta = 0;
     for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
       delta += double(expf(mask.scale * x[j] - l)) * double(g[j]);
     delta = blockReduce(delta, SumOp());
-    for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < blk.nk; j += blockDim.x) {
       bool seen = j >= lo && j < hi;
       float pj = seen ? expf(mask.scale * x[j] - l) : 0.0f;
-      E::store(p, row * s + j, pj);
-      E::store(ds, row * s + j,
+      E::store(p, row * blk.nk + j, pj);
+      E::store(ds, row * blk.nk + j,
                seen ? mask.scale * pj * (g[j] - float(delta)) : 0.0f);
     }
   }
@@ -151,6 +167,10 @@ unsigned rowBlocks(int64_t rows) {
   return unsigned(rows < (1 << 20) ? rows : (1 << 20));
 }
 
+/// Query rows per block when a mask hides keys (causal or a window): each
+/// block computes scores only for the keys its queries can see.
+constexpr int64_t kRowBlock = 256;
+
 /// What both directions share: the products on the call's stream, the
 /// element type, the chunking, and each head's operands in place.
 struct Heads {
@@ -166,28 +186,42 @@ struct Heads {
         q(static_cast<const char *>(q)), k(static_cast<const char *>(k)),
         v(static_cast<const char *>(v)) {}
 
-  /// Element offsets of head h of batch entry bi0 in a [b, s, heads, dim]
-  /// tensor of `heads` heads of `dim`.
-  int64_t at(int64_t bi0, int64_t h, int64_t heads, int64_t dim) const {
-    return (bi0 * a.s * heads + h) * dim;
+  /// Element offset of row r of head h of batch entry bi0 in a [b, s,
+  /// heads, dim] tensor.
+  int64_t at(int64_t bi0, int64_t r, int64_t h, int64_t heads,
+             int64_t dim) const {
+    return ((bi0 * a.s + r) * heads + h) * dim;
   }
-  const char *qOf(int64_t bi0, int64_t h) const {
-    return q + at(bi0, h, a.nq, a.d) * elt;
+  const char *qOf(int64_t bi0, int64_t r, int64_t h) const {
+    return q + at(bi0, r, h, a.nq, a.d) * elt;
   }
-  const char *kOf(int64_t bi0, int64_t h) const {
-    return k + at(bi0, h / group, a.nkv, a.d) * elt;
+  const char *kOf(int64_t bi0, int64_t r, int64_t h) const {
+    return k + at(bi0, r, h / group, a.nkv, a.d) * elt;
   }
-  const char *vOf(int64_t bi0, int64_t h) const {
-    return v + at(bi0, h / group, a.nkv, a.dv) * elt;
+  const char *vOf(int64_t bi0, int64_t r, int64_t h) const {
+    return v + at(bi0, r, h / group, a.nkv, a.dv) * elt;
   }
 
-  /// S[bi] = Q_h[bi]·K_g[bi]ᵀ in f32 ([s, s] each) for the n entries from
-  /// bi0.
-  void scores(int64_t bi0, int64_t h, int64_t n, float *out) const {
+  /// The row blocks of head h for the n batch entries from bi0, in order.
+  template <typename Fn>
+  void forEachBlock(int64_t bi0, int64_t h, Fn fn) const {
+    int64_t s = a.s, rows = a.causal || a.window > 0 ? kRowBlock : s;
+    for (int64_t r0 = 0; r0 < s; r0 += rows) {
+      int64_t r1 = r0 + rows < s ? r0 + rows : s;
+      // Keys seen by some query of the block: lo and hi grow with i.
+      int64_t k0 = mask.lo(r0), k1 = mask.hi(r1 - 1);
+      fn(Block{r0, r1 - r0, k0, k1 - k0, h, a.nq, bi0});
+    }
+  }
+
+  /// The block's scores, Q_h[r0:r1]·K_g[k0:k1]ᵀ in f32 ([m, nk] for each
+  /// of the n entries).
+  void scores(const Block &blk, int64_t n, float *out) const {
     int64_t s = a.s;
-    product.run(false, true, s, s, a.d, qOf(bi0, h), type, a.nq * a.d,
-                s * a.nq * a.d, kOf(bi0, h), type, a.nkv * a.d,
-                s * a.nkv * a.d, 0.0f, out, CUDA_R_32F, s, s * s, n);
+    product.run(false, true, blk.m, blk.nk, a.d, qOf(blk.bi0, blk.r0, blk.h),
+                type, a.nq * a.d, s * a.nq * a.d, kOf(blk.bi0, blk.k0, blk.h),
+                type, a.nkv * a.d, s * a.nkv * a.d, 0.0f, out, CUDA_R_32F,
+                blk.nk, blk.m * blk.nk, n);
   }
 
   Product product;
@@ -226,21 +260,23 @@ void fsdp::rt::cuda::attentionProducts(const KernelScope &scope,
   char *oc = static_cast<char *>(out);
   for (int64_t bi0 = 0; bi0 < a.b; bi0 += chunk) {
     int64_t n = a.b - bi0 < chunk ? a.b - bi0 : chunk;
-    for (int64_t h = 0; h < a.nq; ++h) {
-      heads.scores(bi0, h, n, scores.get());
-      dispatchFloat(dtype, scope.name(), [&](auto e) {
-        using E = decltype(e);
-        softmaxRows<E><<<rowBlocks(n * s), kThreads, 0, st>>>(
-            scores.get(), heads.mask, n * s, a.nq, h, bi0,
-            reinterpret_cast<typename E::T *>(probs.get()), lse);
+    for (int64_t h = 0; h < a.nq; ++h)
+      heads.forEachBlock(bi0, h, [&](const Block &blk) {
+        heads.scores(blk, n, scores.get());
+        dispatchFloat(dtype, scope.name(), [&](auto e) {
+          using E = decltype(e);
+          softmaxRows<E><<<rowBlocks(n * blk.m), kThreads, 0, st>>>(
+              scores.get(), heads.mask, blk, n * blk.m,
+              reinterpret_cast<typename E::T *>(probs.get()), lse);
+        });
+        // out_h[r0:r1] = P·V_g[k0:k1], written in place.
+        heads.product.run(false, false, blk.m, a.dv, blk.nk, probs.get(),
+                          heads.type, blk.nk, blk.m * blk.nk,
+                          heads.vOf(bi0, blk.k0, h), heads.type, a.nkv * a.dv,
+                          s * a.nkv * a.dv, 0.0f,
+                          oc + heads.at(bi0, blk.r0, h, a.nq, a.dv) * heads.elt,
+                          heads.type, a.nq * a.dv, s * a.nq * a.dv, n);
       });
-      // out_h[bi] = P[bi]·V_g[bi], written in place.
-      heads.product.run(false, false, s, a.dv, s, probs.get(), heads.type, s,
-                        s * s, heads.vOf(bi0, h), heads.type, a.nkv * a.dv,
-                        s * a.nkv * a.dv, 0.0f,
-                        oc + heads.at(bi0, h, a.nq, a.dv) * heads.elt,
-                        heads.type, a.nq * a.dv, s * a.nq * a.dv, n);
-    }
   }
 }
 
@@ -259,49 +295,58 @@ void fsdp::rt::cuda::attentionGradProducts(
   Temp<float> dp(chunk * s * s, st, scope.name());
   Temp<char> probs(int64_t(chunk * s * s * elt), st, scope.name());
   Temp<char> dscores(int64_t(chunk * s * s * elt), st, scope.name());
-  // dK and dV sum over the group's query heads: in f32, rounded once (f32
-  // results accumulate in place).
+  // dK and dV sum over row blocks and the group's query heads: in f32 from
+  // zero, rounded once (f32 results accumulate in place).
   bool wide = dtype != FSDP_RT_F32;
   int64_t kvElems = a.b * s * a.nkv;
   Temp<float> dk32(wide ? kvElems * a.d : 1, st, scope.name());
   Temp<float> dv32(wide ? kvElems * a.dv : 1, st, scope.name());
   float *dkAcc = wide ? dk32.get() : static_cast<float *>(dk);
   float *dvAcc = wide ? dv32.get() : static_cast<float *>(dvalue);
+  check(cudaMemsetAsync(dkAcc, 0, size_t(kvElems * a.d) * sizeof(float), st),
+        scope.name());
+  check(cudaMemsetAsync(dvAcc, 0, size_t(kvElems * a.dv) * sizeof(float), st),
+        scope.name());
   const char *doc = static_cast<const char *>(dout);
   char *dqc = static_cast<char *>(dq);
   for (int64_t bi0 = 0; bi0 < a.b; bi0 += chunk) {
     int64_t n = a.b - bi0 < chunk ? a.b - bi0 : chunk;
-    for (int64_t h = 0; h < a.nq; ++h) {
-      int64_t g = h / heads.group;
-      float beta = h % heads.group == 0 ? 0.0f : 1.0f;
-      const char *doh = doc + heads.at(bi0, h, a.nq, a.dv) * elt;
-      heads.scores(bi0, h, n, scores.get());
-      // dP = dO_h·V_gᵀ, [s, s] f32.
-      product.run(false, true, s, s, a.dv, doh, type, a.nq * a.dv,
-                  s * a.nq * a.dv, heads.vOf(bi0, h), type, a.nkv * a.dv,
-                  s * a.nkv * a.dv, 0.0f, dp.get(), CUDA_R_32F, s, s * s, n);
-      dispatchFloat(dtype, scope.name(), [&](auto e) {
-        using E = decltype(e);
-        softmaxGradRows<E><<<rowBlocks(n * s), kThreads, 0, st>>>(
-            scores.get(), dp.get(), lse, heads.mask, n * s, a.nq, h, bi0,
-            reinterpret_cast<typename E::T *>(probs.get()),
-            reinterpret_cast<typename E::T *>(dscores.get()));
+    for (int64_t h = 0; h < a.nq; ++h)
+      heads.forEachBlock(bi0, h, [&](const Block &blk) {
+        int64_t g = h / heads.group;
+        const char *doh = doc + heads.at(bi0, blk.r0, h, a.nq, a.dv) * elt;
+        heads.scores(blk, n, scores.get());
+        // dP = dO_h[r0:r1]·V_g[k0:k1]ᵀ, [m, nk] f32.
+        product.run(false, true, blk.m, blk.nk, a.dv, doh, type, a.nq * a.dv,
+                    s * a.nq * a.dv, heads.vOf(bi0, blk.k0, h), type,
+                    a.nkv * a.dv, s * a.nkv * a.dv, 0.0f, dp.get(), CUDA_R_32F,
+                    blk.nk, blk.m * blk.nk, n);
+        dispatchFloat(dtype, scope.name(), [&](auto e) {
+          using E = decltype(e);
+          softmaxGradRows<E><<<rowBlocks(n * blk.m), kThreads, 0, st>>>(
+              scores.get(), dp.get(), lse, heads.mask, blk, n * blk.m,
+              reinterpret_cast<typename E::T *>(probs.get()),
+              reinterpret_cast<typename E::T *>(dscores.get()));
+        });
+        // dQ_h[r0:r1] = dS·K_g[k0:k1], written in place.
+        product.run(false, false, blk.m, a.d, blk.nk, dscores.get(), type,
+                    blk.nk, blk.m * blk.nk, heads.kOf(bi0, blk.k0, h), type,
+                    a.nkv * a.d, s * a.nkv * a.d, 0.0f,
+                    dqc + heads.at(bi0, blk.r0, h, a.nq, a.d) * elt, type,
+                    a.nq * a.d, s * a.nq * a.d, n);
+        // dK_g[k0:k1] += dSᵀ·Q_h[r0:r1] and dV_g[k0:k1] += Pᵀ·dO_h[r0:r1],
+        // in f32.
+        product.run(true, false, blk.nk, a.d, blk.m, dscores.get(), type,
+                    blk.nk, blk.m * blk.nk, heads.qOf(bi0, blk.r0, h), type,
+                    a.nq * a.d, s * a.nq * a.d, 1.0f,
+                    dkAcc + heads.at(bi0, blk.k0, g, a.nkv, a.d), CUDA_R_32F,
+                    a.nkv * a.d, s * a.nkv * a.d, n);
+        product.run(true, false, blk.nk, a.dv, blk.m, probs.get(), type,
+                    blk.nk, blk.m * blk.nk, doh, type, a.nq * a.dv,
+                    s * a.nq * a.dv, 1.0f,
+                    dvAcc + heads.at(bi0, blk.k0, g, a.nkv, a.dv), CUDA_R_32F,
+                    a.nkv * a.dv, s * a.nkv * a.dv, n);
       });
-      // dQ_h = dS·K_g, written in place.
-      product.run(false, false, s, a.d, s, dscores.get(), type, s, s * s,
-                  heads.kOf(bi0, h), type, a.nkv * a.d, s * a.nkv * a.d, 0.0f,
-                  dqc + heads.at(bi0, h, a.nq, a.d) * elt, type, a.nq * a.d,
-                  s * a.nq * a.d, n);
-      // dK_g += dSᵀ·Q_h and dV_g += Pᵀ·dO_h, in f32.
-      product.run(true, false, s, a.d, s, dscores.get(), type, s, s * s,
-                  heads.qOf(bi0, h), type, a.nq * a.d, s * a.nq * a.d, beta,
-                  dkAcc + heads.at(bi0, g, a.nkv, a.d), CUDA_R_32F,
-                  a.nkv * a.d, s * a.nkv * a.d, n);
-      product.run(true, false, s, a.dv, s, probs.get(), type, s, s * s, doh,
-                  type, a.nq * a.dv, s * a.nq * a.dv, beta,
-                  dvAcc + heads.at(bi0, g, a.nkv, a.dv), CUDA_R_32F,
-                  a.nkv * a.dv, s * a.nkv * a.dv, n);
-    }
   }
   if (wide && kvElems > 0 && a.d > 0 && a.dv > 0)
     dispatchFloat(dtype, scope.name(), [&](auto e) {
