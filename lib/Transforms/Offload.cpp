@@ -111,9 +111,10 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
     }
 
     // The updates and what feeds them run on the host: the slice of their
-    // operands up to host values (in a training step: clipping's norms). Collectives (and their waits) stay
-    // on the device, but the slice goes on through them: clipping's partial
-    // norms are summed on the host, only the scalars cross.
+    // operands up to host values (in a training step: clipping's norms).
+    // Collectives (and their waits) stay on the device, but the slice goes on
+    // through them: clipping's partial norms are summed on the host, only the
+    // scalars cross.
     SmallVector<Operation *> worklist(updates.begin(), updates.end());
     DenseSet<Operation *> visited(updates.begin(), updates.end());
     while (!worklist.empty()) {
