@@ -50,11 +50,13 @@ struct Geometry {
   float scale;
 
   __device__ int64_t group() const { return nq / nkv; }
-  /// Keys query i sees: [firstKey, endKey).
+  /// Keys query i sees: [firstKey, endKey) (AttentionGemm.cuh).
   __device__ int64_t firstKey(int64_t i) const {
-    return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+    return fsdp::rt::cuda::firstKey(i, window);
   }
-  __device__ int64_t endKey(int64_t i) const { return causal ? i + 1 : s; }
+  __device__ int64_t endKey(int64_t i) const {
+    return fsdp::rt::cuda::endKey(i, causal, s);
+  }
   /// Queries that see key j: [firstQuery, endQuery).
   __device__ int64_t firstQuery(int64_t j) const { return causal ? j : 0; }
   __device__ int64_t endQuery(int64_t j) const {

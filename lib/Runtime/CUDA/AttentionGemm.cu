@@ -68,17 +68,17 @@ struct Product {
   }
 };
 
-/// The keys query i sees, [lo, hi): Attention.cu's rule.
+/// The keys query i sees, [lo, hi) (AttentionGemm.cuh), and the scale.
 struct Mask {
   int64_t s;
   int causal;
   int64_t window;
   float scale;
   __host__ __device__ int64_t lo(int64_t i) const {
-    return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+    return firstKey(i, window);
   }
   __host__ __device__ int64_t hi(int64_t i) const {
-    return causal ? i + 1 : s;
+    return endKey(i, causal, s);
   }
 };
 
@@ -146,14 +146,6 @@ __global__ void softmaxGradRows(const float *scores, const float *dp,
                seen ? mask.scale * pj * (g[j] - float(delta)) : 0.0f);
     }
   }
-}
-
-/// out[i] = x[i] rounded to the storage type.
-template <typename E>
-__global__ void roundTo(const float *x, int64_t n, typename E::T *out) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    E::store(out, i, x[i]);
 }
 
 /// Batch entries per chunk: one f32 score matrix set stays under 256 MiB.
@@ -351,9 +343,9 @@ void fsdp::rt::cuda::attentionGradProducts(
   if (wide && kvElems > 0 && a.d > 0 && a.dv > 0)
     dispatchFloat(dtype, scope.name(), [&](auto e) {
       using E = decltype(e);
-      roundTo<E><<<gridFor(kvElems * a.d), kThreads, 0, st>>>(
+      castKernel<F32, E><<<gridFor(kvElems * a.d), kThreads, 0, st>>>(
           dk32.get(), kvElems * a.d, asOut<E>(dk));
-      roundTo<E><<<gridFor(kvElems * a.dv), kThreads, 0, st>>>(
+      castKernel<F32, E><<<gridFor(kvElems * a.dv), kThreads, 0, st>>>(
           dv32.get(), kvElems * a.dv, asOut<E>(dvalue));
     });
 }

@@ -18,6 +18,16 @@
 
 namespace fsdp::rt::cuda {
 
+/// The keys query i sees are [firstKey, endKey): from i - window + 1 with
+/// a sliding window > 0 (else 0), to i + 1 when causal (else s). Both
+/// attention paths, and the CPU backend, follow this rule.
+__host__ __device__ inline int64_t firstKey(int64_t i, int64_t window) {
+  return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+}
+__host__ __device__ inline int64_t endKey(int64_t i, int causal, int64_t s) {
+  return causal ? i + 1 : s;
+}
+
 /// The arguments of an attention call that describe its shape and mask.
 struct AttentionShape {
   int64_t b, s, nq, nkv, d, dv;

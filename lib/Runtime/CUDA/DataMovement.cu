@@ -93,14 +93,6 @@ __global__ void padKernel(const W *x, int64_t len, int64_t inner,
     out[e] = p >= 0 && p < len ? x[(o * len + p) * inner + c] : W(0);
   }
 }
-
-template <typename Src, typename Dst>
-__global__ void castKernel(const typename Src::T *x, int64_t n,
-                           typename Dst::T *out) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    Dst::store(out, i, Src::load(x, i));
-}
 } // namespace
 
 void fsdp_rt_transpose(fsdp_rt_stream stream, fsdp_rt_dtype dtype,

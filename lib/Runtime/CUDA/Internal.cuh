@@ -273,6 +273,15 @@ template <typename E> typename E::T *asOut(void *p) {
   return static_cast<typename E::T *>(p);
 }
 
+/// out[i] = x[i] converted from Src to Dst, for i < n (grid-stride).
+template <typename Src, typename Dst>
+__global__ void castKernel(const typename Src::T *x, int64_t n,
+                           typename Dst::T *out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    Dst::store(out, i, Src::load(x, i));
+}
+
 /// Reads index `i` of an i32 or i64 buffer.
 __device__ inline int64_t loadIndex(fsdp_rt_dtype dtype, const void *p,
                                     int64_t i) {
