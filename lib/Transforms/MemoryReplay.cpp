@@ -56,14 +56,11 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
   // Bytes live on the device and, under CPU offload, on the host: an op
   // placed on the host (or a host copy) allocates its results there.
   int64_t live = 0, liveHost = 0;
-  auto onHost = [](Operation *op) {
-    return isa<nn::ToHostOp>(op) ||
-           (op->hasAttr("fsdp.host") && !isa<nn::ToDeviceOp>(op));
-  };
   auto release = [&](Value v) {
     Value b = bufferOf(v);
     if (!isa<BlockArgument>(b) && --references[b] == 0)
-      (onHost(b.getDefiningOp()) ? liveHost : live) -= bytesOf(b.getType());
+      (resultsOnHost(b.getDefiningOp()) ? liveHost : live) -=
+          bytesOf(b.getType());
   };
   ReleasePlan plan(body);
   // Per started future: its input and the staging it holds.
@@ -77,7 +74,7 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
           isContiguousSlice(&op))
         buffer[result] = bufferOf(op.getOperand(0));
       else
-        (onHost(&op) ? liveHost : live) += bytesOf(result.getType());
+        (resultsOnHost(&op) ? liveHost : live) += bytesOf(result.getType());
       if (ReleasePlan::isReleased(result))
         ++references[bufferOf(result)];
     }

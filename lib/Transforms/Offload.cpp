@@ -42,12 +42,7 @@ constexpr StringLiteral kHost = "fsdp.host";
 bool isHost(func::FuncOp step, Value v) {
   if (auto arg = dyn_cast<BlockArgument>(v))
     return bool(step.getArgAttr(arg.getArgNumber(), kHost));
-  Operation *def = v.getDefiningOp();
-  if (isa<nn::ToHostOp>(def))
-    return true;
-  if (isa<nn::ToDeviceOp>(def))
-    return false;
-  return def->hasAttr(kHost);
+  return resultsOnHost(v.getDefiningOp());
 }
 
 /// Ops placed on the host: runtime calls other than collectives (which

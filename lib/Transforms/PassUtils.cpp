@@ -7,6 +7,7 @@
 
 #include "PassUtils.h"
 
+#include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Support/FileUtilities.h"
@@ -84,6 +85,11 @@ LogicalResult fsdp::JsonReport::write(Operation *op, StringRef member,
                             llvm::json::Value(llvm::json::Object(members)))
            << "\n";
       });
+}
+
+bool fsdp::resultsOnHost(Operation *op) {
+  return isa<nn::ToHostOp>(op) ||
+         (op->hasAttr("fsdp.host") && !isa<nn::ToDeviceOp>(op));
 }
 
 int64_t fsdp::bytesOf(Type type) {

@@ -46,6 +46,11 @@ llvm::FailureOr<dist::MeshOp> meshForCollectives(mlir::ModuleOp module,
 /// `transformer.h.3`; a plain model's `blocks.3`), or "" outside any.
 std::string decoderLayerOf(llvm::StringRef name);
 
+/// Whether `op`'s results are host buffers under CPU offload: a host copy,
+/// or an op fsdp-offload placed on the host (`fsdp.host`). The lowering,
+/// the memory replay and the runtime follow this one rule.
+bool resultsOnHost(mlir::Operation *op);
+
 /// The bytes of a ranked tensor, or of the one a future holds (0 for any
 /// other type).
 int64_t bytesOf(mlir::Type type);

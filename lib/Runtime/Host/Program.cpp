@@ -354,27 +354,30 @@ int64_t fsdp_prog_mesh_coord(fsdp_program *p, int64_t axis) {
 // Step
 //===----------------------------------------------------------------------===//
 
-void fsdp_prog_arg_on_host(fsdp_program *p, int64_t index) {
+namespace {
+/// Calls `fn` on argument `index` of the step, an Input or a Param (inputs
+/// first, then parameters, in declaration order); fails naming `what` when
+/// there is none.
+template <typename Fn>
+auto onArgument(fsdp_program *p, int64_t index, const char *what, Fn fn) {
   int64_t numInputs = int64_t(p->inputs.size());
   if (index >= 0 && index < numInputs)
-    p->inputs[index].host = true;
-  else if (index >= numInputs && index < numInputs + int64_t(p->params.size()))
-    p->params[index - numInputs].host = true;
-  else
-    fail("arg", "no argument " + std::to_string(index) +
-                    " to place on the "
-                    "host");
+    return fn(p->inputs[index]);
+  if (index >= numInputs && index < numInputs + int64_t(p->params.size()))
+    return fn(p->params[index - numInputs]);
+  fail("arg", "no argument " + std::to_string(index) + what + " (" +
+                  std::to_string(numInputs) + " inputs, " +
+                  std::to_string(p->params.size()) + " parameters)");
+}
+} // namespace
+
+void fsdp_prog_arg_on_host(fsdp_program *p, int64_t index) {
+  onArgument(p, index, " to place on the host",
+             [](auto &arg) { arg.host = true; });
 }
 
 fsdp_tensor *fsdp_prog_arg(fsdp_program *p, int64_t index) {
-  int64_t numInputs = int64_t(p->inputs.size());
-  if (index >= 0 && index < numInputs)
-    return p->inputs[index].tensor;
-  if (index >= numInputs && index < numInputs + int64_t(p->params.size()))
-    return p->params[index - numInputs].tensor;
-  fail("arg", "no argument " + std::to_string(index) + " (" +
-                  std::to_string(numInputs) + " inputs, " +
-                  std::to_string(p->params.size()) + " parameters)");
+  return onArgument(p, index, "", [](auto &arg) { return arg.tensor; });
 }
 
 void fsdp_prog_result(fsdp_program *p, int64_t index, fsdp_tensor *t) {
