@@ -8,7 +8,10 @@
 #                                     BUNDLE/results)
 #
 # PYTHON names the interpreter with torch and transformers (python3);
-# FSDP_DEVICE_QUICK=1 skips torch.compile (the slowest part, ~2 minutes).
+# FSDP_DEVICE_QUICK=1 skips torch.compile (the slowest part, ~2 minutes);
+# FSDP_DEVICE_DEADLINE=SECONDS cuts every check's time limit so that the
+# whole run ends within SECONDS (a check left no time does not run, and the
+# table says so), for a device lease shorter than the checks' limits.
 set -uo pipefail
 bundle=$(cd "${1:-build/device-bundle}" && pwd)
 results=${2:-$bundle/results}
@@ -30,7 +33,8 @@ import glob, os, site
 roots = ["/usr/local/cuda/lib64", "/usr/local/cuda/lib",
          "/usr/local/cuda/targets/x86_64-linux/lib"] + site.getsitepackages()
 found = []
-for name in ("libcublas.so.13", "libcublasLt.so.13", "libnccl.so.2"):
+for name in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13",
+             "libnccl.so.2"):
     for root in roots:
         hits = glob.glob(os.path.join(root, name)) or \
             glob.glob(os.path.join(root, "nvidia", "*", "lib", name)) or \
@@ -44,13 +48,35 @@ EOF
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 # check NAME SECONDS COMMAND...: output in RESULTS/NAME.txt, exit status in
-# RESULTS/NAME.rc; a check past its time limit is killed (status 124).
+# RESULTS/NAME.rc, wall seconds in RESULTS/NAME.seconds; a check past its
+# time limit is killed (status 124).
+deadline=$((SECONDS + ${FSDP_DEVICE_DEADLINE:-100000}))
 check() {
-  local name=$1 limit=$2
+  local name=$1 limit=$2 start=$SECONDS
   shift 2
-  echo "== $name" >&2
+  ((limit > deadline - SECONDS)) && limit=$((deadline - SECONDS))
+  if ((limit < 5)); then
+    echo "== $name: skipped, past FSDP_DEVICE_DEADLINE" >&2
+    return
+  fi
+  echo "== $name (limit ${limit} s)" >&2
   timeout "$limit" "$@" >"$results/$name.txt" 2>&1
   echo $? >"$results/$name.rc"
+  echo $((SECONDS - start)) >"$results/$name.seconds"
+}
+
+# diagnose NAME COMMAND...: when check NAME crashed (not a time-out or a
+# failed comparison: a signal or a CUDA error), reruns it under
+# compute-sanitizer, if the machine has one, to name the kernel.
+diagnose() {
+  local name=$1 rc
+  shift
+  rc=$(cat "$results/$name.rc" 2>/dev/null) || return
+  [[ $rc == 0 || $rc == 124 ]] && return
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer ||
+    ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null) || return
+  check "$name-sanitizer" 120 "$sanitizer" --print-limit 10 "$@"
 }
 
 check gpu 30 nvidia-smi --query-gpu=name,memory.total,driver_version \
@@ -59,15 +85,19 @@ check env 60 "$py" -c "import os, torch, transformers
 print('torch', torch.__version__, 'transformers', transformers.__version__,
       'cuda', torch.version.cuda)
 print('LD_LIBRARY_PATH', os.environ['LD_LIBRARY_PATH'])"
+check libraries 30 ldd "$bin/llama1b-train"
 
 # Kernels: the CUDA backend on the CPU build's inputs, against its outputs
 # and against PyTorch (on the CPU, as the CPU tests check).
 check kernels-run 120 "$bin/fsdp-runtime-kernel-test-cuda" "$work/kernels"
+diagnose kernels-run "$bin/fsdp-runtime-kernel-test-cuda" "$work/kernels-s"
 check kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
   "$work/kernels" "$bundle/ref/kernels"
 check kernels-vs-torch 300 "$py" "$scripts/check_kernels.py" "$work/kernels"
 check grad-kernels-run 120 "$bin/fsdp-runtime-kernel-test-cuda" --grad \
   "$work/grad"
+diagnose grad-kernels-run "$bin/fsdp-runtime-kernel-test-cuda" --grad \
+  "$work/grad-s"
 check grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
   "$work/grad" "$bundle/ref/grad"
 # The same with the exact per-row attention kernels in place of the
@@ -91,6 +121,7 @@ small=$bundle/configs/llama-3.2-1b-small.json
 for v in f32 bf16; do
   check small-$v-run 120 "$bin/small-$v" --steps 1 --quiet \
     --dump-dir "$work/small-$v"
+  diagnose small-$v-run "$bin/small-$v" --steps 1 --quiet
   tolerance=1e-5 yardstick=()
   [[ $v == bf16 ]] && tolerance=2e-2 yardstick=(--yardstick)
   check small-$v-vs-cpu 120 "$py" "$scripts/compare_dumps.py" \
