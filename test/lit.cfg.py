@@ -50,6 +50,7 @@ if config.fsdp_cuda_runtime_lib:
     config.available_features.add("cuda")
     config.substitutions.append(("%fsdp_cuda_lib",
                                  config.fsdp_cuda_runtime_lib))
+    config.substitutions.append(("%nvcc", config.fsdp_cuda_compiler))
     nvidia_smi = shutil.which("nvidia-smi")
     if nvidia_smi:
         import subprocess

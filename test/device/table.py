@@ -94,10 +94,10 @@ def transformers_rows(results, name, check):
                      r"(\S+) tolerance (\S+)", line)
         if m:
             row(f"{check}: {m[2]}{m[3]}", m[4], m[5], status(not m[1]))
-        m = re.match(r"\S+ transformers bf16 autocast (\w+) max_rel_err (\S+)",
-                     line)
+        m = re.match(r"\S+ transformers bf16 (autocast|parameters) (\w+) "
+                     r"max_rel_err (\S+)", line)
         if m:
-            row(f"  PyTorch bf16 autocast vs float64: {m[1]}", m[2],
+            row(f"  PyTorch bf16 {m[1]} vs float64: {m[2]}", m[3],
                 "(yardstick)", "")
 
 

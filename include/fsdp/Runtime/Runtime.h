@@ -164,6 +164,16 @@ int64_t fsdp_rt_kernel_time_ns(fsdp_rt_kernel_class cls);
 /// Number of kernel calls of class `cls` since the last reset.
 int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls);
 
+/// Kernel calls and time per ABI function (fsdp_rt_linear, ...) since the
+/// last reset, longest total first: fills at most `max` entries of `names`,
+/// `calls` and `time_ns`, and returns how many functions ran. Times are
+/// measured as for fsdp_rt_kernel_time_ns (on CUDA reading them waits for
+/// the timing events). The CPU backend names the function that opened the
+/// timer, which for some ops is a shared helper (`binary`, `unaryGrad`).
+/// Names stay valid until fsdp_rt_counters_reset.
+int fsdp_rt_kernel_profile(int max, const char **names, int64_t *calls,
+                           int64_t *time_ns);
+
 /// Number of calls that blocked the host on device work since the last
 /// reset: fsdp_rt_stream_synchronize, fsdp_rt_event_synchronize and
 /// fsdp_rt_copy_to_host (which waits for its copy before the host reads

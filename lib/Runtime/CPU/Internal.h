@@ -121,12 +121,14 @@ private:
 /// Adds the lifetime of the scope to the time counter of a kernel class.
 class KernelTimer {
 public:
-  explicit KernelTimer(fsdp_rt_kernel_class cls)
-      : cls(cls), start(std::chrono::steady_clock::now()) {}
+  explicit KernelTimer(fsdp_rt_kernel_class cls,
+                       const char *name = __builtin_FUNCTION())
+      : cls(cls), name(name), start(std::chrono::steady_clock::now()) {}
   ~KernelTimer();
 
 private:
   fsdp_rt_kernel_class cls;
+  const char *name;
   std::chrono::steady_clock::time_point start;
 };
 

@@ -7,6 +7,8 @@
 
 #include "Internal.h"
 
+#include "../Common/Profile.h"
+
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -196,6 +198,11 @@ int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls) {
   return kernelCalls[cls].load();
 }
 
+int fsdp_rt_kernel_profile(int max, const char **names, int64_t *calls,
+                           int64_t *time_ns) {
+  return fsdp::rt::profileRead(max, names, calls, time_ns);
+}
+
 int64_t fsdp_rt_host_syncs(void) { return hostSyncs.load(); }
 
 void fsdp_rt_counters_reset(void) {
@@ -210,11 +217,14 @@ void fsdp_rt_counters_reset(void) {
     c = 0;
   for (auto &c : kernelCalls)
     c = 0;
+  fsdp::rt::profileReset();
 }
 
 KernelTimer::~KernelTimer() {
   auto elapsed = std::chrono::steady_clock::now() - start;
-  kernelNanos[cls] +=
+  int64_t nanos =
       std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+  kernelNanos[cls] += nanos;
   kernelCalls[cls] += 1;
+  fsdp::rt::profileAdd(name, nanos);
 }

@@ -343,9 +343,7 @@ void fsdp::rt::cuda::attentionGradProducts(
   if (wide && kvElems > 0 && a.d > 0 && a.dv > 0)
     dispatchFloat(dtype, scope.name(), [&](auto e) {
       using E = decltype(e);
-      castKernel<F32, E><<<gridFor(kvElems * a.d), kThreads, 0, st>>>(
-          dk32.get(), kvElems * a.d, asOut<E>(dk));
-      castKernel<F32, E><<<gridFor(kvElems * a.dv), kThreads, 0, st>>>(
-          dv32.get(), kvElems * a.dv, asOut<E>(dvalue));
+      launchCast<F32, E>(st, dk32.get(), kvElems * a.d, dk);
+      launchCast<F32, E>(st, dv32.get(), kvElems * a.dv, dvalue);
     });
 }

@@ -190,8 +190,7 @@ void fsdp_rt_cast(fsdp_rt_stream stream, fsdp_rt_dtype src_dtype, const void *x,
     dispatchFloat(dst_dtype, scope.name(), [&](auto d) {
       using Src = decltype(s);
       using Dst = decltype(d);
-      castKernel<Src, Dst><<<gridFor(numel), kThreads, 0, scope.stream()>>>(
-          asIn<Src>(x), numel, asOut<Dst>(out));
+      launchCast<Src, Dst>(scope.stream(), x, numel, out);
     });
   });
 }

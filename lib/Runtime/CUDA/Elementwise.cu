@@ -5,12 +5,19 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// One thread per output element (grid-stride), computing in f32. A
-// broadcast operand is read through the output's flat index: modulo its
-// size when it is a block of the output's trailing dims (a bias, a scalar,
-// the same shape), else through its strides in the output's index space
-// (zero along its size-1 or missing dims). reduce_sum_to sums in double in
-// a fixed order (Internal.cuh's columnSum), so its result is reproducible.
+// Computing in f32. Unary maps and binary ops on operands of the output's
+// shape go through Internal.cuh's packed map (kPack elements per thread,
+// 16-byte accesses). Otherwise one thread per output element (grid-stride)
+// reads a broadcast operand through the output's flat index: modulo its
+// size when it is a block of the output's trailing dims (a bias, a scalar),
+// else through its strides in the output's index space (zero along its
+// size-1 or missing dims), in 32-bit arithmetic when the output has fewer
+// than 2^31 elements. The loops over dimensions are unrolled to kMaxRank,
+// so shapes and strides stay in registers: indexing the kernel's parameter
+// structs with a runtime dimension made every thread copy them to local
+// memory (232 bytes per element), which made add and mul 30-40x slower
+// than the memory bandwidth on the H200. reduce_sum_to sums in double in a
+// fixed order (Internal.cuh's columnSum), so its result is reproducible.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,13 +41,19 @@ struct Operand {
   /// The operand's strides in the output's index space.
   int64_t strides[kMaxRank];
 
-  __device__ int64_t offset(const Shape &shape, int64_t i) const {
+  /// The operand's element for output element `i`, in Index arithmetic.
+  template <typename Index>
+  __device__ Index offset(const Shape &shape, Index i) const {
     if (!strided)
-      return numel == 1 ? 0 : i % numel;
-    int64_t off = 0;
-    for (int d = shape.rank - 1; d >= 0; --d) {
-      off += (i % shape.dims[d]) * strides[d];
-      i /= shape.dims[d];
+      return numel == 1 ? 0 : i % Index(numel);
+    Index off = 0;
+#pragma unroll
+    for (int d = kMaxRank - 1; d >= 0; --d) {
+      if (d < shape.rank) {
+        Index dim = Index(shape.dims[d]);
+        off += (i % dim) * Index(strides[d]);
+        i /= dim;
+      }
     }
     return off;
   }
@@ -103,15 +116,16 @@ struct Div {
   __device__ float operator()(float p, float q) const { return p / q; }
 };
 
-template <typename E, typename Op>
+/// A broadcasting binary op, Index wide enough for n.
+template <typename E, typename Index, typename Op>
 __global__ void binaryKernel(const typename E::T *x, Operand xo,
                              const typename E::T *y, Operand yo, Shape shape,
-                             int64_t n, typename E::T *out, Op op) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    E::store(
-        out, i,
-        op(E::load(x, xo.offset(shape, i)), E::load(y, yo.offset(shape, i))));
+                             Index n, typename E::T *out, Op op) {
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += Index(gridDim.x) * blockDim.x)
+    E::store(out, i,
+             op(E::load(x, xo.offset<Index>(shape, i)),
+                E::load(y, yo.offset<Index>(shape, i))));
 }
 
 template <typename Op>
@@ -126,27 +140,21 @@ void binary(const char *name, Op op, fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   int64_t n = numElements(outShape, outRank);
   if (n == 0)
     return;
+  bool sameShape =
+      !xo.strided && !yo.strided && xo.numel == n && yo.numel == n;
   dispatchFloat(dtype, name, [&](auto e) {
     using E = decltype(e);
-    binaryKernel<E><<<gridFor(n), kThreads, 0, scope.stream()>>>(
-        asIn<E>(x), xo, asIn<E>(y), yo, shape, n, asOut<E>(out), op);
+    cudaStream_t s = scope.stream();
+    if (sameShape)
+      launchMap<E, E>(s, x, y, n, out, op);
+    else if (n <= int64_t(INT32_MAX))
+      binaryKernel<E, uint32_t><<<gridFor(n), kThreads, 0, s>>>(
+          asIn<E>(x), xo, asIn<E>(y), yo, shape, uint32_t(n), asOut<E>(out),
+          op);
+    else
+      binaryKernel<E, int64_t><<<gridFor(n), kThreads, 0, s>>>(
+          asIn<E>(x), xo, asIn<E>(y), yo, shape, n, asOut<E>(out), op);
   });
-}
-
-template <typename E, typename Fn>
-__global__ void unaryKernel(const typename E::T *x, int64_t n,
-                            typename E::T *out, Fn fn) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    E::store(out, i, fn(E::load(x, i)));
-}
-
-template <typename E, typename Fn>
-__global__ void unaryGradKernel(const typename E::T *x, const typename E::T *dy,
-                                int64_t n, typename E::T *dx, Fn fn) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    E::store(dx, i, fn(E::load(x, i), E::load(dy, i)));
 }
 
 /// out = fn(x) over `n` elements.
@@ -158,8 +166,7 @@ void unary(const char *name, fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     return;
   dispatchFloat(dtype, name, [&](auto e) {
     using E = decltype(e);
-    unaryKernel<E><<<gridFor(n), kThreads, 0, scope.stream()>>>(
-        asIn<E>(x), n, asOut<E>(out), fn);
+    launchMap<E, E>(scope.stream(), x, nullptr, n, out, fn);
   });
 }
 
@@ -172,8 +179,7 @@ void unaryGrad(const char *name, fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     return;
   dispatchFloat(dtype, name, [&](auto e) {
     using E = decltype(e);
-    unaryGradKernel<E><<<gridFor(n), kThreads, 0, scope.stream()>>>(
-        asIn<E>(x), asIn<E>(dy), n, asOut<E>(dx), fn);
+    launchMap<E, E>(scope.stream(), x, dy, n, dx, fn);
   });
 }
 

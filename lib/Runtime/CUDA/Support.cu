@@ -16,6 +16,8 @@
 
 #include "Internal.cuh"
 
+#include "../Common/Profile.h"
+
 #include "fsdp/Runtime/RuntimeCUDA.h"
 
 #include <algorithm>
@@ -256,6 +258,7 @@ namespace {
 /// A call whose stop event may not have completed yet.
 struct TimedCall {
   fsdp_rt_kernel_class cls;
+  const char *name;
   cudaEvent_t start, stop;
 };
 
@@ -328,7 +331,9 @@ private:
       float ms = 0;
       check(cudaEventElapsedTime(&ms, call.start, call.stop),
             "fsdp_rt_kernel_time_ns");
-      kernelNanos[call.cls] += int64_t(double(ms) * 1e6);
+      int64_t nanos = int64_t(double(ms) * 1e6);
+      kernelNanos[call.cls] += nanos;
+      fsdp::rt::profileAdd(call.name, nanos);
       freeEvents.push_back(call.start);
       freeEvents.push_back(call.stop);
     }
@@ -357,7 +362,7 @@ KernelScope::~KernelScope() {
   if (err != cudaErrorNotReady)
     check(err, callName);
   check(cudaEventRecord(stop, cudaStream), callName);
-  Timing::get().add({cls, start, stop});
+  Timing::get().add({cls, callName, start, stop});
 }
 
 int64_t fsdp_rt_kernel_time_ns(fsdp_rt_kernel_class cls) {
@@ -369,10 +374,17 @@ int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls) {
   return kernelCalls[cls].load();
 }
 
+int fsdp_rt_kernel_profile(int max, const char **names, int64_t *calls,
+                           int64_t *time_ns) {
+  Timing::get().flush();
+  return fsdp::rt::profileRead(max, names, calls, time_ns);
+}
+
 int64_t fsdp_rt_host_syncs(void) { return hostSyncs.load(); }
 
 void fsdp_rt_counters_reset(void) {
   Timing::get().discard();
+  fsdp::rt::profileReset();
   for (auto &row : collectiveBytes)
     for (auto &c : row)
       c = 0;

@@ -7,6 +7,7 @@
 
 #include "Host.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <sys/stat.h>
@@ -134,6 +135,18 @@ void fsdp::host::printReport(const fsdp_program &p) {
       std::printf("%-16s %10lld %12.3f\n", kernelNames[c],
                   (long long)fsdp_rt_kernel_calls(cls),
                   double(fsdp_rt_kernel_time_ns(cls)) / 1e6);
+  }
+  // The functions that took the most kernel time.
+  constexpr int kTop = 12;
+  const char *names[kTop];
+  int64_t calls[kTop], nanos[kTop];
+  int ran = fsdp_rt_kernel_profile(kTop, names, calls, nanos);
+  if (ran > 0) {
+    std::printf("%-32s %10s %12s (top %d of %d)\n", "kernel function", "calls",
+                "time (ms)", std::min(ran, kTop), ran);
+    for (int i = 0; i < std::min(ran, kTop); ++i)
+      std::printf("%-32s %10lld %12.3f\n", names[i], (long long)calls[i],
+                  double(nanos[i]) / 1e6);
   }
   // How long collectives were in flight and how long the rank waited for
   // them (the exposed communication), per step and group.
