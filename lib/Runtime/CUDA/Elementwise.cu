@@ -140,8 +140,7 @@ void binary(const char *name, Op op, fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   int64_t n = numElements(outShape, outRank);
   if (n == 0)
     return;
-  bool sameShape =
-      !xo.strided && !yo.strided && xo.numel == n && yo.numel == n;
+  bool sameShape = !xo.strided && !yo.strided && xo.numel == n && yo.numel == n;
   dispatchFloat(dtype, name, [&](auto e) {
     using E = decltype(e);
     cudaStream_t s = scope.stream();

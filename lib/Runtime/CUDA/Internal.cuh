@@ -283,9 +283,7 @@ template <typename E> typename E::T *asOut(void *p) {
 constexpr int kPack = 8;
 
 /// kPack elements of storage type T, aligned for vector loads and stores.
-template <typename T> struct alignas(sizeof(T) * kPack) Packed {
-  T v[kPack];
-};
+template <typename T> struct alignas(sizeof(T) * kPack) Packed { T v[kPack]; };
 
 /// Whether every pointer allows Packed access to elements of `bytes` bytes.
 inline bool packable(size_t bytes, const void *a, const void *b,
@@ -343,8 +341,9 @@ void launchMap(cudaStream_t stream, const void *x, const void *y, int64_t n,
   auto *os = static_cast<typename Out::T *>(out);
   if (packable(sizeof(typename In::T), x, y) &&
       packable(sizeof(typename Out::T), out, nullptr))
-    mapKernel<true, In, Out><<<gridFor((n + kPack - 1) / kPack), kThreads, 0,
-                               stream>>>(xs, ys, n, os, fn);
+    mapKernel<true, In, Out>
+        <<<gridFor((n + kPack - 1) / kPack), kThreads, 0, stream>>>(xs, ys, n,
+                                                                    os, fn);
   else
     mapKernel<false, In, Out>
         <<<gridFor(n), kThreads, 0, stream>>>(xs, ys, n, os, fn);
