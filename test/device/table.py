@@ -146,6 +146,20 @@ def memory_rows(bundle, text, name, label):
         status(bool(m) and m[1] == "0"))
 
 
+def kernel_rows(text):
+    """The ABI functions with the most kernel time in a --report run (its
+    "kernel function" list), per step over all the run's steps."""
+    m = re.search(r"host syncs per step: \S+ \(\d+ in (\d+) steps\)", text)
+    steps = int(m[1]) if m and int(m[1]) else 1
+    listing = text.split("kernel function", 1)
+    if len(listing) < 2:
+        return
+    for name, calls, ms in re.findall(r"^(fsdp_rt_\w+|\w+)\s+(\d+)\s+(\S+)$",
+                                      listing[1], re.M)[:6]:
+        row(f"  kernel time: {name}", f"{float(ms) / steps:.1f} ms/step",
+            f"{int(calls) / steps:g} calls/step ({steps} steps)", "")
+
+
 def performance(bundle, results):
     with open(os.path.join(bundle, "configs", "llama-3.2-1b.json")) as f:
         config = json.load(f)
@@ -169,6 +183,7 @@ def performance(bundle, results):
         else:
             row("fsdp-mlir step time", "no step lines", "", "FAIL")
         memory_rows(bundle, text, "llama1b-train", "fsdp-mlir")
+        kernel_rows(text)
     if ours:
         row("fsdp-mlir tokens/s", f"{tokens / ours * 1e3:,.0f}", "", "")
         for peak, name in ((H100_PEAK, "989 TF/s"), (H200_MATMUL, "790 TF/s")):

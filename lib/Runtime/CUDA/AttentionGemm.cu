@@ -276,6 +276,26 @@ struct Heads {
   int64_t group, chunk;
   Mask mask;
 };
+
+/// Q, K and V copied head-major, temporaries on the call's stream.
+struct HeadMajorInputs {
+  HeadMajorInputs(const Heads &heads, fsdp_rt_dtype dtype, cudaStream_t st,
+                  const void *query, const void *key, const void *value)
+      : q(bytes(heads, heads.a.nq, heads.a.d), st, heads.product.where),
+        k(bytes(heads, heads.a.nkv, heads.a.d), st, heads.product.where),
+        v(bytes(heads, heads.a.nkv, heads.a.dv), st, heads.product.where) {
+    heads.toHeadMajor(dtype, st, query, heads.group, heads.a.d, q.get());
+    heads.toHeadMajor(dtype, st, key, 1, heads.a.d, k.get());
+    heads.toHeadMajor(dtype, st, value, 1, heads.a.dv, v.get());
+  }
+
+  /// Bytes of a [b, s, heads, dim] tensor of the element type.
+  static int64_t bytes(const Heads &h, int64_t heads, int64_t dim) {
+    return h.a.b * h.a.s * heads * dim * int64_t(h.elt);
+  }
+
+  Temp<char> q, k, v;
+};
 } // namespace
 
 bool fsdp::rt::cuda::attentionThroughProducts() {
@@ -300,21 +320,15 @@ void fsdp::rt::cuda::attentionProducts(const KernelScope &scope,
   Heads heads(scope, stream, dtype, a);
   int64_t s = a.s, group = heads.group, chunk = heads.chunk;
   size_t elt = heads.elt;
-  int64_t qElems = a.b * s * a.nq, kvElems = a.b * s * a.nkv;
-  Temp<char> qt(int64_t(qElems * a.d * elt), st, scope.name());
-  Temp<char> kt(int64_t(kvElems * a.d * elt), st, scope.name());
-  Temp<char> vt(int64_t(kvElems * a.dv * elt), st, scope.name());
-  Temp<char> ot(int64_t(qElems * a.dv * elt), st, scope.name());
-  heads.toHeadMajor(dtype, st, q, group, a.d, qt.get());
-  heads.toHeadMajor(dtype, st, k, 1, a.d, kt.get());
-  heads.toHeadMajor(dtype, st, v, 1, a.dv, vt.get());
+  HeadMajorInputs in(heads, dtype, st, q, k, v);
+  Temp<char> ot(HeadMajorInputs::bytes(heads, a.nq, a.dv), st, scope.name());
   int64_t rows = s < kRowBlock ? s : kRowBlock;
   Temp<float> scores(chunk * a.nq * rows * s, st, scope.name());
   Temp<char> probs(int64_t(chunk * a.nq * rows * s * elt), st, scope.name());
   for (int64_t bi0 = 0; bi0 < a.b; bi0 += chunk) {
     int64_t pairs = (a.b - bi0 < chunk ? a.b - bi0 : chunk) * a.nkv;
     heads.forEachBlock(bi0, [&](const Block &blk) {
-      heads.scores(blk, pairs, qt.get(), kt.get(), scores.get());
+      heads.scores(blk, pairs, in.q.get(), in.k.get(), scores.get());
       dispatchFloat(dtype, scope.name(), [&](auto e) {
         using E = decltype(e);
         softmaxRows<E><<<rowBlocks(pairs * blk.rows()), kThreads, 0, st>>>(
@@ -324,7 +338,7 @@ void fsdp::rt::cuda::attentionProducts(const KernelScope &scope,
       // Ot[r0:r1] = P·Vt[k0:k1].
       heads.product.run(false, false, blk.rows(), a.dv, blk.nk, probs.get(),
                         heads.type, blk.nk, blk.rows() * blk.nk,
-                        vt.get() + heads.at(bi0, blk.k0, 1, a.dv) * elt,
+                        in.v.get() + heads.at(bi0, blk.k0, 1, a.dv) * elt,
                         heads.type, a.dv, s * a.dv, 0.0f,
                         ot.get() + heads.at(bi0, blk.r0, group, a.dv) * elt,
                         heads.type, a.dv, s * group * a.dv, pairs);
@@ -350,15 +364,10 @@ void fsdp::rt::cuda::attentionGradProducts(const KernelScope &scope,
   cudaDataType type = heads.type;
   size_t elt = heads.elt;
   int64_t s = a.s, group = heads.group, chunk = heads.chunk;
-  int64_t qElems = a.b * s * a.nq, kvElems = a.b * s * a.nkv;
-  Temp<char> qt(int64_t(qElems * a.d * elt), st, scope.name());
-  Temp<char> kt(int64_t(kvElems * a.d * elt), st, scope.name());
-  Temp<char> vt(int64_t(kvElems * a.dv * elt), st, scope.name());
-  Temp<char> dot(int64_t(qElems * a.dv * elt), st, scope.name());
-  Temp<char> dqt(int64_t(qElems * a.d * elt), st, scope.name());
-  heads.toHeadMajor(dtype, st, q, group, a.d, qt.get());
-  heads.toHeadMajor(dtype, st, k, 1, a.d, kt.get());
-  heads.toHeadMajor(dtype, st, v, 1, a.dv, vt.get());
+  int64_t kvElems = a.b * s * a.nkv;
+  HeadMajorInputs in(heads, dtype, st, q, k, v);
+  Temp<char> dot(HeadMajorInputs::bytes(heads, a.nq, a.dv), st, scope.name());
+  Temp<char> dqt(HeadMajorInputs::bytes(heads, a.nq, a.d), st, scope.name());
   heads.toHeadMajor(dtype, st, dout, group, a.dv, dot.get());
   int64_t rows = s < kRowBlock ? s : kRowBlock;
   int64_t scoreElems = chunk * a.nq * rows * s;
@@ -380,11 +389,11 @@ void fsdp::rt::cuda::attentionGradProducts(const KernelScope &scope,
     int64_t pairs = (a.b - bi0 < chunk ? a.b - bi0 : chunk) * a.nkv;
     heads.forEachBlock(bi0, [&](const Block &blk) {
       int64_t m = blk.rows(), nk = blk.nk;
-      const char *qb = qt.get() + heads.at(bi0, blk.r0, group, a.d) * elt;
+      const char *qb = in.q.get() + heads.at(bi0, blk.r0, group, a.d) * elt;
       const char *dob = dot.get() + heads.at(bi0, blk.r0, group, a.dv) * elt;
-      const char *kb = kt.get() + heads.at(bi0, blk.k0, 1, a.d) * elt;
-      const char *vb = vt.get() + heads.at(bi0, blk.k0, 1, a.dv) * elt;
-      heads.scores(blk, pairs, qt.get(), kt.get(), scores.get());
+      const char *kb = in.k.get() + heads.at(bi0, blk.k0, 1, a.d) * elt;
+      const char *vb = in.v.get() + heads.at(bi0, blk.k0, 1, a.dv) * elt;
+      heads.scores(blk, pairs, in.q.get(), in.k.get(), scores.get());
       // dP = dOt[r0:r1]·Vt[k0:k1]ᵀ, [m·group, nk] f32.
       product.run(false, true, m, nk, a.dv, dob, type, a.dv, s * group * a.dv,
                   vb, type, a.dv, s * a.dv, 0.0f, dp.get(), CUDA_R_32F, nk,
