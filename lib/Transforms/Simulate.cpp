@@ -60,6 +60,16 @@ struct Span {
   double flops = 0, bytes = 0;
 };
 
+/// Whether `op` is a CPU-offload placement copy (nn.to_device, nn.to_host).
+bool isPlacementCopy(Operation *op) {
+  return isa<nn::ToDeviceOp, nn::ToHostOp>(op);
+}
+/// Whether `op` moves data over the host link under CPU offload: a
+/// placement copy, or an op fsdp-offload placed on the host.
+bool usesHostLink(Operation *op) {
+  return isPlacementCopy(op) || op->hasAttr("fsdp.host");
+}
+
 /// The replay's totals.
 struct Totals {
   double step = 0, matmul = 0, attention = 0, memory = 0, modelFlops = 0;
@@ -119,8 +129,7 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
     if (!hw->hostLinkBytesPerS) {
       Operation *offloaded = nullptr;
       step.walk([&](Operation *op) {
-        if (!offloaded &&
-            (isa<nn::ToDeviceOp, nn::ToHostOp>(op) || op->hasAttr("fsdp.host")))
+        if (!offloaded && usesHostLink(op))
           offloaded = op;
       });
       if (offloaded) {
@@ -234,8 +243,8 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
                             : nn::streamingCost(&op);
       // CPU offload: a placement copy moves its tensor over the host link
       // once; an op placed on the host streams its bytes over it.
-      bool copy = isa<nn::ToDeviceOp, nn::ToHostOp>(op);
-      bool hostTraffic = copy || op.hasAttr("fsdp.host");
+      bool copy = isPlacementCopy(&op);
+      bool hostTraffic = usesHostLink(&op);
       double duration =
           !hostTraffic ? hw.seconds(cost)
           : copy       ? hw.hostSeconds(bytesOf(op.getResult(0).getType()))

@@ -89,8 +89,8 @@ struct Tensor {
     hostSync();
     std::memset(bytes, 0, size);
   }
+  // The delegated constructor has waited for the device.
   Tensor(const Tensor &other) : Tensor(other.dtype, other.shape) {
-    hostSync();
     std::memcpy(bytes, other.bytes, size);
   }
   Tensor(Tensor &&other) noexcept
@@ -134,7 +134,6 @@ float nextUniform() {
 /// A float tensor of `dtype` with values uniform in [-range, range).
 Tensor randomFloat(fsdp_rt_dtype dtype, std::vector<int64_t> shape,
                    float range = 1.0f) {
-  hostSync();
   Tensor f32(FSDP_RT_F32, shape);
   for (int64_t i = 0; i < f32.numel(); ++i)
     f32.as<float>()[i] = range * nextUniform();
@@ -148,7 +147,6 @@ Tensor randomFloat(fsdp_rt_dtype dtype, std::vector<int64_t> shape,
 /// An index tensor with values in [0, bound).
 Tensor randomIndex(fsdp_rt_dtype dtype, std::vector<int64_t> shape,
                    int64_t bound) {
-  hostSync();
   Tensor t(dtype, std::move(shape));
   for (int64_t i = 0; i < t.numel(); ++i) {
     int64_t v = int64_t((nextUniform() + 1.0f) * 0.5f * bound) % bound;

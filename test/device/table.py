@@ -140,17 +140,23 @@ def memory_rows(bundle, text, name, label):
         row(f"{label} device memory reserved (allocator high-water)",
             f"{reserved / 2**20:,.1f} MiB",
             f"{reserved / estimate['estimated_peak']:.2f}x the estimate", "")
-    m = re.search(r"host syncs per step: \S+ \((\d+) in (\d+) steps\)", text)
+    m = host_syncs(text)
     row(f"{label} host syncs in {m[2] if m else '?'} steps (loss reads "
         "excluded)", m[1] if m else "not reported", "0",
         status(bool(m) and m[1] == "0"))
 
 
+def host_syncs(text):
+    """The --report line's match: (syncs, steps) as groups 1 and 2."""
+    return re.search(r"host syncs per step: \S+ \((\d+) in (\d+) steps\)",
+                     text)
+
+
 def kernel_rows(text):
     """The ABI functions with the most kernel time in a --report run (its
     "kernel function" list), per step over all the run's steps."""
-    m = re.search(r"host syncs per step: \S+ \(\d+ in (\d+) steps\)", text)
-    steps = int(m[1]) if m and int(m[1]) else 1
+    m = host_syncs(text)
+    steps = int(m[2]) if m and int(m[2]) else 1
     listing = text.split("kernel function", 1)
     if len(listing) < 2:
         return

@@ -7,8 +7,8 @@
 //
 // With FSDP_RT_CUDA_ATTENTION=exact (the default runs attention through
 // cuBLAS products, AttentionGemm.cu): a simple, exact kernel rather than a
-// tiled flash-attention one: one warp
-// per (batch, head, row), four warps per block, all in f32 on CUDA cores.
+// tiled flash-attention one: one warp per (batch, head, row), four warps
+// per block, all in f32 on CUDA cores.
 // Lane l owns the feature dims l, l + 32, ... of the row's vectors (kept in
 // the warp's slice of shared memory); a dot product is the lanes' partial
 // sums reduced with a butterfly, which leaves the same bits in every lane,

@@ -286,10 +286,8 @@ constexpr int kPack = 8;
 template <typename T> struct alignas(sizeof(T) * kPack) Packed { T v[kPack]; };
 
 /// Whether every pointer allows Packed access to elements of `bytes` bytes.
-inline bool packable(size_t bytes, const void *a, const void *b,
-                     const void *c = nullptr) {
-  uintptr_t any = uintptr_t(a) | uintptr_t(b) | uintptr_t(c);
-  return any % (bytes * kPack) == 0;
+inline bool packable(size_t bytes, const void *a, const void *b) {
+  return (uintptr_t(a) | uintptr_t(b)) % (bytes * kPack) == 0;
 }
 
 /// out[i] = fn(x[i]) (one input) or fn(x[i], y[i]) (two), In widened to f32
@@ -300,11 +298,12 @@ inline bool packable(size_t bytes, const void *a, const void *b,
 template <bool packed, typename In, typename Out, typename Fn>
 __global__ void mapKernel(const typename In::T *x, const typename In::T *y,
                           int64_t n, typename Out::T *out, Fn fn) {
+  constexpr bool twoInputs = std::is_invocable_v<Fn, float, float>;
   int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
           stride = int64_t(gridDim.x) * blockDim.x, done = 0;
   auto apply = [&](const typename In::T *xs, const typename In::T *ys,
                    int64_t i) {
-    if constexpr (std::is_invocable_v<Fn, float, float>)
+    if constexpr (twoInputs)
       return fn(In::load(xs, i), In::load(ys, i));
     else
       return fn(In::load(xs, i));
@@ -315,7 +314,7 @@ __global__ void mapKernel(const typename In::T *x, const typename In::T *y,
     int64_t packs = n / kPack;
     for (int64_t p = first; p < packs; p += stride) {
       PIn a = reinterpret_cast<const PIn *>(x)[p], b = a;
-      if constexpr (std::is_invocable_v<Fn, float, float>)
+      if constexpr (twoInputs)
         b = reinterpret_cast<const PIn *>(y)[p];
       POut o;
 #pragma unroll

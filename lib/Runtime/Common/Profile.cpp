@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -23,15 +24,23 @@ std::mutex &profileMutex() {
   return *mutex;
 }
 
-std::map<std::string, Row> &profileRows() {
-  static auto *rows = new std::map<std::string, Row>;
+/// By name; looked up by string_view, so a call to an existing row (every
+/// kernel call on the CPU backend) allocates nothing.
+using Rows = std::map<std::string, Row, std::less<>>;
+
+Rows &profileRows() {
+  static auto *rows = new Rows;
   return *rows;
 }
 } // namespace
 
 void fsdp::rt::profileAdd(const char *name, int64_t nanos) {
   std::lock_guard<std::mutex> lock(profileMutex());
-  Row &row = profileRows()[name];
+  Rows &rows = profileRows();
+  auto it = rows.find(std::string_view(name));
+  if (it == rows.end())
+    it = rows.emplace(name, Row{}).first;
+  Row &row = it->second;
   row.calls += 1;
   row.nanos += nanos;
 }

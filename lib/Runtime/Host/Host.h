@@ -190,9 +190,9 @@ int64_t byteSize(const fsdp_type &type);
 const char *dtypeName(fsdp_rt_dtype dtype);
 /// `f32[2x3]`, for messages.
 std::string typeString(const fsdp_type &type);
-/// A new zero-filled tensor with one reference.
-/// A zeroed tensor on the side the step is placing results on
-/// (fsdp_prog_placement: the device unless a host op is running).
+/// A new zero-filled tensor with one reference, on the side the step is
+/// placing results on (fsdp_prog_placement: the device unless a host op is
+/// running).
 fsdp_tensor *newTensor(const fsdp_type &type);
 /// A zeroed tensor in host memory if `host`, else on the device.
 fsdp_tensor *newTensor(const fsdp_type &type, bool host);

@@ -87,9 +87,12 @@ thread_local bool placingOnHost = false;
 std::mutex hostMemoryMutex;
 int64_t hostCurrent = 0, hostPeak = 0;
 
-void countHost(int64_t bytes) {
+/// Adds (`sign` 1) or removes (-1) host tensor `t`'s bytes, a zero-size
+/// tensor counted as 1 byte as it is allocated.
+void countHost(const fsdp_tensor &t, int sign) {
+  int64_t bytes = std::max<int64_t>(fsdp::host::byteSize(t.type), 1);
   std::lock_guard<std::mutex> lock(hostMemoryMutex);
-  hostCurrent += bytes;
+  hostCurrent += sign * bytes;
   hostPeak = std::max(hostPeak, hostCurrent);
 }
 } // namespace
@@ -129,7 +132,7 @@ fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type, bool host) {
                       "memory allocating " + std::to_string(bytes) +
                       " bytes for " + typeString(type));
   if (host)
-    countHost(int64_t(bytes ? bytes : 1));
+    countHost(*t, 1);
   // On the stream: a reused pinned block may still be read by queued work.
   fsdp_rt_zero(nullptr, t->data, bytes);
   return t;
@@ -409,8 +412,7 @@ void fsdp_release(fsdp_tensor *t) {
     fsdp_release(t->base);
   else if (t->host) {
     fsdp_rt_host_free(t->data);
-    size_t bytes = size_t(byteSize(t->type));
-    countHost(-int64_t(bytes ? bytes : 1));
+    countHost(*t, -1);
   } else {
     fsdp_rt_free(t->data);
   }
