@@ -286,10 +286,11 @@ void normCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool layer,
   w.tensor("out", "out", out);
 }
 
+/// Small shapes by default; the flash cases pass a sequence longer than
+/// one 64-row tile and a head dim of 64 or 128 (d = dv).
 void attentionCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool causal,
                    int64_t window, int64_t nq, int64_t nkv, int64_t dv,
-                   double scale) {
-  const int64_t b = 2, s = 9, d = 8;
+                   double scale, int64_t b = 2, int64_t s = 9, int64_t d = 8) {
   Tensor q = randomFloat(dt, {b, s, nq, d}, 2.0f),
          k = randomFloat(dt, {b, s, nkv, d}, 2.0f),
          v = randomFloat(dt, {b, s, nkv, dv}), out(dt, {b, s, nq, dv}),
@@ -540,6 +541,15 @@ void runAll(Writer &w) {
                    f32);
   crossEntropyCase(w, "cross_entropy_bf16", FSDP_RT_REDUCTION_MEAN, "mean",
                    bf16);
+
+  // Shapes the CUDA backend's flash kernels take (last, so that the
+  // cases above keep their random inputs).
+  attentionCase(w, "attention_flash_bf16", bf16, true, 0, 4, 2, 64, 0.125, 2,
+                100, 64);
+  attentionCase(w, "attention_flash_window_f16", f16, true, 40, 2, 1, 128,
+                0.0883883, 1, 130, 128);
+  attentionCase(w, "attention_flash_noncausal_bf16", bf16, false, 20, 3, 3, 64,
+                0.2, 1, 64, 64);
 }
 
 //===----------------------------------------------------------------------===//
@@ -587,8 +597,8 @@ void normGradCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool layer,
 
 void attentionGradCase(Writer &w, const char *name, fsdp_rt_dtype dt,
                        bool causal, int64_t window, int64_t nq, int64_t nkv,
-                       int64_t dv, double scale) {
-  const int64_t b = 2, s = 9, d = 8;
+                       int64_t dv, double scale, int64_t b = 2, int64_t s = 9,
+                       int64_t d = 8) {
   Tensor q = randomFloat(dt, {b, s, nq, d}, 2.0f),
          k = randomFloat(dt, {b, s, nkv, d}, 2.0f),
          v = randomFloat(dt, {b, s, nkv, dv}),
@@ -703,7 +713,7 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
 }
 
 void runGrad(Writer &w) {
-  const fsdp_rt_dtype f32 = FSDP_RT_F32, bf16 = FSDP_RT_BF16;
+  const fsdp_rt_dtype f32 = FSDP_RT_F32, bf16 = FSDP_RT_BF16, f16 = FSDP_RT_F16;
 
 #define FSDP_ACTIVATION(name, forward, gradient)                               \
   for (fsdp_rt_dtype dt : {f32, bf16}) {                                       \
@@ -823,6 +833,14 @@ void runGrad(Writer &w) {
   optimizerCase(w, "adamw_bf16_grad", true, 0, bf16);
   optimizerCase(w, "sgd_momentum", false, 0.9, f32);
   optimizerCase(w, "sgd", false, 0, f32);
+
+  // The flash kernels' shapes, last as above.
+  attentionGradCase(w, "attention_grad_flash_bf16", bf16, true, 0, 4, 2, 64,
+                    0.125, 2, 100, 64);
+  attentionGradCase(w, "attention_grad_flash_window_f16", f16, true, 40, 2, 1,
+                    128, 0.0883883, 1, 130, 128);
+  attentionGradCase(w, "attention_grad_flash_noncausal_bf16", bf16, false, 20,
+                    3, 3, 64, 0.2, 1, 64, 64);
 }
 
 /// Checks the memory, stream and counter API; returns false on a mismatch.

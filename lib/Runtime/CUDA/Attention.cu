@@ -6,8 +6,9 @@
 //===----------------------------------------------------------------------===//
 //
 // With FSDP_RT_CUDA_ATTENTION=exact (the default runs attention through
-// cuBLAS products, AttentionGemm.cu): a simple, exact kernel rather than a
-// tiled flash-attention one: one warp per (batch, head, row), four warps
+// the flash kernels, FlashAttention.cu, or where they do not apply cuBLAS
+// products, AttentionGemm.cu): a simple, exact kernel rather than a tiled
+// one: one warp per (batch, head, row), four warps
 // per block, all in f32 on CUDA cores.
 // Lane l owns the feature dims l, l + 32, ... of the row's vectors (kept in
 // the warp's slice of shared memory); a dot product is the lanes' partial
@@ -260,10 +261,13 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention");
   if (b == 0 || s == 0 || nq == 0)
     return;
-  if (attentionThroughProducts()) {
-    attentionProducts(scope, stream, dtype, q, k, v,
-                      {b, s, nq, nkv, d, dv, causal, sliding_window, scale},
-                      out, lse);
+  AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
+  AttentionPath path = attentionPath();
+  if (path == AttentionPath::Flash &&
+      flashAttention(scope, dtype, q, k, v, shape, out, lse))
+    return;
+  if (path != AttentionPath::Exact) {
+    attentionProducts(scope, stream, dtype, q, k, v, shape, out, lse);
     return;
   }
   Geometry g = {b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};
@@ -286,10 +290,15 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_grad");
   if (b == 0 || s == 0 || nq == 0)
     return;
-  if (attentionThroughProducts()) {
-    attentionGradProducts(scope, stream, dtype, q, k, v, lse, dout,
-                          {b, s, nq, nkv, d, dv, causal, sliding_window, scale},
-                          dq, dk, dvalue);
+  AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
+  AttentionPath path = attentionPath();
+  if (path == AttentionPath::Flash &&
+      flashAttentionGrad(scope, dtype, q, k, v, lse, dout, shape, dq, dk,
+                         dvalue))
+    return;
+  if (path != AttentionPath::Exact) {
+    attentionGradProducts(scope, stream, dtype, q, k, v, lse, dout, shape, dq,
+                          dk, dvalue);
     return;
   }
   Geometry g = {b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};

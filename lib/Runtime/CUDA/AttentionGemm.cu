@@ -298,16 +298,18 @@ struct HeadMajorInputs {
 };
 } // namespace
 
-bool fsdp::rt::cuda::attentionThroughProducts() {
-  static const bool products = [] {
+fsdp::rt::cuda::AttentionPath fsdp::rt::cuda::attentionPath() {
+  static const AttentionPath path = [] {
     const char *choice = std::getenv("FSDP_RT_CUDA_ATTENTION");
-    if (!choice || !*choice || !std::strcmp(choice, "products"))
-      return true;
+    if (!choice || !*choice || !std::strcmp(choice, "flash"))
+      return AttentionPath::Flash;
+    if (!std::strcmp(choice, "products"))
+      return AttentionPath::Products;
     if (!std::strcmp(choice, "exact"))
-      return false;
-    fail("FSDP_RT_CUDA_ATTENTION", "expected products or exact");
+      return AttentionPath::Exact;
+    fail("FSDP_RT_CUDA_ATTENTION", "expected flash, products or exact");
   }();
-  return products;
+  return path;
 }
 
 void fsdp::rt::cuda::attentionProducts(const KernelScope &scope,

@@ -5,9 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The product-based attention (AttentionGemm.cu) that fsdp_rt_attention and
-// fsdp_rt_attention_grad (Attention.cu) call unless
-// FSDP_RT_CUDA_ATTENTION=exact selects the per-row kernels.
+// The attention paths that fsdp_rt_attention and fsdp_rt_attention_grad
+// (Attention.cu) choose between: flash kernels (FlashAttention.cu), cuBLAS
+// products (AttentionGemm.cu) and exact per-row kernels (Attention.cu).
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,10 +36,26 @@ struct AttentionShape {
   double scale;
 };
 
-/// Whether attention runs through cuBLAS products (the default) rather
-/// than the exact per-row kernels (FSDP_RT_CUDA_ATTENTION=exact); any other
-/// value is an error.
-bool attentionThroughProducts();
+/// How attention runs, from FSDP_RT_CUDA_ATTENTION: `flash` (the default:
+/// FlashAttention.cuh where it applies, bf16/f16 with head dim 64 or 128,
+/// else products), `products` (cuBLAS products, AttentionGemm.cu) or
+/// `exact` (the per-row kernels of Attention.cu); any other value is an
+/// error.
+enum class AttentionPath { Flash, Products, Exact };
+AttentionPath attentionPath();
+
+/// fsdp_rt_attention through the flash kernels, inside the caller's scope;
+/// false (and nothing queued) when they do not apply to the call.
+bool flashAttention(const KernelScope &scope, fsdp_rt_dtype dtype,
+                    const void *q, const void *k, const void *v,
+                    const AttentionShape &shape, void *out, float *lse);
+
+/// fsdp_rt_attention_grad through the flash kernels, likewise.
+bool flashAttentionGrad(const KernelScope &scope, fsdp_rt_dtype dtype,
+                        const void *q, const void *k, const void *v,
+                        const float *lse, const void *dout,
+                        const AttentionShape &shape, void *dq, void *dk,
+                        void *dvalue);
 
 /// fsdp_rt_attention through products, inside the caller's scope.
 void attentionProducts(const KernelScope &scope, fsdp_rt_stream stream,

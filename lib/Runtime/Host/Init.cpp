@@ -16,7 +16,9 @@
 
 #include "../Common/Float.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 using namespace fsdp::host;
@@ -38,6 +40,10 @@ double unit(uint64_t bits) { return double(bits >> 11) * 0x1.0p-53; }
 void fsdp::host::initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a,
                           double b, uint64_t seed, const char *name,
                           int64_t begin, int64_t end, void *out) {
+  if (init != FSDP_INIT_ZEROS && init != FSDP_INIT_ONES &&
+      init != FSDP_INIT_UNIFORM && init != FSDP_INIT_NORMAL)
+    fail("init", "unknown initializer " + std::to_string(int(init)) + " for '" +
+                     name + "'");
   uint64_t key = splitmix64(fnv1a(name) ^ splitmix64(seed));
   auto value = [&](int64_t i) -> double {
     switch (init) {
@@ -54,8 +60,7 @@ void fsdp::host::initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a,
       return a + b * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
     }
     }
-    fail("init", "unknown initializer " + std::to_string(int(init)) + " for '" +
-                     name + "'");
+    return 0.0; // Checked above.
   };
   int64_t n = end - begin;
   if (dtype == FSDP_RT_I32 || dtype == FSDP_RT_I64) {
@@ -68,9 +73,26 @@ void fsdp::host::initFill(fsdp_rt_dtype dtype, fsdp_init_kind init, double a,
     }
     return;
   }
+  // Each element is a pure function of its index, so large tensors are
+  // filled by several threads (a 1B-parameter model's Box-Muller draws take
+  // about a minute on one core).
   std::vector<float> values(size_t(n > 0 ? n : 0));
-  for (int64_t i = 0; i < n; ++i)
-    values[i] = float(value(begin + i));
+  auto fill = [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      values[i] = float(value(begin + i));
+  };
+  constexpr int64_t kPerThread = int64_t(1) << 20;
+  int64_t threads = std::min<int64_t>(
+      std::max(1u, std::thread::hardware_concurrency()), n / kPerThread);
+  if (threads <= 1) {
+    fill(0, n);
+  } else {
+    std::vector<std::thread> pool;
+    for (int64_t t = 0; t < threads; ++t)
+      pool.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
+    for (std::thread &th : pool)
+      th.join();
+  }
   fsdp::rt::fromFloat(dtype, values.data(), n, out);
 }
 

@@ -1,0 +1,663 @@
+//===- FlashAttention.cuh - Fused attention on tensor cores -----*- CUDA -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Flash attention (forward and backward) for bf16/f16 with head dim 64 or
+// 128, the default path of fsdp_rt_attention(_grad) for those shapes: the
+// scores never reach global memory. Products run on the tensor cores with
+// mma.sync.m16n8k16 (f32 accumulation); blocks are 4 warps.
+//
+// - Forward: a block owns 64 queries of one head, each warp 16 of them, and
+//   walks the 64-key tiles its rows see with an online softmax. K and V are
+//   staged in shared memory row-major (rows padded so that a fragment's
+//   loads hit 32 different banks). The score accumulators are re-packed in registers as the A
+//   fragment of P·V (the C layout of two 16×8 tiles is the A layout of one
+//   16×16). Out is acc / l, lse = ln 2 · (m + log2 l) with m in log2 units.
+// - Δ = rowsum(dO ∘ O), which the backward needs and the ABI does not pass
+//   O for, comes from the forward kernel run again with dO in place of the
+//   output store (one more forward's worth of products).
+// - Backward: a block owns 64 keys of one KV head, each warp 16 of them,
+//   and walks every query head of the group and the 64-query tiles that see
+//   its keys. It computes Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, Pᵀ = exp(scale·Sᵀ -
+//   lse), dSᵀ = scale·Pᵀ∘(dPᵀ - Δ), accumulates dV += Pᵀ·dO and dK += dSᵀ·Q
+//   in registers, stages dSᵀ in shared memory and adds its share of
+//   dQ += dS·K to an f32 buffer with atomics; a last kernel casts dQ.
+//
+// The mask is the runtime's rule (AttentionGemm.cuh): query i sees keys
+// [i - W + 1, i + 1) when causal with window W, and so on. Tensors are
+// [b, s, heads, dim] row-major, lse and Δ [b, nq, s].
+//
+// The kernels are written against a few primitives (mma, shuffle, barrier,
+// atomic add, 16/32-bit shared-memory moves) so that the same source also
+// compiles as host C++ with FSDP_CUDA_EMULATE, where a CUDA-thread emulator
+// (test/Runtime/cuda-emulator.h) runs them on the CPU: that is how CI tests
+// them without a GPU. The host orchestration (`forward`, `backward`) is a
+// template over the launcher for the same reason.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_LIB_RUNTIME_CUDA_FLASHATTENTION_CUH
+#define FSDP_LIB_RUNTIME_CUDA_FLASHATTENTION_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#ifdef FSDP_CUDA_EMULATE
+#define FLASH_KERNEL inline
+#define FLASH_DEVICE inline
+#define FLASH_UNROLL
+#else
+#define FLASH_KERNEL __global__ __launch_bounds__(128)
+#define FLASH_DEVICE __device__ __forceinline__
+/// Loops over register arrays are unrolled so that the arrays stay in
+/// registers (no-local-memory.test checks).
+#define FLASH_UNROLL _Pragma("unroll")
+#endif
+
+namespace fsdp::rt::cuda::flash {
+
+/// Warps per block, rows per warp, and the query/key tile of a block.
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTile = 64;
+/// Elements of padding after each shared-memory row, so that the 8 rows a
+/// fragment load touches fall in different banks.
+constexpr int kPad = 8;
+
+/// The element types, with the mma instruction of each.
+struct BF16 {
+  using T = __nv_bfloat16;
+  static constexpr bool kHalf = false;
+};
+struct F16 {
+  using T = __half;
+  static constexpr bool kHalf = true;
+};
+
+/// The shape and mask of a call. `scaleLog2` is scale · log2(e): scores are
+/// kept in log2 units so that exp is exp2.
+struct Params {
+  int64_t b, s, nq, nkv;
+  int causal;
+  int64_t window;
+  float scale, scaleLog2;
+
+  FLASH_DEVICE int64_t group() const { return nq / nkv; }
+  FLASH_DEVICE int64_t firstKey(int64_t i) const {
+    return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+  }
+  FLASH_DEVICE int64_t endKey(int64_t i) const { return causal ? i + 1 : s; }
+  FLASH_DEVICE int64_t firstQuery(int64_t j) const { return causal ? j : 0; }
+  FLASH_DEVICE int64_t endQuery(int64_t j) const {
+    return window > 0 && j + window < s ? j + window : s;
+  }
+  FLASH_DEVICE bool visible(int64_t i, int64_t j) const {
+    return i < s && j < s && j >= firstKey(i) && j < endKey(i);
+  }
+  /// Element offset of row (batch, position, head) of a [b, s, heads, D]
+  /// tensor.
+  FLASH_DEVICE int64_t row(int64_t bi, int64_t i, int64_t heads, int64_t h,
+                           int d) const {
+    return ((bi * s + i) * heads + h) * d;
+  }
+  /// Index of query i of head h in lse and Δ.
+  FLASH_DEVICE int64_t stat(int64_t bi, int64_t h, int64_t i) const {
+    return (bi * nq + h) * s + i;
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Primitives
+//===----------------------------------------------------------------------===//
+
+#ifdef FSDP_CUDA_EMULATE
+#define FLASH_SHARED(name) char *name = ::emu::sharedMemory()
+FLASH_DEVICE void barrier() { ::emu::syncThreads(); }
+FLASH_DEVICE float shflXor(float v, int mask) {
+  return ::emu::shflXor(v, mask);
+}
+FLASH_DEVICE void atomicAddF(float *p, float v) { ::emu::atomicAdd(p, v); }
+template <typename E>
+FLASH_DEVICE void mma(float (&c)[4], const uint32_t (&a)[4],
+                      const uint32_t (&b)[2]) {
+  ::emu::mma16816(E::kHalf, c, a, b);
+}
+#else
+#define FLASH_SHARED(name)                                                     \
+  extern __shared__ __align__(16) char flashShared[];                          \
+  char *name = flashShared
+FLASH_DEVICE void barrier() { __syncthreads(); }
+FLASH_DEVICE float shflXor(float v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+FLASH_DEVICE void atomicAddF(float *p, float v) { atomicAdd(p, v); }
+template <typename E>
+FLASH_DEVICE void mma(float (&c)[4], const uint32_t (&a)[4],
+                      const uint32_t (&b)[2]) {
+  if constexpr (E::kHalf)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+}
+#endif
+
+#ifdef FSDP_CUDA_EMULATE
+/// Two adjacent elements as one 32-bit word (the lower index in the low
+/// half, as the fragments hold them).
+template <typename T> FLASH_DEVICE uint32_t load2(const T *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  return w;
+}
+template <typename T> FLASH_DEVICE void store2(T *p, uint32_t w) {
+  memcpy(p, &w, 4);
+}
+/// 16 bytes between 16-byte aligned addresses.
+FLASH_DEVICE void copy16(void *dst, const void *src) { memcpy(dst, src, 16); }
+FLASH_DEVICE void zero16(void *dst) { memset(dst, 0, 16); }
+#else
+template <typename T> FLASH_DEVICE uint32_t load2(const T *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+template <typename T> FLASH_DEVICE void store2(T *p, uint32_t w) {
+  *reinterpret_cast<uint32_t *>(p) = w;
+}
+FLASH_DEVICE void copy16(void *dst, const void *src) {
+  *static_cast<uint4 *>(dst) = *static_cast<const uint4 *>(src);
+}
+FLASH_DEVICE void zero16(void *dst) {
+  *static_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+}
+#endif
+/// Two elements from different rows as one word.
+template <typename T> FLASH_DEVICE uint32_t gather2(const T *lo, const T *hi) {
+  uint16_t a, b;
+  memcpy(&a, lo, 2);
+  memcpy(&b, hi, 2);
+  return uint32_t(a) | (uint32_t(b) << 16);
+}
+/// Two floats rounded to the element type, as one word.
+template <typename E> FLASH_DEVICE uint32_t pack(float lo, float hi) {
+  uint32_t w;
+  if constexpr (E::kHalf) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&w, &h, 4);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&w, &h, 4);
+  }
+  return w;
+}
+template <typename E> FLASH_DEVICE float toFloat(typename E::T x) {
+  if constexpr (E::kHalf)
+    return __half2float(x);
+  else
+    return __bfloat162float(x);
+}
+/// Sum or max over the 4 lanes of a quad (the lanes that share a row).
+FLASH_DEVICE float quadSum(float v) {
+  v += shflXor(v, 1);
+  return v + shflXor(v, 2);
+}
+FLASH_DEVICE float quadMax(float v) {
+  v = fmaxf(v, shflXor(v, 1));
+  return fmaxf(v, shflXor(v, 2));
+}
+
+/// Copies rows [first, first + kTile) of a [b, s, heads, D] tensor (batch
+/// bi, head h) into a shared tile of stride D + kPad, 16 bytes at a time;
+/// rows at or past s are zero.
+template <int D, typename T>
+FLASH_DEVICE void loadTile(const T *src, const Params &p, int64_t bi,
+                           int64_t heads, int64_t h, int64_t first, T *dst) {
+  constexpr int chunks = D / 8;
+  for (int idx = threadIdx.x; idx < kTile * chunks; idx += kThreads) {
+    int r = idx / chunks, c = idx % chunks;
+    int64_t i = first + r;
+    if (i < p.s)
+      copy16(dst + r * (D + kPad) + c * 8, src + p.row(bi, i, heads, h, D) + c * 8);
+    else
+      zero16(dst + r * (D + kPad) + c * 8);
+  }
+}
+
+/// The A fragment of rows [r0, r0 + 16), columns [k0, k0 + 16) of a
+/// row-major shared tile of stride `ld`.
+template <typename T>
+FLASH_DEVICE void fragA(const T *tile, int ld, int r0, int k0,
+                        uint32_t (&a)[4]) {
+  int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const T *p = tile + (r0 + g) * ld + k0 + 2 * t;
+  a[0] = load2(p);
+  a[1] = load2(p + 8 * ld);
+  a[2] = load2(p + 8);
+  a[3] = load2(p + 8 * ld + 8);
+}
+/// The B fragment (k × n = 16 × 8) whose column n is row n0 + n of a
+/// row-major shared tile, k the tile's columns [k0, k0 + 16): Bᵀ stored
+/// row-major, as K is for Q·Kᵀ.
+template <typename T>
+FLASH_DEVICE void fragBRows(const T *tile, int ld, int n0, int k0,
+                            uint32_t (&b)[2]) {
+  int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const T *p = tile + (n0 + g) * ld + k0 + 2 * t;
+  b[0] = load2(p);
+  b[1] = load2(p + 8);
+}
+/// The B fragment whose row k is row k0 + k of a row-major tile, columns
+/// [n0, n0 + 8): B stored row-major, as dO is for Pᵀ·dO.
+template <typename T>
+FLASH_DEVICE void fragBCols(const T *tile, int ld, int k0, int n0,
+                            uint32_t (&b)[2]) {
+  int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const T *p = tile + (k0 + 2 * t) * ld + n0 + g;
+  b[0] = gather2(p, p + ld);
+  b[1] = gather2(p + 8 * ld, p + 9 * ld);
+}
+/// Accumulator tiles j and j + 1 (16 × 8 each) as the A fragment of one
+/// 16 × 16 block.
+template <typename E>
+FLASH_DEVICE void accToA(const float (&lo)[4], const float (&hi)[4],
+                         uint32_t (&a)[4]) {
+  a[0] = pack<E>(lo[0], lo[1]);
+  a[1] = pack<E>(lo[2], lo[3]);
+  a[2] = pack<E>(hi[0], hi[1]);
+  a[3] = pack<E>(hi[2], hi[3]);
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+template <typename E> struct ForwardArgs {
+  using T = typename E::T;
+  const T *q, *k, *v;
+  Params p;
+  /// Forward: out and lse. Δ pass: dout and delta.
+  T *out;
+  float *lse;
+  const T *dout;
+  float *delta;
+};
+
+/// Shared bytes of the forward kernel: the K and V tiles [kTile][D + kPad].
+template <int D, typename T> constexpr size_t forwardShared() {
+  return 2 * size_t(kTile) * (D + kPad) * sizeof(T);
+}
+
+/// Grid (tiles, nq, b): the block of blockIdx.x takes the query tiles
+/// from the last, which see the most keys under a causal mask, so that the
+/// longest blocks start first.
+template <typename E, int D, bool kDelta>
+FLASH_KERNEL void forwardKernel(ForwardArgs<E> a) {
+  using T = typename E::T;
+  FLASH_SHARED(shared);
+  T *ks = reinterpret_cast<T *>(shared);
+  T *vs = ks + kTile * (D + kPad);
+  const Params &p = a.p;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4,
+      t = lane % 4;
+  int64_t tiles = (p.s + kTile - 1) / kTile;
+  int64_t q0 = (tiles - 1 - int64_t(blockIdx.x)) * kTile;
+  int64_t h = blockIdx.y, bi = blockIdx.z, kvh = h / p.group();
+  int64_t w0 = q0 + 16 * warp;
+  int64_t rows[2] = {w0 + g, w0 + g + 8};
+  int64_t wLast = w0 + 15 < p.s - 1 ? w0 + 15 : p.s - 1;
+  bool warpActive = w0 < p.s;
+
+  // The warp's 16 query rows as A fragments, straight from global memory.
+  uint32_t qa[D / 16][4];
+  FLASH_UNROLL
+  for (int kk = 0; kk < D / 16; ++kk)
+    FLASH_UNROLL
+    for (int x = 0; x < 4; ++x) {
+      int64_t r = rows[x % 2];
+      int col = kk * 16 + 2 * t + (x / 2) * 8;
+      qa[kk][x] = r < p.s ? load2(a.q + p.row(bi, r, p.nq, h, D) + col) : 0u;
+    }
+
+  float o[D / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  int64_t qLast = q0 + kTile - 1 < p.s - 1 ? q0 + kTile - 1 : p.s - 1;
+  int64_t kBegin = p.firstKey(q0), kEnd = p.endKey(qLast);
+  for (int64_t j0 = kBegin; j0 < kEnd; j0 += kTile) {
+    barrier();
+    loadTile<D>(a.k, p, bi, p.nkv, kvh, j0, ks);
+    loadTile<D>(a.v, p, bi, p.nkv, kvh, j0, vs);
+    barrier();
+    if (!warpActive || j0 >= p.endKey(wLast) || j0 + kTile <= p.firstKey(w0))
+      continue;
+    bool full = j0 >= p.firstKey(wLast) && j0 + kTile <= p.endKey(w0) &&
+                j0 + kTile <= p.s;
+
+    float sc[kTile / 8][4] = {};
+    FLASH_UNROLL
+    for (int nt = 0; nt < kTile / 8; ++nt)
+      FLASH_UNROLL
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t b[2];
+        fragBRows(ks, D + kPad, nt * 8, kk * 16, b);
+        mma<E>(sc[nt], qa[kk], b);
+      }
+    float mx[2] = {-INFINITY, -INFINITY};
+    FLASH_UNROLL
+    for (int nt = 0; nt < kTile / 8; ++nt)
+      FLASH_UNROLL
+      for (int x = 0; x < 4; ++x) {
+        float v = sc[nt][x] * p.scaleLog2;
+        if (!full && !p.visible(rows[x / 2], j0 + nt * 8 + 2 * t + x % 2))
+          v = -INFINITY;
+        sc[nt][x] = v;
+        mx[x / 2] = fmaxf(mx[x / 2], v);
+      }
+    float ref[2];
+    FLASH_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      float mNew = fmaxf(m[r], quadMax(mx[r]));
+      // A row that has seen no key yet keeps a finite reference.
+      ref[r] = mNew == -INFINITY ? 0.0f : mNew;
+      float alpha = exp2f(m[r] - ref[r]);
+      l[r] *= alpha;
+      FLASH_UNROLL
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][2 * r] *= alpha;
+        o[dt][2 * r + 1] *= alpha;
+      }
+      m[r] = mNew;
+    }
+    FLASH_UNROLL
+    for (int nt = 0; nt < kTile / 8; ++nt)
+      FLASH_UNROLL
+      for (int x = 0; x < 4; ++x) {
+        float e = exp2f(sc[nt][x] - ref[x / 2]);
+        sc[nt][x] = e;
+        l[x / 2] += e;
+      }
+    FLASH_UNROLL
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t pa[4];
+      accToA<E>(sc[2 * kk], sc[2 * kk + 1], pa);
+      FLASH_UNROLL
+      for (int dt = 0; dt < D / 8; ++dt) {
+        uint32_t b[2];
+        fragBCols(vs, D + kPad, kk * 16, dt * 8, b);
+        mma<E>(o[dt], pa, b);
+      }
+    }
+  }
+
+  FLASH_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    float total = quadSum(l[r]);
+    int64_t i = rows[r];
+    float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    if constexpr (kDelta) {
+      float dot = 0.0f;
+      if (i < p.s) {
+        const T *dor = a.dout + p.row(bi, i, p.nq, h, D);
+        FLASH_UNROLL
+        for (int dt = 0; dt < D / 8; ++dt)
+          FLASH_UNROLL
+          for (int c = 0; c < 2; ++c)
+            dot += o[dt][2 * r + c] * inv * toFloat<E>(dor[dt * 8 + 2 * t + c]);
+      }
+      dot = quadSum(dot);
+      if (i < p.s && t == 0)
+        a.delta[p.stat(bi, h, i)] = dot;
+    } else if (i < p.s) {
+      T *orow = a.out + p.row(bi, i, p.nq, h, D);
+      FLASH_UNROLL
+      for (int dt = 0; dt < D / 8; ++dt)
+        store2(orow + dt * 8 + 2 * t,
+               pack<E>(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv));
+      if (t == 0)
+        a.lse[p.stat(bi, h, i)] = 0.69314718f * (m[r] + log2f(total));
+    }
+  }
+}
+
+template <typename E> struct BackwardArgs {
+  using T = typename E::T;
+  const T *q, *k, *v, *dout;
+  const float *lse, *delta;
+  Params p;
+  float *dqAcc;
+  T *dk, *dv;
+};
+
+/// Shared bytes of the backward kernel: K, V, Q, dO tiles [kTile][D +
+/// kPad], dSᵀ [kTile][kTile + kPad], and the tile's lse and Δ.
+template <int D, typename T> constexpr size_t backwardShared() {
+  return (4 * size_t(kTile) * (D + kPad) + size_t(kTile) * (kTile + kPad)) *
+             sizeof(T) +
+         2 * kTile * sizeof(float);
+}
+
+/// Grid (key tiles, nkv, b).
+template <typename E, int D>
+FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
+  using T = typename E::T;
+  constexpr int ld = D + kPad, lds = kTile + kPad;
+  FLASH_SHARED(shared);
+  T *ks = reinterpret_cast<T *>(shared);
+  T *vs = ks + kTile * ld, *qs = vs + kTile * ld, *dos = qs + kTile * ld,
+    *dss = dos + kTile * ld;
+  float *lses = reinterpret_cast<float *>(dss + kTile * lds),
+        *dls = lses + kTile;
+  const Params &p = a.p;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4,
+      t = lane % 4;
+  int64_t j0 = int64_t(blockIdx.x) * kTile, kvh = blockIdx.y, bi = blockIdx.z;
+  int64_t w0 = j0 + 16 * warp;
+  int64_t keys[2] = {w0 + g, w0 + g + 8};
+  int64_t wLast = w0 + 15 < p.s - 1 ? w0 + 15 : p.s - 1;
+  bool warpActive = w0 < p.s;
+  int64_t jLast = j0 + kTile - 1 < p.s - 1 ? j0 + kTile - 1 : p.s - 1;
+
+  loadTile<D>(a.k, p, bi, p.nkv, kvh, j0, ks);
+  loadTile<D>(a.v, p, bi, p.nkv, kvh, j0, vs);
+
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  int64_t iBegin = p.firstQuery(j0) / kTile * kTile, iEnd = p.endQuery(jLast);
+  for (int64_t h = kvh * p.group(); h < (kvh + 1) * p.group(); ++h) {
+    for (int64_t i0 = iBegin; i0 < iEnd; i0 += kTile) {
+      barrier();
+      loadTile<D>(a.q, p, bi, p.nq, h, i0, qs);
+      loadTile<D>(a.dout, p, bi, p.nq, h, i0, dos);
+      for (int r = threadIdx.x; r < kTile; r += kThreads) {
+        bool in = i0 + r < p.s;
+        lses[r] = in ? a.lse[p.stat(bi, h, i0 + r)] * 1.44269504f : 0.0f;
+        dls[r] = in ? a.delta[p.stat(bi, h, i0 + r)] : 0.0f;
+      }
+      barrier();
+
+      bool active = warpActive && i0 < p.endQuery(wLast) &&
+                    i0 + kTile > p.firstQuery(w0);
+      if (active) {
+        bool full = i0 + kTile <= p.s && i0 >= p.firstQuery(wLast) &&
+                    i0 + kTile <= p.endQuery(w0);
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for the warp's 16 keys.
+        float sc[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
+        FLASH_UNROLL
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t ka[4], va[4];
+          fragA(ks, ld, 16 * warp, kk * 16, ka);
+          fragA(vs, ld, 16 * warp, kk * 16, va);
+          FLASH_UNROLL
+          for (int nt = 0; nt < kTile / 8; ++nt) {
+            uint32_t b[2];
+            fragBRows(qs, ld, nt * 8, kk * 16, b);
+            mma<E>(sc[nt], ka, b);
+            fragBRows(dos, ld, nt * 8, kk * 16, b);
+            mma<E>(dp[nt], va, b);
+          }
+        }
+        // Pᵀ into sc, dSᵀ into dp.
+        FLASH_UNROLL
+        for (int nt = 0; nt < kTile / 8; ++nt)
+          FLASH_UNROLL
+          for (int x = 0; x < 4; ++x) {
+            int col = nt * 8 + 2 * t + x % 2;
+            float pr = 0.0f;
+            if (full || p.visible(i0 + col, keys[x / 2]))
+              pr = exp2f(sc[nt][x] * p.scaleLog2 - lses[col]);
+            sc[nt][x] = pr;
+            dp[nt][x] = p.scale * pr * (dp[nt][x] - dls[col]);
+          }
+        // dV += Pᵀ·dO, dK += dSᵀ·Q.
+        FLASH_UNROLL
+        for (int kk = 0; kk < kTile / 16; ++kk) {
+          uint32_t pa[4], sa[4];
+          accToA<E>(sc[2 * kk], sc[2 * kk + 1], pa);
+          accToA<E>(dp[2 * kk], dp[2 * kk + 1], sa);
+          FLASH_UNROLL
+          for (int dt = 0; dt < D / 8; ++dt) {
+            uint32_t b[2];
+            fragBCols(dos, ld, kk * 16, dt * 8, b);
+            mma<E>(dv[dt], pa, b);
+            fragBCols(qs, ld, kk * 16, dt * 8, b);
+            mma<E>(dk[dt], sa, b);
+          }
+        }
+        FLASH_UNROLL
+        for (int nt = 0; nt < kTile / 8; ++nt)
+          FLASH_UNROLL
+          for (int r = 0; r < 2; ++r)
+            store2(dss + (16 * warp + g + 8 * r) * lds + nt * 8 + 2 * t,
+                   pack<E>(dp[nt][2 * r], dp[nt][2 * r + 1]));
+      } else {
+        FLASH_UNROLL
+        for (int nt = 0; nt < kTile / 8; ++nt)
+          FLASH_UNROLL
+          for (int r = 0; r < 2; ++r)
+            store2(dss + (16 * warp + g + 8 * r) * lds + nt * 8 + 2 * t, 0u);
+      }
+      barrier();
+
+      // dQ[i0 + q] += dS·K over the block's keys: 16 × 8 output tiles dealt
+      // round-robin to the warps. A[q][key] = dSᵀ[key][q].
+      for (int u = warp; u < (kTile / 16) * (D / 8); u += kWarps) {
+        int qt = u / (D / 8), dt = u % (D / 8);
+        float acc[4] = {};
+        FLASH_UNROLL
+        for (int kc = 0; kc < kTile / 16; ++kc) {
+          const T *s0 = dss + (kc * 16 + 2 * t) * lds + qt * 16 + g;
+          uint32_t sa[4] = {gather2(s0, s0 + lds), gather2(s0 + 8, s0 + lds + 8),
+                            gather2(s0 + 8 * lds, s0 + 9 * lds),
+                            gather2(s0 + 8 * lds + 8, s0 + 9 * lds + 8)};
+          uint32_t b[2];
+          fragBCols(ks, ld, kc * 16, dt * 8, b);
+          mma<E>(acc, sa, b);
+        }
+        FLASH_UNROLL
+        for (int r = 0; r < 2; ++r) {
+          int64_t i = i0 + qt * 16 + g + 8 * r;
+          if (i < p.s) {
+            float *dst =
+                a.dqAcc + p.row(bi, i, p.nq, h, D) + dt * 8 + 2 * t;
+            atomicAddF(dst, acc[2 * r]);
+            atomicAddF(dst + 1, acc[2 * r + 1]);
+          }
+        }
+      }
+    }
+  }
+
+  FLASH_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    int64_t j = keys[r];
+    if (j >= p.s)
+      continue;
+    T *dkr = a.dk + p.row(bi, j, p.nkv, kvh, D),
+      *dvr = a.dv + p.row(bi, j, p.nkv, kvh, D);
+    FLASH_UNROLL
+    for (int dt = 0; dt < D / 8; ++dt) {
+      store2(dkr + dt * 8 + 2 * t, pack<E>(dk[dt][2 * r], dk[dt][2 * r + 1]));
+      store2(dvr + dt * 8 + 2 * t, pack<E>(dv[dt][2 * r], dv[dt][2 * r + 1]));
+    }
+  }
+}
+
+/// dq = dqAcc rounded to the element type; grid-stride over pairs.
+template <typename E>
+FLASH_KERNEL void castKernel(const float *src, int64_t pairs,
+                             typename E::T *dst) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
+       i += int64_t(gridDim.x) * blockDim.x)
+    store2(dst + 2 * i, pack<E>(src[2 * i], src[2 * i + 1]));
+}
+
+//===----------------------------------------------------------------------===//
+// Orchestration, over a launcher L with
+//   L.launch(kernel, gx, gy, gz, threads, sharedBytes, args...),
+//   L.temp(n) -> float* (n floats, live until L is destroyed),
+//   L.zero(ptr, n) (n floats).
+//===----------------------------------------------------------------------===//
+
+/// Whether the flash kernels take this call: bf16/f16 (the caller checks),
+/// equal head dims of 64 or 128, and 16-byte aligned tensors.
+inline bool supports(int64_t d, int64_t dv, const void *const *ptrs, int n) {
+  if (d != dv || (d != 64 && d != 128))
+    return false;
+  for (int i = 0; i < n; ++i)
+    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16)
+      return false;
+  return true;
+}
+
+inline Params makeParams(int64_t b, int64_t s, int64_t nq, int64_t nkv,
+                         int causal, int64_t window, double scale) {
+  return {b,       s,
+          nq,      nkv,
+          causal,  window,
+          float(scale), float(scale * 1.4426950408889634)};
+}
+
+template <typename E, int D, typename L>
+void forward(L &launcher, ForwardArgs<E> args) {
+  const Params &p = args.p;
+  launcher.launch(forwardKernel<E, D, false>,
+                  unsigned((p.s + kTile - 1) / kTile), unsigned(p.nq),
+                  unsigned(p.b), kThreads, forwardShared<D, typename E::T>(),
+                  args);
+}
+
+template <typename E, int D, typename L>
+void backward(L &launcher, BackwardArgs<E> args, typename E::T *dq) {
+  const Params &p = args.p;
+  unsigned tiles = unsigned((p.s + kTile - 1) / kTile);
+  float *delta = launcher.temp(p.b * p.nq * p.s);
+  ForwardArgs<E> fa{args.q, args.k, args.v, p, nullptr, nullptr, args.dout,
+                    delta};
+  launcher.launch(forwardKernel<E, D, true>, tiles, unsigned(p.nq),
+                  unsigned(p.b), kThreads, forwardShared<D, typename E::T>(),
+                  fa);
+  int64_t n = p.b * p.s * p.nq * D;
+  args.dqAcc = launcher.temp(n);
+  args.delta = delta;
+  launcher.zero(args.dqAcc, n);
+  launcher.launch(backwardKernel<E, D>, tiles, unsigned(p.nkv), unsigned(p.b),
+                  kThreads, backwardShared<D, typename E::T>(), args);
+  int64_t pairs = n / 2, blocks = (pairs + 255) / 256;
+  launcher.launch(castKernel<E>, unsigned(blocks < 4096 ? blocks : 4096), 1u,
+                  1u, 256, size_t(0), (const float *)args.dqAcc, pairs, dq);
+}
+
+} // namespace fsdp::rt::cuda::flash
+
+#endif // FSDP_LIB_RUNTIME_CUDA_FLASHATTENTION_CUH
