@@ -100,8 +100,18 @@ diagnose grad-kernels-run "$bin/fsdp-runtime-kernel-test-cuda" --grad \
   "$work/grad-s"
 check grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
   "$work/grad" "$bundle/ref/grad"
-# The same with the exact per-row attention kernels in place of the
-# cuBLAS products (FSDP_RT_CUDA_ATTENTION=exact).
+# Attention through cuBLAS products alone (the default takes the flash
+# kernels for the attention_flash cases).
+check products-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=products \
+  "$bin/fsdp-runtime-kernel-test-cuda" "$work/products"
+check products-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
+  "$work/products" "$bundle/ref/kernels"
+check products-grad-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=products \
+  "$bin/fsdp-runtime-kernel-test-cuda" --grad "$work/products-grad"
+check products-grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
+  "$work/products-grad" "$bundle/ref/grad"
+# The same with the exact per-row attention kernels
+# (FSDP_RT_CUDA_ATTENTION=exact).
 check exact-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=exact \
   "$bin/fsdp-runtime-kernel-test-cuda" "$work/exact"
 check exact-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
@@ -146,6 +156,9 @@ check llama1b-vs-hf 600 "$py" "$scripts/hf_step.py" "$big" "$work/llama1b" \
 rm -rf "$work/llama1b"
 check llama1b-train 300 "$bin/llama1b-train" --steps 13 --log-every 4 \
   --report
+# The same step with attention through cuBLAS products, for comparison.
+check llama1b-train-products 120 env FSDP_RT_CUDA_ATTENTION=products \
+  "$bin/llama1b-train" --steps 9 --log-every 4 --report
 check torch-eager 300 "$py" "$scripts/bench_torch.py" "$big" --batch "$batch" \
   --seq "$seq" --device "$device" --mode eager
 if [[ ${FSDP_DEVICE_QUICK:-0} != 1 ]]; then

@@ -152,18 +152,32 @@ def host_syncs(text):
                      text)
 
 
-def kernel_rows(text):
-    """The ABI functions with the most kernel time in a --report run (its
-    "kernel function" list), per step over all the run's steps."""
+def kernel_rows(text, top=6):
+    """The `top` ABI functions with the most kernel time in a --report run
+    (its "kernel function" list), per step over all the run's steps."""
     m = host_syncs(text)
     steps = int(m[2]) if m and int(m[2]) else 1
     listing = text.split("kernel function", 1)
     if len(listing) < 2:
         return
     for name, calls, ms in re.findall(r"^(fsdp_rt_\w+|\w+)\s+(\d+)\s+(\S+)$",
-                                      listing[1], re.M)[:6]:
+                                      listing[1], re.M)[:top]:
         row(f"  kernel time: {name}", f"{float(ms) / steps:.1f} ms/step",
             f"{int(calls) / steps:g} calls/step ({steps} steps)", "")
+
+
+def step_time(text, label, windows):
+    """The mean step time of the --log-every 4 windows ending at the given
+    steps (step 0 warms up), printed as a row; None without step lines."""
+    times = {int(s): float(t) for s, t in re.findall(
+        r"step (\d+) loss \S+ time (\S+) ms", text)}
+    if not all(w in times for w in windows):
+        row(label, "no step lines", "", "FAIL")
+        return None
+    ms = sum(times[w] for w in windows) / len(windows)
+    first = windows[0] - 3
+    row(f"{label} (steps {first}-{windows[-1]})", f"{ms:.1f} ms", "", "")
+    return ms
 
 
 def performance(bundle, results):
@@ -180,16 +194,15 @@ def performance(bundle, results):
     text = ran(results, "llama1b-train", f"step time ({shape})", "")
     ours = None
     if text is not None:
-        # Windows of --log-every 4: steps 4-7 and 8-11 (step 0 warms up).
-        times = {int(s): float(t) for s, t in re.findall(
-            r"step (\d+) loss \S+ time (\S+) ms", text)}
-        if 7 in times and 11 in times:
-            ours = (times[7] + times[11]) / 2
-            row("fsdp-mlir step time (steps 4-11)", f"{ours:.1f} ms", "", "")
-        else:
-            row("fsdp-mlir step time", "no step lines", "", "FAIL")
+        ours = step_time(text, "fsdp-mlir step time", (7, 11))
         memory_rows(bundle, text, "llama1b-train", "fsdp-mlir")
         kernel_rows(text)
+    text = ran(results, "llama1b-train-products",
+               "step time, attention through cuBLAS products", "")
+    if text is not None:
+        step_time(text, "fsdp-mlir step time, attention through products",
+                  (7,))
+        kernel_rows(text, 2)
     if ours:
         row("fsdp-mlir tokens/s", f"{tokens / ours * 1e3:,.0f}", "", "")
         for peak, name in ((H100_PEAK, "989 TF/s"), (H200_MATMUL, "790 TF/s")):
@@ -231,6 +244,11 @@ def main():
             "kernels (forward) vs CPU runtime")
     kernels(results, "grad-kernels-run", "grad-kernels-vs-cpu",
             "kernels (backward, optimizers) vs CPU runtime")
+    kernels(results, "products-kernels-run", "products-kernels-vs-cpu",
+            "kernels (forward), product attention, vs CPU runtime")
+    kernels(results, "products-grad-kernels-run",
+            "products-grad-kernels-vs-cpu",
+            "kernels (backward), product attention, vs CPU runtime")
     kernels(results, "exact-kernels-run", "exact-kernels-vs-cpu",
             "kernels (forward), exact attention, vs CPU runtime")
     kernels(results, "exact-grad-kernels-run", "exact-grad-kernels-vs-cpu",
