@@ -182,10 +182,15 @@ int main() {
       {"bf16_window_noncausal_mha_d64", false, 1, 64, 3, 3, 64, 0, 20, 0.2},
       // f16, head dim 128, full attention.
       {"f16_full_d128", true, 1, 70, 2, 2, 128, 0, 0, 0.0883883},
+      // Head dim 32 (the device check's small model), two batch entries.
+      {"bf16_causal_d32", false, 2, 80, 4, 2, 32, 1, 0, 0.1767767},
   };
   bool ok = true;
   for (const Case &c : cases)
-    ok = (c.d == 64 ? dispatch<64>(c) : dispatch<128>(c)) && ok;
+    ok = (c.d == 32   ? dispatch<32>(c)
+          : c.d == 64 ? dispatch<64>(c)
+                      : dispatch<128>(c)) &&
+         ok;
   std::printf("%s\n", ok ? "all cases passed" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -37,8 +37,8 @@ struct AttentionShape {
 };
 
 /// How attention runs, from FSDP_RT_CUDA_ATTENTION: `flash` (the default:
-/// FlashAttention.cuh where it applies, bf16/f16 with head dim 64 or 128,
-/// else products), `products` (cuBLAS products, AttentionGemm.cu) or
+/// FlashAttention.cuh where it applies, bf16/f16 with head dim 32, 64 or
+/// 128, else products), `products` (cuBLAS products, AttentionGemm.cu) or
 /// `exact` (the per-row kernels of Attention.cu); any other value is an
 /// error.
 enum class AttentionPath { Flash, Products, Exact };

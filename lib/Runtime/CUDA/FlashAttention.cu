@@ -69,7 +69,9 @@ bool dispatch(const KernelScope &scope, fsdp_rt_dtype dtype,
   if (a.nq > 65535 || a.nkv > 65535 || a.b > 65535)
     fail(scope.name(), "more than 65535 heads or batches");
   auto withDim = [&](auto e) {
-    if (a.d == 64)
+    if (a.d == 32)
+      fn(e, std::integral_constant<int, 32>());
+    else if (a.d == 64)
       fn(e, std::integral_constant<int, 64>());
     else
       fn(e, std::integral_constant<int, 128>());

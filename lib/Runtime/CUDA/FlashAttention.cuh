@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Flash attention (forward and backward) for bf16/f16 with head dim 64 or
-// 128, the default path of fsdp_rt_attention(_grad) for those shapes: the
+// Flash attention (forward and backward) for bf16/f16 with head dim 32, 64
+// or 128, the default path of fsdp_rt_attention(_grad) for those shapes: the
 // scores never reach global memory. Products run on the tensor cores with
 // mma.sync.m16n8k16 (f32 accumulation); blocks are 4 warps.
 //
@@ -610,9 +610,9 @@ FLASH_KERNEL void castKernel(const float *src, int64_t pairs,
 //===----------------------------------------------------------------------===//
 
 /// Whether the flash kernels take this call: bf16/f16 (the caller checks),
-/// equal head dims of 64 or 128, and 16-byte aligned tensors.
+/// equal head dims of 32, 64 or 128, and 16-byte aligned tensors.
 inline bool supports(int64_t d, int64_t dv, const void *const *ptrs, int n) {
-  if (d != dv || (d != 64 && d != 128))
+  if (d != dv || (d != 32 && d != 64 && d != 128))
     return false;
   for (int i = 0; i < n; ++i)
     if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16)
