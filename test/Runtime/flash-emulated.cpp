@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -37,6 +38,14 @@ struct Launcher {
   template <typename Kernel, typename... Args>
   void launch(Kernel kernel, unsigned gx, unsigned gy, unsigned gz, int threads,
               size_t shared, Args... args) {
+    // Every kernel is __launch_bounds__(kThreads) on the GPU, which refuses
+    // a larger block (the H200 did, with cudaErrorInvalidValue, when dQ's
+    // cast launched 256 threads).
+    if (threads > flash::kThreads) {
+      std::fprintf(stderr, "launch of %d threads: the kernels allow %d\n",
+                   threads, flash::kThreads);
+      std::exit(1);
+    }
     emu::launch(gx, gy, gz, threads, shared, [&] { kernel(args...); });
   }
   float *temp(int64_t n) {

@@ -108,6 +108,10 @@ SEQ=128 compile small-offload "$src/test/device/llama-3.2-1b-small.json" 2 adamw
 compile llama1b-grad "$out/configs/llama-3.2-1b.json" 1 none bf16
 compile llama1b-train "$out/configs/llama-3.2-1b.json" "$batch" adamw bf16
 
+# The programs travel gzipped (each carries every kernel's cubin, about 8
+# MiB, a quarter of that compressed); run.sh unpacks them.
+gzip -f "$out"/bin/*
+
 size=$(du -sm "$out" | cut -f1)
 echo "== $out: ${size} MiB"
 if ((size > 60)); then

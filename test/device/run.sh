@@ -18,6 +18,10 @@ results=${2:-$bundle/results}
 py=${PYTHON:-python3}
 scripts=$bundle/scripts
 bin=$bundle/bin
+# prepare.sh gzips the programs.
+for f in "$bin"/*.gz; do
+  if [[ -e $f ]]; then gzip -d -f "$f"; fi
+done
 batch=$(cat "$bundle/configs/batch")
 seq=$(cat "$bundle/configs/seq")
 device=$(cat "$bundle/configs/device")

@@ -653,9 +653,9 @@ void backward(L &launcher, BackwardArgs<E> args, typename E::T *dq) {
   launcher.zero(args.dqAcc, n);
   launcher.launch(backwardKernel<E, D>, tiles, unsigned(p.nkv), unsigned(p.b),
                   kThreads, backwardShared<D, typename E::T>(), args);
-  int64_t pairs = n / 2, blocks = (pairs + 255) / 256;
+  int64_t pairs = n / 2, blocks = (pairs + kThreads - 1) / kThreads;
   launcher.launch(castKernel<E>, unsigned(blocks < 4096 ? blocks : 4096), 1u,
-                  1u, 256, size_t(0), (const float *)args.dqAcc, pairs, dq);
+                  1u, kThreads, size_t(0), (const float *)args.dqAcc, pairs, dq);
 }
 
 } // namespace fsdp::rt::cuda::flash
