@@ -31,7 +31,7 @@ llvm_config.add_tool_substitutions(
      "fsdp-embed-pipeline",
      "fsdp-runtime-kernel-test", "fsdp-runtime-collectives-program",
      "fsdp-runtime-program-basics", "fsdp-runtime-kernel-test-cuda",
-     "fsdp-runtime-collectives-program-cuda", "fsdp-flash-emulated"],
+     "fsdp-runtime-collectives-program-cuda", "fsdp-emulated-kernels"],
     [config.fsdp_tools_dir, config.llvm_tools_dir])
 
 # Runtime tests launch several ranks; the tests run as root in containers and

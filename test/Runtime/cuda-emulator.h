@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Runs kernels written against FlashAttention.cuh's primitives on the CPU,
+// Runs kernels written against Portable.cuh's primitives on the CPU,
 // so that CI tests them without a GPU: each CUDA thread of a block is a
 // std::thread, __syncthreads is a barrier of the block, and the warp-wide
 // operations (shuffles, mma.sync) exchange the lanes' registers through a
@@ -17,7 +17,7 @@
 // another; shared memory starts as 0xff bytes (NaN in bf16/f16/f32) so that
 // a read of something never written shows.
 //
-// Include this before FlashAttention.cuh, with FSDP_CUDA_EMULATE defined.
+// Include this before Portable.cuh, with FSDP_CUDA_EMULATE defined.
 //
 //===----------------------------------------------------------------------===//
 

@@ -30,36 +30,17 @@
 // [i - W + 1, i + 1) when causal with window W, and so on. Tensors are
 // [b, s, heads, dim] row-major, lse and Δ [b, nq, s].
 //
-// The kernels are written against a few primitives (mma, shuffle, barrier,
-// atomic add, 16/32-bit shared-memory moves) so that the same source also
-// compiles as host C++ with FSDP_CUDA_EMULATE, where a CUDA-thread emulator
-// (test/Runtime/cuda-emulator.h) runs them on the CPU: that is how CI tests
-// them without a GPU. The host orchestration (`forward`, `backward`) is a
-// template over the launcher for the same reason.
+// The kernels are written against Portable.cuh's primitives, so that the
+// same source also runs on the CPU emulator of CUDA threads in CI. The host
+// orchestration (`forward`, `backward`) is a template over the launcher for
+// the same reason.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef FSDP_LIB_RUNTIME_CUDA_FLASHATTENTION_CUH
 #define FSDP_LIB_RUNTIME_CUDA_FLASHATTENTION_CUH
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-
-#ifdef FSDP_CUDA_EMULATE
-#define FLASH_KERNEL inline
-#define FLASH_DEVICE inline
-#define FLASH_UNROLL
-#else
-#define FLASH_KERNEL __global__ __launch_bounds__(128)
-#define FLASH_DEVICE __device__ __forceinline__
-/// Loops over register arrays are unrolled so that the arrays stay in
-/// registers (no-local-memory.test checks).
-#define FLASH_UNROLL _Pragma("unroll")
-#endif
+#include "Portable.cuh"
 
 namespace fsdp::rt::cuda::flash {
 
@@ -71,15 +52,7 @@ constexpr int kTile = 64;
 /// fragment load touches fall in different banks.
 constexpr int kPad = 8;
 
-/// The element types, with the mma instruction of each.
-struct BF16 {
-  using T = __nv_bfloat16;
-  static constexpr bool kHalf = false;
-};
-struct F16 {
-  using T = __half;
-  static constexpr bool kHalf = true;
-};
+using namespace portable;
 
 /// The shape and mask of a call. `scaleLog2` is scale · log2(e): scores are
 /// kept in log2 units so that exp is exp2.
@@ -89,132 +62,36 @@ struct Params {
   int64_t window;
   float scale, scaleLog2;
 
-  FLASH_DEVICE int64_t group() const { return nq / nkv; }
-  FLASH_DEVICE int64_t firstKey(int64_t i) const {
+  PORTABLE_DEVICE int64_t group() const { return nq / nkv; }
+  PORTABLE_DEVICE int64_t firstKey(int64_t i) const {
     return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
   }
-  FLASH_DEVICE int64_t endKey(int64_t i) const { return causal ? i + 1 : s; }
-  FLASH_DEVICE int64_t firstQuery(int64_t j) const { return causal ? j : 0; }
-  FLASH_DEVICE int64_t endQuery(int64_t j) const {
+  PORTABLE_DEVICE int64_t endKey(int64_t i) const { return causal ? i + 1 : s; }
+  PORTABLE_DEVICE int64_t firstQuery(int64_t j) const { return causal ? j : 0; }
+  PORTABLE_DEVICE int64_t endQuery(int64_t j) const {
     return window > 0 && j + window < s ? j + window : s;
   }
-  FLASH_DEVICE bool visible(int64_t i, int64_t j) const {
+  PORTABLE_DEVICE bool visible(int64_t i, int64_t j) const {
     return i < s && j < s && j >= firstKey(i) && j < endKey(i);
   }
   /// Element offset of row (batch, position, head) of a [b, s, heads, D]
   /// tensor.
-  FLASH_DEVICE int64_t row(int64_t bi, int64_t i, int64_t heads, int64_t h,
+  PORTABLE_DEVICE int64_t row(int64_t bi, int64_t i, int64_t heads, int64_t h,
                            int d) const {
     return ((bi * s + i) * heads + h) * d;
   }
   /// Index of query i of head h in lse and Δ.
-  FLASH_DEVICE int64_t stat(int64_t bi, int64_t h, int64_t i) const {
+  PORTABLE_DEVICE int64_t stat(int64_t bi, int64_t h, int64_t i) const {
     return (bi * nq + h) * s + i;
   }
 };
 
-//===----------------------------------------------------------------------===//
-// Primitives
-//===----------------------------------------------------------------------===//
-
-#ifdef FSDP_CUDA_EMULATE
-#define FLASH_SHARED(name) char *name = ::emu::sharedMemory()
-FLASH_DEVICE void barrier() { ::emu::syncThreads(); }
-FLASH_DEVICE float shflXor(float v, int mask) {
-  return ::emu::shflXor(v, mask);
-}
-FLASH_DEVICE void atomicAddF(float *p, float v) { ::emu::atomicAdd(p, v); }
-template <typename E>
-FLASH_DEVICE void mma(float (&c)[4], const uint32_t (&a)[4],
-                      const uint32_t (&b)[2]) {
-  ::emu::mma16816(E::kHalf, c, a, b);
-}
-#else
-#define FLASH_SHARED(name)                                                     \
-  extern __shared__ __align__(16) char flashShared[];                          \
-  char *name = flashShared
-FLASH_DEVICE void barrier() { __syncthreads(); }
-FLASH_DEVICE float shflXor(float v, int mask) {
-  return __shfl_xor_sync(0xffffffffu, v, mask);
-}
-FLASH_DEVICE void atomicAddF(float *p, float v) { atomicAdd(p, v); }
-template <typename E>
-FLASH_DEVICE void mma(float (&c)[4], const uint32_t (&a)[4],
-                      const uint32_t (&b)[2]) {
-  if constexpr (E::kHalf)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
-                   "r"(b[1]));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
-                   "r"(b[1]));
-}
-#endif
-
-#ifdef FSDP_CUDA_EMULATE
-/// Two adjacent elements as one 32-bit word (the lower index in the low
-/// half, as the fragments hold them).
-template <typename T> FLASH_DEVICE uint32_t load2(const T *p) {
-  uint32_t w;
-  memcpy(&w, p, 4);
-  return w;
-}
-template <typename T> FLASH_DEVICE void store2(T *p, uint32_t w) {
-  memcpy(p, &w, 4);
-}
-/// 16 bytes between 16-byte aligned addresses.
-FLASH_DEVICE void copy16(void *dst, const void *src) { memcpy(dst, src, 16); }
-FLASH_DEVICE void zero16(void *dst) { memset(dst, 0, 16); }
-#else
-template <typename T> FLASH_DEVICE uint32_t load2(const T *p) {
-  return *reinterpret_cast<const uint32_t *>(p);
-}
-template <typename T> FLASH_DEVICE void store2(T *p, uint32_t w) {
-  *reinterpret_cast<uint32_t *>(p) = w;
-}
-FLASH_DEVICE void copy16(void *dst, const void *src) {
-  *static_cast<uint4 *>(dst) = *static_cast<const uint4 *>(src);
-}
-FLASH_DEVICE void zero16(void *dst) {
-  *static_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
-}
-#endif
-/// Two elements from different rows as one word.
-template <typename T> FLASH_DEVICE uint32_t gather2(const T *lo, const T *hi) {
-  uint16_t a, b;
-  memcpy(&a, lo, 2);
-  memcpy(&b, hi, 2);
-  return uint32_t(a) | (uint32_t(b) << 16);
-}
-/// Two floats rounded to the element type, as one word.
-template <typename E> FLASH_DEVICE uint32_t pack(float lo, float hi) {
-  uint32_t w;
-  if constexpr (E::kHalf) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    memcpy(&w, &h, 4);
-  } else {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    memcpy(&w, &h, 4);
-  }
-  return w;
-}
-template <typename E> FLASH_DEVICE float toFloat(typename E::T x) {
-  if constexpr (E::kHalf)
-    return __half2float(x);
-  else
-    return __bfloat162float(x);
-}
 /// Sum or max over the 4 lanes of a quad (the lanes that share a row).
-FLASH_DEVICE float quadSum(float v) {
+PORTABLE_DEVICE float quadSum(float v) {
   v += shflXor(v, 1);
   return v + shflXor(v, 2);
 }
-FLASH_DEVICE float quadMax(float v) {
+PORTABLE_DEVICE float quadMax(float v) {
   v = fmaxf(v, shflXor(v, 1));
   return fmaxf(v, shflXor(v, 2));
 }
@@ -223,7 +100,7 @@ FLASH_DEVICE float quadMax(float v) {
 /// bi, head h) into a shared tile of stride D + kPad, 16 bytes at a time;
 /// rows at or past s are zero.
 template <int D, typename T>
-FLASH_DEVICE void loadTile(const T *src, const Params &p, int64_t bi,
+PORTABLE_DEVICE void loadTile(const T *src, const Params &p, int64_t bi,
                            int64_t heads, int64_t h, int64_t first, T *dst) {
   constexpr int chunks = D / 8;
   for (int idx = threadIdx.x; idx < kTile * chunks; idx += kThreads) {
@@ -239,7 +116,7 @@ FLASH_DEVICE void loadTile(const T *src, const Params &p, int64_t bi,
 /// The A fragment of rows [r0, r0 + 16), columns [k0, k0 + 16) of a
 /// row-major shared tile of stride `ld`.
 template <typename T>
-FLASH_DEVICE void fragA(const T *tile, int ld, int r0, int k0,
+PORTABLE_DEVICE void fragA(const T *tile, int ld, int r0, int k0,
                         uint32_t (&a)[4]) {
   int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const T *p = tile + (r0 + g) * ld + k0 + 2 * t;
@@ -252,7 +129,7 @@ FLASH_DEVICE void fragA(const T *tile, int ld, int r0, int k0,
 /// row-major shared tile, k the tile's columns [k0, k0 + 16): Bᵀ stored
 /// row-major, as K is for Q·Kᵀ.
 template <typename T>
-FLASH_DEVICE void fragBRows(const T *tile, int ld, int n0, int k0,
+PORTABLE_DEVICE void fragBRows(const T *tile, int ld, int n0, int k0,
                             uint32_t (&b)[2]) {
   int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const T *p = tile + (n0 + g) * ld + k0 + 2 * t;
@@ -262,7 +139,7 @@ FLASH_DEVICE void fragBRows(const T *tile, int ld, int n0, int k0,
 /// The B fragment whose row k is row k0 + k of a row-major tile, columns
 /// [n0, n0 + 8): B stored row-major, as dO is for Pᵀ·dO.
 template <typename T>
-FLASH_DEVICE void fragBCols(const T *tile, int ld, int k0, int n0,
+PORTABLE_DEVICE void fragBCols(const T *tile, int ld, int k0, int n0,
                             uint32_t (&b)[2]) {
   int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const T *p = tile + (k0 + 2 * t) * ld + n0 + g;
@@ -272,7 +149,7 @@ FLASH_DEVICE void fragBCols(const T *tile, int ld, int k0, int n0,
 /// Accumulator tiles j and j + 1 (16 × 8 each) as the A fragment of one
 /// 16 × 16 block.
 template <typename E>
-FLASH_DEVICE void accToA(const float (&lo)[4], const float (&hi)[4],
+PORTABLE_DEVICE void accToA(const float (&lo)[4], const float (&hi)[4],
                          uint32_t (&a)[4]) {
   a[0] = pack<E>(lo[0], lo[1]);
   a[1] = pack<E>(lo[2], lo[3]);
@@ -304,9 +181,9 @@ template <int D, typename T> constexpr size_t forwardShared() {
 /// from the last, which see the most keys under a causal mask, so that the
 /// longest blocks start first.
 template <typename E, int D, bool kDelta>
-FLASH_KERNEL void forwardKernel(ForwardArgs<E> a) {
+PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
   using T = typename E::T;
-  FLASH_SHARED(shared);
+  PORTABLE_SHARED(shared);
   T *ks = reinterpret_cast<T *>(shared);
   T *vs = ks + kTile * (D + kPad);
   const Params &p = a.p;
@@ -322,9 +199,9 @@ FLASH_KERNEL void forwardKernel(ForwardArgs<E> a) {
 
   // The warp's 16 query rows as A fragments, straight from global memory.
   uint32_t qa[D / 16][4];
-  FLASH_UNROLL
+  PORTABLE_UNROLL
   for (int kk = 0; kk < D / 16; ++kk)
-    FLASH_UNROLL
+    PORTABLE_UNROLL
     for (int x = 0; x < 4; ++x) {
       int64_t r = rows[x % 2];
       int col = kk * 16 + 2 * t + (x / 2) * 8;
@@ -346,18 +223,18 @@ FLASH_KERNEL void forwardKernel(ForwardArgs<E> a) {
                 j0 + kTile <= p.s;
 
     float sc[kTile / 8][4] = {};
-    FLASH_UNROLL
+    PORTABLE_UNROLL
     for (int nt = 0; nt < kTile / 8; ++nt)
-      FLASH_UNROLL
+      PORTABLE_UNROLL
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t b[2];
         fragBRows(ks, D + kPad, nt * 8, kk * 16, b);
         mma<E>(sc[nt], qa[kk], b);
       }
     float mx[2] = {-INFINITY, -INFINITY};
-    FLASH_UNROLL
+    PORTABLE_UNROLL
     for (int nt = 0; nt < kTile / 8; ++nt)
-      FLASH_UNROLL
+      PORTABLE_UNROLL
       for (int x = 0; x < 4; ++x) {
         float v = sc[nt][x] * p.scaleLog2;
         if (!full && !p.visible(rows[x / 2], j0 + nt * 8 + 2 * t + x % 2))
@@ -366,33 +243,33 @@ FLASH_KERNEL void forwardKernel(ForwardArgs<E> a) {
         mx[x / 2] = fmaxf(mx[x / 2], v);
       }
     float ref[2];
-    FLASH_UNROLL
+    PORTABLE_UNROLL
     for (int r = 0; r < 2; ++r) {
       float mNew = fmaxf(m[r], quadMax(mx[r]));
       // A row that has seen no key yet keeps a finite reference.
       ref[r] = mNew == -INFINITY ? 0.0f : mNew;
       float alpha = exp2f(m[r] - ref[r]);
       l[r] *= alpha;
-      FLASH_UNROLL
+      PORTABLE_UNROLL
       for (int dt = 0; dt < D / 8; ++dt) {
         o[dt][2 * r] *= alpha;
         o[dt][2 * r + 1] *= alpha;
       }
       m[r] = mNew;
     }
-    FLASH_UNROLL
+    PORTABLE_UNROLL
     for (int nt = 0; nt < kTile / 8; ++nt)
-      FLASH_UNROLL
+      PORTABLE_UNROLL
       for (int x = 0; x < 4; ++x) {
         float e = exp2f(sc[nt][x] - ref[x / 2]);
         sc[nt][x] = e;
         l[x / 2] += e;
       }
-    FLASH_UNROLL
+    PORTABLE_UNROLL
     for (int kk = 0; kk < kTile / 16; ++kk) {
       uint32_t pa[4];
       accToA<E>(sc[2 * kk], sc[2 * kk + 1], pa);
-      FLASH_UNROLL
+      PORTABLE_UNROLL
       for (int dt = 0; dt < D / 8; ++dt) {
         uint32_t b[2];
         fragBCols(vs, D + kPad, kk * 16, dt * 8, b);
@@ -401,7 +278,7 @@ FLASH_KERNEL void forwardKernel(ForwardArgs<E> a) {
     }
   }
 
-  FLASH_UNROLL
+  PORTABLE_UNROLL
   for (int r = 0; r < 2; ++r) {
     float total = quadSum(l[r]);
     int64_t i = rows[r];
@@ -410,9 +287,9 @@ FLASH_KERNEL void forwardKernel(ForwardArgs<E> a) {
       float dot = 0.0f;
       if (i < p.s) {
         const T *dor = a.dout + p.row(bi, i, p.nq, h, D);
-        FLASH_UNROLL
+        PORTABLE_UNROLL
         for (int dt = 0; dt < D / 8; ++dt)
-          FLASH_UNROLL
+          PORTABLE_UNROLL
           for (int c = 0; c < 2; ++c)
             dot += o[dt][2 * r + c] * inv * toFloat<E>(dor[dt * 8 + 2 * t + c]);
       }
@@ -421,7 +298,7 @@ FLASH_KERNEL void forwardKernel(ForwardArgs<E> a) {
         a.delta[p.stat(bi, h, i)] = dot;
     } else if (i < p.s) {
       T *orow = a.out + p.row(bi, i, p.nq, h, D);
-      FLASH_UNROLL
+      PORTABLE_UNROLL
       for (int dt = 0; dt < D / 8; ++dt)
         store2(orow + dt * 8 + 2 * t,
                pack<E>(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv));
@@ -450,10 +327,10 @@ template <int D, typename T> constexpr size_t backwardShared() {
 
 /// Grid (key tiles, nkv, b).
 template <typename E, int D>
-FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
+PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
   using T = typename E::T;
   constexpr int ld = D + kPad, lds = kTile + kPad;
-  FLASH_SHARED(shared);
+  PORTABLE_SHARED(shared);
   T *ks = reinterpret_cast<T *>(shared);
   T *vs = ks + kTile * ld, *qs = vs + kTile * ld, *dos = qs + kTile * ld,
     *dss = dos + kTile * ld;
@@ -493,12 +370,12 @@ FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
                     i0 + kTile <= p.endQuery(w0);
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for the warp's 16 keys.
         float sc[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
-        FLASH_UNROLL
+        PORTABLE_UNROLL
         for (int kk = 0; kk < D / 16; ++kk) {
           uint32_t ka[4], va[4];
           fragA(ks, ld, 16 * warp, kk * 16, ka);
           fragA(vs, ld, 16 * warp, kk * 16, va);
-          FLASH_UNROLL
+          PORTABLE_UNROLL
           for (int nt = 0; nt < kTile / 8; ++nt) {
             uint32_t b[2];
             fragBRows(qs, ld, nt * 8, kk * 16, b);
@@ -508,9 +385,9 @@ FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
           }
         }
         // Pᵀ into sc, dSᵀ into dp.
-        FLASH_UNROLL
+        PORTABLE_UNROLL
         for (int nt = 0; nt < kTile / 8; ++nt)
-          FLASH_UNROLL
+          PORTABLE_UNROLL
           for (int x = 0; x < 4; ++x) {
             int col = nt * 8 + 2 * t + x % 2;
             float pr = 0.0f;
@@ -520,12 +397,12 @@ FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
             dp[nt][x] = p.scale * pr * (dp[nt][x] - dls[col]);
           }
         // dV += Pᵀ·dO, dK += dSᵀ·Q.
-        FLASH_UNROLL
+        PORTABLE_UNROLL
         for (int kk = 0; kk < kTile / 16; ++kk) {
           uint32_t pa[4], sa[4];
           accToA<E>(sc[2 * kk], sc[2 * kk + 1], pa);
           accToA<E>(dp[2 * kk], dp[2 * kk + 1], sa);
-          FLASH_UNROLL
+          PORTABLE_UNROLL
           for (int dt = 0; dt < D / 8; ++dt) {
             uint32_t b[2];
             fragBCols(dos, ld, kk * 16, dt * 8, b);
@@ -534,16 +411,16 @@ FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
             mma<E>(dk[dt], sa, b);
           }
         }
-        FLASH_UNROLL
+        PORTABLE_UNROLL
         for (int nt = 0; nt < kTile / 8; ++nt)
-          FLASH_UNROLL
+          PORTABLE_UNROLL
           for (int r = 0; r < 2; ++r)
             store2(dss + (16 * warp + g + 8 * r) * lds + nt * 8 + 2 * t,
                    pack<E>(dp[nt][2 * r], dp[nt][2 * r + 1]));
       } else {
-        FLASH_UNROLL
+        PORTABLE_UNROLL
         for (int nt = 0; nt < kTile / 8; ++nt)
-          FLASH_UNROLL
+          PORTABLE_UNROLL
           for (int r = 0; r < 2; ++r)
             store2(dss + (16 * warp + g + 8 * r) * lds + nt * 8 + 2 * t, 0u);
       }
@@ -554,7 +431,7 @@ FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
       for (int u = warp; u < (kTile / 16) * (D / 8); u += kWarps) {
         int qt = u / (D / 8), dt = u % (D / 8);
         float acc[4] = {};
-        FLASH_UNROLL
+        PORTABLE_UNROLL
         for (int kc = 0; kc < kTile / 16; ++kc) {
           const T *s0 = dss + (kc * 16 + 2 * t) * lds + qt * 16 + g;
           uint32_t sa[4] = {gather2(s0, s0 + lds), gather2(s0 + 8, s0 + lds + 8),
@@ -564,7 +441,7 @@ FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
           fragBCols(ks, ld, kc * 16, dt * 8, b);
           mma<E>(acc, sa, b);
         }
-        FLASH_UNROLL
+        PORTABLE_UNROLL
         for (int r = 0; r < 2; ++r) {
           int64_t i = i0 + qt * 16 + g + 8 * r;
           if (i < p.s) {
@@ -578,14 +455,14 @@ FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
     }
   }
 
-  FLASH_UNROLL
+  PORTABLE_UNROLL
   for (int r = 0; r < 2; ++r) {
     int64_t j = keys[r];
     if (j >= p.s)
       continue;
     T *dkr = a.dk + p.row(bi, j, p.nkv, kvh, D),
       *dvr = a.dv + p.row(bi, j, p.nkv, kvh, D);
-    FLASH_UNROLL
+    PORTABLE_UNROLL
     for (int dt = 0; dt < D / 8; ++dt) {
       store2(dkr + dt * 8 + 2 * t, pack<E>(dk[dt][2 * r], dk[dt][2 * r + 1]));
       store2(dvr + dt * 8 + 2 * t, pack<E>(dv[dt][2 * r], dv[dt][2 * r + 1]));
@@ -595,7 +472,7 @@ FLASH_KERNEL void backwardKernel(BackwardArgs<E> a) {
 
 /// dq = dqAcc rounded to the element type; grid-stride over pairs.
 template <typename E>
-FLASH_KERNEL void castKernel(const float *src, int64_t pairs,
+PORTABLE_KERNEL(kThreads) void castKernel(const float *src, int64_t pairs,
                              typename E::T *dst) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
        i += int64_t(gridDim.x) * blockDim.x)

@@ -6,7 +6,8 @@
 //===----------------------------------------------------------------------===//
 //
 // A thread block per row of logits [rows, vocab]: the row maximum and
-// Σ exp(x - max) (f32, as the CPU backend sums them) are block reductions.
+// Σ exp(x - max) in one pass (LossRows.cuh for the whole-vocabulary loss
+// and its gradient), block reductions in the partial forms.
 // Row losses are double; the SUM/MEAN total and the count of rows whose
 // label is not ignore_index are reduced by one block in a fixed order, so
 // the loss is reproducible. Every result stays on the device: `out`,
@@ -17,12 +18,21 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "LossRows.cuh"
 
 #include <cmath>
 
 using namespace fsdp::rt::cuda;
 
 namespace {
+using loss::lossGradient;
+
+/// LossRows.cuh's element type for dispatchFloat's.
+template <typename E> struct PortableOf;
+template <> struct PortableOf<F32> { using type = portable::F32; };
+template <> struct PortableOf<BF16> { using type = portable::BF16; };
+template <> struct PortableOf<F16> { using type = portable::F16; };
+
 unsigned rowGrid(int64_t rows) {
   return unsigned(rows < (1 << 20) ? rows : (1 << 20));
 }
@@ -45,44 +55,6 @@ __global__ void countLabelsKernel(fsdp_rt_dtype labelsDtype, const void *labels,
     count[0] = c;
   if (asFloat)
     asFloat[0] = float(c);
-}
-
-/// The row maximum and Σ exp(x - max) of row xr (every thread gets both).
-template <typename E>
-__device__ void rowStats(const typename E::T *xr, int64_t n, float &m,
-                         float &sum) {
-  m = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    m = fmaxf(m, E::load(xr, i));
-  m = blockReduce(m, MaxOp{});
-  float s = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    s += fastExp(E::load(xr, i) - m);
-  sum = blockReduce(s, SumOp{});
-}
-
-/// losses[r] = max + log Σ exp(x - max) - x[label] (double; 0 and not
-/// counted for an ignored row); with `none`, also out[r] in f32.
-template <typename E>
-__global__ void
-crossEntropyRowsKernel(const typename E::T *logits, fsdp_rt_dtype labelsDtype,
-                       const void *labels, int64_t rows, int64_t vocab,
-                       int64_t ignore, double *losses, float *none) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    int64_t label = loadIndex(labelsDtype, labels, r);
-    double loss = 0;
-    if (label != ignore) {
-      const typename E::T *xr = logits + r * vocab;
-      float m, sum;
-      rowStats<E>(xr, vocab, m, sum);
-      loss = double(m) + log(double(sum)) - double(E::load(xr, label));
-    }
-    if (threadIdx.x == 0) {
-      losses[r] = loss;
-      if (none)
-        none[r] = float(loss);
-    }
-  }
 }
 
 /// The SUM or MEAN of `losses` into out[0] (f32; a mean over no counted row
@@ -108,44 +80,6 @@ __global__ void totalKernel(const double *losses, fsdp_rt_dtype labelsDtype,
     out[0] = float(total);
   if (count)
     count[0] = counted;
-}
-
-/// The loss gradient g_r of a row: dloss[r] for NONE, dloss[0] for SUM,
-/// dloss[0] / count for MEAN.
-__device__ double lossGradient(fsdp_rt_reduction reduction, const float *dloss,
-                               const int64_t *count, int64_t r) {
-  if (reduction == FSDP_RT_REDUCTION_NONE)
-    return dloss[r];
-  if (reduction == FSDP_RT_REDUCTION_MEAN)
-    return double(dloss[0]) / double(count[0]);
-  return dloss[0];
-}
-
-/// dlogits[r] = g_r · (softmax(logits[r]) - onehot(label)), zero for an
-/// ignored row.
-template <typename E>
-__global__ void crossEntropyGradKernel(
-    const typename E::T *logits, fsdp_rt_dtype labelsDtype, const void *labels,
-    int64_t rows, int64_t vocab, int64_t ignore, fsdp_rt_reduction reduction,
-    const float *dloss, const int64_t *count, typename E::T *dlogits) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    int64_t label = loadIndex(labelsDtype, labels, r);
-    typename E::T *dr = dlogits + r * vocab;
-    if (label == ignore) {
-      for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
-        E::store(dr, i, 0.0f);
-      continue;
-    }
-    double g = lossGradient(reduction, dloss, count, r);
-    const typename E::T *xr = logits + r * vocab;
-    float m, sum;
-    rowStats<E>(xr, vocab, m, sum);
-    float factor = float(g / double(sum)), fg = float(g);
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      float value = fastExp(E::load(xr, i) - m) * factor;
-      E::store(dr, i, i == label ? value - fg : value);
-    }
-  }
 }
 
 /// The classes of a block [first, first + vocab) below `numClasses` (all
@@ -263,11 +197,11 @@ void fsdp_rt_cross_entropy(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   Temp<double> losses(rows, s, scope.name());
   bool none = reduction == FSDP_RT_REDUCTION_NONE;
   dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
+    using P = typename PortableOf<decltype(e)>::type;
     if (rows > 0)
-      crossEntropyRowsKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
-          asIn<E>(logits), labels_dtype, labels, rows, vocab, ignore_index,
-          losses.get(), none ? out : nullptr);
+      loss::crossEntropyRows<P><<<rowGrid(rows), loss::kRowThreads, 0, s>>>(
+          static_cast<const typename P::T *>(logits), labels_dtype, labels,
+          rows, vocab, ignore_index, losses.get(), none ? out : nullptr);
   });
   // Also with no rows: a SUM is 0, a MEAN NaN, the count 0.
   if (!none || count)
@@ -291,10 +225,11 @@ void fsdp_rt_cross_entropy_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     countLabelsKernel<<<1, kReduceThreads, 0, s>>>(
         labels_dtype, labels, rows, ignore_index, count.get(), nullptr);
   dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    crossEntropyGradKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
-        asIn<E>(logits), labels_dtype, labels, rows, vocab, ignore_index,
-        reduction, dloss, count.get(), asOut<E>(dlogits));
+    using P = typename PortableOf<decltype(e)>::type;
+    loss::crossEntropyGradRows<P><<<rowGrid(rows), loss::kRowThreads, 0, s>>>(
+        static_cast<const typename P::T *>(logits), labels_dtype, labels, rows,
+        vocab, ignore_index, reduction, dloss, count.get(),
+        static_cast<typename P::T *>(dlogits));
   });
 }
 

@@ -1,17 +1,24 @@
-//===- flash-emulated.cpp - Flash attention kernels on the CPU emulator ---===//
+//===- emulated-kernels.cpp - CUDA kernels on the CPU emulator ------------===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
 //===----------------------------------------------------------------------===//
 //
-// Runs the CUDA backend's flash attention kernels (FlashAttention.cuh,
-// forward and backward, through the same orchestration the runtime uses)
-// on cuda-emulator.h and compares out, lse, dq, dk and dv with the CPU
-// backend's fsdp_rt_attention(_grad) on the same bf16/f16 inputs; the CPU
-// backend is in turn checked against PyTorch (kernels.test). One line per
-// case and tensor; exits 1 if any error exceeds its bound (1e-2 of the
-// tensor's largest magnitude for bf16, 4e-3 for f16).
+// Runs the CUDA backend's kernels that are written against Portable.cuh on
+// cuda-emulator.h and compares them with the CPU backend on the same
+// inputs (the CPU backend is in turn checked against PyTorch,
+// kernels.test):
+//
+// - flash attention (FlashAttention.cuh), forward and backward through the
+//   orchestration the runtime uses: out, lse, dq, dk and dv against
+//   fsdp_rt_attention(_grad), within 1e-2 of each tensor's largest
+//   magnitude for bf16 and 4e-3 for f16;
+// - the cross-entropy row kernels (LossRows.cuh): per-row losses within
+//   1e-5, logit gradients within 1e-5 (f32) or 1e-2 (bf16/f16), on rows
+//   that are 16-byte aligned and rows that are not.
+//
+// One line per case and tensor; exits 1 if any error exceeds its bound.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +26,7 @@
 #include "cuda-emulator.h"
 
 #include "../../lib/Runtime/CUDA/FlashAttention.cuh"
+#include "../../lib/Runtime/CUDA/LossRows.cuh"
 #include "fsdp/Runtime/Runtime.h"
 
 #include <cmath>
@@ -28,6 +36,8 @@
 #include <vector>
 
 namespace flash = fsdp::rt::cuda::flash;
+namespace loss = fsdp::rt::cuda::loss;
+namespace portable = fsdp::rt::cuda::portable;
 
 namespace {
 
@@ -179,6 +189,74 @@ template <int D> bool dispatch(const Case &c) {
   return c.half ? run<flash::F16, D>(c) : run<flash::BF16, D>(c);
 }
 
+bool report(const char *name, const char *tensor, double err, double bound) {
+  bool pass = err <= bound;
+  std::printf("%s %s: %.3e (bound %.0e) %s\n", name, tensor, err, bound,
+              pass ? "PASS" : "FAIL");
+  return pass;
+}
+
+struct LossCase {
+  const char *name;
+  fsdp_rt_dtype dtype;
+  int64_t rows, vocab;
+  fsdp_rt_reduction reduction;
+};
+
+/// Emulated loss and gradient rows against the CPU backend's.
+template <typename E> bool runLoss(const LossCase &c) {
+  using T = typename E::T;
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
+  size_t n = size_t(c.rows * c.vocab);
+  std::vector<T> logits(n);
+  for (T &x : logits)
+    x = portable::fromFloat<E>(dist(rng));
+  std::vector<int64_t> labels(size_t(c.rows));
+  for (int64_t r = 0; r < c.rows; ++r)
+    labels[r] =
+        r == 1 ? -100 : (r == 0 ? c.vocab - 1 : int64_t(rng() % c.vocab));
+  std::vector<float> dloss(size_t(c.rows));
+  for (float &g : dloss)
+    g = dist(rng) / 8.0f;
+  int64_t count = c.rows - 1;
+
+  std::vector<float> lossCpu(size_t(c.rows));
+  fsdp_rt_cross_entropy(nullptr, c.dtype, logits.data(), FSDP_RT_I64,
+                        labels.data(), c.rows, c.vocab, -100,
+                        FSDP_RT_REDUCTION_NONE, lossCpu.data(), nullptr);
+  std::vector<T> gradCpu(n), gradEmu(n);
+  fsdp_rt_cross_entropy_grad(nullptr, c.dtype, logits.data(), FSDP_RT_I64,
+                             labels.data(), c.rows, c.vocab, -100, c.reduction,
+                             dloss.data(), gradCpu.data());
+
+  std::vector<double> losses(size_t(c.rows), NAN);
+  std::vector<float> lossEmu(size_t(c.rows), NAN);
+  emu::launch(unsigned(c.rows), 1, 1, loss::kRowThreads, 0, [&] {
+    loss::crossEntropyRows<E>(logits.data(), FSDP_RT_I64, labels.data(), c.rows,
+                              c.vocab, -100, losses.data(), lossEmu.data());
+  });
+  // Two rows per block here, to cover the grid-stride loop.
+  emu::launch(unsigned((c.rows + 1) / 2), 1, 1, loss::kRowThreads, 0, [&] {
+    loss::crossEntropyGradRows<E>(logits.data(), FSDP_RT_I64, labels.data(),
+                                  c.rows, c.vocab, -100, c.reduction,
+                                  dloss.data(), &count, gradEmu.data());
+  });
+  auto widen = [](const std::vector<T> &x) {
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      out[i] = portable::toFloat<E>(x[i]);
+    return out;
+  };
+  // The double losses (what SUM and MEAN total) and their f32 copies.
+  std::vector<float> narrowed(losses.begin(), losses.end());
+  bool ok = report(c.name, "loss", relError(narrowed, lossCpu), 1e-5);
+  ok = report(c.name, "loss_none", relError(lossEmu, lossCpu), 1e-5) && ok;
+  return report(c.name, "dlogits", relError(widen(gradEmu), widen(gradCpu)),
+                E::kFloat ? 1e-5 : 1e-2) &&
+         ok;
+}
+
 } // namespace
 
 int main() {
@@ -199,6 +277,18 @@ int main() {
     ok = (c.d == 32   ? dispatch<32>(c)
           : c.d == 64 ? dispatch<64>(c)
                       : dispatch<128>(c)) &&
+         ok;
+  const LossCase lossCases[] = {
+      {"loss_f32_aligned", FSDP_RT_F32, 5, 1000, FSDP_RT_REDUCTION_NONE},
+      {"loss_bf16_aligned", FSDP_RT_BF16, 5, 1000, FSDP_RT_REDUCTION_SUM},
+      // Rows 1.. start off 16-byte boundaries: the scalar path and tails.
+      {"loss_f16_unaligned", FSDP_RT_F16, 4, 1003, FSDP_RT_REDUCTION_MEAN},
+      {"loss_bf16_long", FSDP_RT_BF16, 3, 20000, FSDP_RT_REDUCTION_NONE},
+  };
+  for (const LossCase &c : lossCases)
+    ok = (c.dtype == FSDP_RT_F32    ? runLoss<portable::F32>(c)
+          : c.dtype == FSDP_RT_BF16 ? runLoss<portable::BF16>(c)
+                                    : runLoss<portable::F16>(c)) &&
          ok;
   std::printf("%s\n", ok ? "all cases passed" : "FAILED");
   return ok ? 0 : 1;
