@@ -73,13 +73,14 @@ inline Block::Words &warpWords() {
   return self.block->exchange[self.threadIdx.x / 32];
 }
 
-inline float shflXor(float v, int mask) {
+template <typename T> T shflXor(T v, int mask) {
+  static_assert(sizeof(T) <= sizeof(Block::Words::w[0]));
   Block::Words &ex = warpWords();
   unsigned lane = self.threadIdx.x % 32;
-  memcpy(&ex.w[lane][0], &v, 4);
+  memcpy(&ex.w[lane][0], &v, sizeof(T));
   syncWarp();
-  float r;
-  memcpy(&r, &ex.w[lane ^ unsigned(mask)][0], 4);
+  T r;
+  memcpy(&r, &ex.w[lane ^ unsigned(mask)][0], sizeof(T));
   syncWarp();
   return r;
 }

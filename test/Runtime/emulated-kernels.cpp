@@ -16,7 +16,9 @@
 //   magnitude for bf16 and 4e-3 for f16;
 // - the cross-entropy row kernels (LossRows.cuh): per-row losses within
 //   1e-5, logit gradients within 1e-5 (f32) or 1e-2 (bf16/f16), on rows
-//   that are 16-byte aligned and rows that are not.
+//   that are 16-byte aligned and rows that are not;
+// - the rms_norm row kernels (NormRows.cuh): out and dx within 1e-5 (f32)
+//   or 1e-2 (bf16/f16), each row's 1 / rms within 1e-12 of float64.
 //
 // One line per case and tensor; exits 1 if any error exceeds its bound.
 //
@@ -27,6 +29,7 @@
 
 #include "../../lib/Runtime/CUDA/FlashAttention.cuh"
 #include "../../lib/Runtime/CUDA/LossRows.cuh"
+#include "../../lib/Runtime/CUDA/NormRows.cuh"
 #include "fsdp/Runtime/Runtime.h"
 
 #include <cmath>
@@ -37,6 +40,7 @@
 
 namespace flash = fsdp::rt::cuda::flash;
 namespace loss = fsdp::rt::cuda::loss;
+namespace norm = fsdp::rt::cuda::norm;
 namespace portable = fsdp::rt::cuda::portable;
 
 namespace {
@@ -257,6 +261,63 @@ template <typename E> bool runLoss(const LossCase &c) {
          ok;
 }
 
+struct NormCase {
+  const char *name;
+  fsdp_rt_dtype dtype;
+  int64_t rows, h;
+};
+
+/// Emulated rms_norm rows against the CPU backend's.
+template <typename E> bool runNorm(const NormCase &c) {
+  using T = typename E::T;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  size_t n = size_t(c.rows * c.h);
+  auto fill = [&](size_t count) {
+    std::vector<T> v(count);
+    for (T &x : v)
+      x = portable::fromFloat<E>(dist(rng));
+    return v;
+  };
+  std::vector<T> x = fill(n), w = fill(size_t(c.h)), dy = fill(n);
+  const double eps = 1e-5;
+  std::vector<T> outCpu(n), outEmu(n), dxCpu(n), dxEmu(n), dw(size_t(c.h));
+  fsdp_rt_rms_norm(nullptr, c.dtype, x.data(), w.data(), c.rows, c.h, eps,
+                   outCpu.data());
+  fsdp_rt_rms_norm_grad(nullptr, c.dtype, x.data(), w.data(), dy.data(), c.rows,
+                        c.h, eps, dxCpu.data(), dw.data());
+  std::vector<double> inv(size_t(c.rows), NAN);
+  unsigned grid = norm::normGrid(c.rows);
+  emu::launch(grid, 1, 1, norm::kNormThreads, 0, [&] {
+    norm::rmsNormRows<E>(x.data(), w.data(), c.rows, c.h, eps, outEmu.data());
+  });
+  emu::launch(grid, 1, 1, norm::kNormThreads, 0, [&] {
+    norm::rmsNormGradRows<E>(x.data(), w.data(), dy.data(), c.rows, c.h, eps,
+                             dxEmu.data(), inv.data());
+  });
+  double invErr = 0;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    double sumSq = 0;
+    for (int64_t i = 0; i < c.h; ++i) {
+      double v = portable::toFloat<E>(x[size_t(r * c.h + i)]);
+      sumSq += v * v;
+    }
+    double want = 1.0 / std::sqrt(sumSq / double(c.h) + eps);
+    invErr = std::max(invErr, std::fabs(inv[size_t(r)] - want) / want);
+  }
+  auto widen = [](const std::vector<T> &v) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      out[i] = portable::toFloat<E>(v[i]);
+    return out;
+  };
+  double bound = E::kFloat ? 1e-5 : 1e-2;
+  bool ok =
+      report(c.name, "out", relError(widen(outEmu), widen(outCpu)), bound);
+  ok = report(c.name, "dx", relError(widen(dxEmu), widen(dxCpu)), bound) && ok;
+  return report(c.name, "inv_rms", invErr, 1e-12) && ok;
+}
+
 } // namespace
 
 int main() {
@@ -289,6 +350,17 @@ int main() {
     ok = (c.dtype == FSDP_RT_F32    ? runLoss<portable::F32>(c)
           : c.dtype == FSDP_RT_BF16 ? runLoss<portable::BF16>(c)
                                     : runLoss<portable::F16>(c)) &&
+         ok;
+  const NormCase normCases[] = {
+      {"rms_norm_f32", FSDP_RT_F32, 11, 256},
+      {"rms_norm_bf16", FSDP_RT_BF16, 20, 2048},
+      // Rows of 100 f16 (200 bytes) are not all 16-byte aligned.
+      {"rms_norm_f16_unaligned", FSDP_RT_F16, 9, 100},
+  };
+  for (const NormCase &c : normCases)
+    ok = (c.dtype == FSDP_RT_F32    ? runNorm<portable::F32>(c)
+          : c.dtype == FSDP_RT_BF16 ? runNorm<portable::BF16>(c)
+                                    : runNorm<portable::F16>(c)) &&
          ok;
   std::printf("%s\n", ok ? "all cases passed" : "FAILED");
   return ok ? 0 : 1;

@@ -30,6 +30,7 @@
 #ifndef FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
 #define FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
 
+#include "Portable.cuh"
 #include "fsdp/Runtime/Runtime.h"
 
 #include <cublas_v2.h>
@@ -237,6 +238,26 @@ struct F16 {
 
 /// Calls fn(F32{}), fn(BF16{}) or fn(F16{}) for a float dtype; aborts naming
 /// `where` for any other.
+/// The same element type for the kernels written against Portable.cuh
+/// (which use CUDA's bf16/f16 types rather than raw bits).
+template <typename E> struct PortableOf;
+template <> struct PortableOf<F32> {
+  using type = portable::F32;
+};
+template <> struct PortableOf<BF16> {
+  using type = portable::BF16;
+};
+template <> struct PortableOf<F16> {
+  using type = portable::F16;
+};
+template <typename E> using Portable = typename PortableOf<E>::type;
+template <typename E> const typename Portable<E>::T *asPortable(const void *p) {
+  return static_cast<const typename Portable<E>::T *>(p);
+}
+template <typename E> typename Portable<E>::T *asPortable(void *p) {
+  return static_cast<typename Portable<E>::T *>(p);
+}
+
 template <typename Fn>
 void dispatchFloat(fsdp_rt_dtype dtype, const char *where, Fn &&fn) {
   switch (dtype) {

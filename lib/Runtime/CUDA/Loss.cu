@@ -27,12 +27,6 @@ using namespace fsdp::rt::cuda;
 namespace {
 using loss::lossGradient;
 
-/// LossRows.cuh's element type for dispatchFloat's.
-template <typename E> struct PortableOf;
-template <> struct PortableOf<F32> { using type = portable::F32; };
-template <> struct PortableOf<BF16> { using type = portable::BF16; };
-template <> struct PortableOf<F16> { using type = portable::F16; };
-
 unsigned rowGrid(int64_t rows) {
   return unsigned(rows < (1 << 20) ? rows : (1 << 20));
 }
@@ -197,11 +191,12 @@ void fsdp_rt_cross_entropy(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   Temp<double> losses(rows, s, scope.name());
   bool none = reduction == FSDP_RT_REDUCTION_NONE;
   dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using P = typename PortableOf<decltype(e)>::type;
+    using E = decltype(e);
     if (rows > 0)
-      loss::crossEntropyRows<P><<<rowGrid(rows), loss::kRowThreads, 0, s>>>(
-          static_cast<const typename P::T *>(logits), labels_dtype, labels,
-          rows, vocab, ignore_index, losses.get(), none ? out : nullptr);
+      loss::crossEntropyRows<Portable<E>>
+          <<<rowGrid(rows), loss::kRowThreads, 0, s>>>(
+              asPortable<E>(logits), labels_dtype, labels, rows, vocab,
+              ignore_index, losses.get(), none ? out : nullptr);
   });
   // Also with no rows: a SUM is 0, a MEAN NaN, the count 0.
   if (!none || count)
@@ -225,11 +220,12 @@ void fsdp_rt_cross_entropy_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     countLabelsKernel<<<1, kReduceThreads, 0, s>>>(
         labels_dtype, labels, rows, ignore_index, count.get(), nullptr);
   dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using P = typename PortableOf<decltype(e)>::type;
-    loss::crossEntropyGradRows<P><<<rowGrid(rows), loss::kRowThreads, 0, s>>>(
-        static_cast<const typename P::T *>(logits), labels_dtype, labels, rows,
-        vocab, ignore_index, reduction, dloss, count.get(),
-        static_cast<typename P::T *>(dlogits));
+    using E = decltype(e);
+    loss::crossEntropyGradRows<Portable<E>>
+        <<<rowGrid(rows), loss::kRowThreads, 0, s>>>(
+            asPortable<E>(logits), labels_dtype, labels, rows, vocab,
+            ignore_index, reduction, dloss, count.get(),
+            asPortable<E>(dlogits));
   });
 }
 

@@ -5,8 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// One thread block per row of x [rows, h]; the row statistics are block
-// reductions in double, as the CPU backend sums them. The weight and bias
+// rms_norm: a warp per row (NormRows.cuh). layer_norm: one thread block
+// per row of x [rows, h]. The row statistics are sums in double, as the CPU
+// backend sums them. The weight and bias
 // gradients are sums over the rows: the row kernel leaves each row's
 // statistics (double) in a temporary and Internal.cuh's columnSum adds the
 // rows in a fixed order, so the gradients are reproducible bit for bit.
@@ -14,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "NormRows.cuh"
 
 using namespace fsdp::rt::cuda;
 
@@ -21,25 +23,6 @@ namespace {
 /// Blocks of the row kernels, which loop over the rows by this stride.
 unsigned rowGrid(int64_t rows) {
   return unsigned(rows < (1 << 20) ? rows : (1 << 20));
-}
-
-/// out[r, i] = x[r, i] · inv_r · w[i], inv_r = 1 / sqrt(mean(x[r]²) + eps).
-template <typename E>
-__global__ void rmsNormKernel(const typename E::T *x, const typename E::T *w,
-                              int64_t rows, int64_t h, double eps,
-                              typename E::T *out) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const typename E::T *xr = x + r * h;
-    double sumSq = 0;
-    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-      double v = E::load(xr, i);
-      sumSq += v * v;
-    }
-    sumSq = blockReduce(sumSq, SumOp{});
-    float inv = float(1.0 / sqrt(sumSq / double(h) + eps));
-    for (int64_t i = threadIdx.x; i < h; i += blockDim.x)
-      E::store(out + r * h, i, E::load(xr, i) * inv * E::load(w, i));
-  }
 }
 
 /// The mean of row `xr` and 1 / sqrt(biased variance + eps), in double,
@@ -73,33 +56,6 @@ __global__ void layerNormKernel(const typename E::T *x, const typename E::T *w,
       E::store(out + r * h, i,
                (E::load(xr, i) - m) * fInv * E::load(w, i) +
                    (bias ? E::load(bias, i) : 0.0f));
-  }
-}
-
-/// dx of rms_norm per row, and inv_r (double) for the weight gradient:
-/// d/dx of x·inv is inv·(g - x·inv²·mean(g·x)) with g = dy·w.
-template <typename E>
-__global__ void
-rmsNormGradKernel(const typename E::T *x, const typename E::T *w,
-                  const typename E::T *dy, int64_t rows, int64_t h, double eps,
-                  typename E::T *dx, double *rowInv) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const typename E::T *xr = x + r * h, *dyr = dy + r * h;
-    double dot = 0, sumSq = 0;
-    for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-      double v = E::load(xr, i);
-      dot += double(E::load(dyr, i)) * double(E::load(w, i)) * v;
-      sumSq += v * v;
-    }
-    dot = blockReduce(dot, SumOp{});
-    sumSq = blockReduce(sumSq, SumOp{});
-    double inv = 1.0 / sqrt(sumSq / double(h) + eps);
-    float fInv = float(inv), proj = float(inv * inv * inv * dot / double(h));
-    for (int64_t i = threadIdx.x; i < h; i += blockDim.x)
-      E::store(dx + r * h, i,
-               E::load(dyr, i) * E::load(w, i) * fInv - E::load(xr, i) * proj);
-    if (threadIdx.x == 0)
-      rowInv[r] = inv;
   }
 }
 
@@ -181,8 +137,10 @@ void fsdp_rt_rms_norm(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
     return;
   dispatchFloat(dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
-    rmsNormKernel<E><<<rowGrid(rows), kThreads, 0, scope.stream()>>>(
-        asIn<E>(x), asIn<E>(weight), rows, h, eps, asOut<E>(out));
+    norm::rmsNormRows<Portable<E>>
+        <<<norm::normGrid(rows), norm::kNormThreads, 0, scope.stream()>>>(
+            asPortable<E>(x), asPortable<E>(weight), rows, h, eps,
+            asPortable<E>(out));
   });
 }
 
@@ -212,9 +170,10 @@ void fsdp_rt_rms_norm_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     using E = decltype(e);
     Temp<double> rowInv(rows, s, scope.name());
     if (rows > 0)
-      rmsNormGradKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
-          asIn<E>(x), asIn<E>(weight), asIn<E>(dy), rows, h, eps, asOut<E>(dx),
-          rowInv.get());
+      norm::rmsNormGradRows<Portable<E>>
+          <<<norm::normGrid(rows), norm::kNormThreads, 0, s>>>(
+              asPortable<E>(x), asPortable<E>(weight), asPortable<E>(dy), rows,
+              h, eps, asPortable<E>(dx), rowInv.get());
     columnSum<E>(rows, h,
                  RmsWeightTerm<E>{asIn<E>(x), asIn<E>(dy), rowInv.get(), h},
                  asOut<E>(dweight), s, scope.name());

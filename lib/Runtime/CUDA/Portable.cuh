@@ -88,6 +88,9 @@ PORTABLE_DEVICE void barrier() { ::emu::syncThreads(); }
 PORTABLE_DEVICE float shflXor(float v, int mask) {
   return ::emu::shflXor(v, mask);
 }
+PORTABLE_DEVICE double shflXor(double v, int mask) {
+  return ::emu::shflXor(v, mask);
+}
 PORTABLE_DEVICE void atomicAddF(float *p, float v) { ::emu::atomicAdd(p, v); }
 /// D = A·B + C for the warp: mma.sync.m16n8k16, f32 accumulation.
 template <typename E>
@@ -114,6 +117,9 @@ PORTABLE_DEVICE void zero16(void *dst) { memset(dst, 0, 16); }
 #else
 PORTABLE_DEVICE void barrier() { __syncthreads(); }
 PORTABLE_DEVICE float shflXor(float v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+PORTABLE_DEVICE double shflXor(double v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
 }
 PORTABLE_DEVICE void atomicAddF(float *p, float v) { atomicAdd(p, v); }
@@ -168,6 +174,14 @@ template <typename E> PORTABLE_DEVICE uint32_t pack(float lo, float hi) {
     memcpy(&w, &h, 4);
   }
   return w;
+}
+
+/// Σ over a warp's lanes by a butterfly, which leaves the same bits in every
+/// lane.
+template <typename T> PORTABLE_DEVICE T warpSum(T v) {
+  for (int mask = 16; mask > 0; mask >>= 1)
+    v += shflXor(v, mask);
+  return v;
 }
 
 /// Whether `p` is 16-byte aligned (a 16-byte move may start there).
