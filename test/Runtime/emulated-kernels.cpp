@@ -141,9 +141,10 @@ template <typename E, int D> bool run(const Case &c) {
   fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), c.b, c.s, c.nq,
                     c.nkv, D, D, c.causal, c.window, c.scale, out.data(),
                     lse.data());
-  fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), lse.data(),
-                         dout.data(), c.b, c.s, c.nq, c.nkv, D, D, c.causal,
-                         c.window, c.scale, dq.data(), dk.data(), dv.data());
+  fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), out.data(),
+                         lse.data(), dout.data(), c.b, c.s, c.nq, c.nkv, D, D,
+                         c.causal, c.window, c.scale, dq.data(), dk.data(),
+                         dv.data());
 
   // The flash kernels on the emulator.
   Bits fout(nqElems, 0xffff), fdq(nqElems, 0xffff), fdk(nkvElems, 0xffff),
@@ -155,9 +156,9 @@ template <typename E, int D> bool run(const Case &c) {
       flash::makeParams(c.b, c.s, c.nq, c.nkv, c.causal, c.window, c.scale);
   {
     Launcher launcher;
-    flash::forward<E, D>(
-        launcher, flash::ForwardArgs<E>{as(q), as(k), as(v), p, asOut(fout),
-                                        flse.data(), nullptr, nullptr});
+    flash::forward<E, D>(launcher,
+                         flash::ForwardArgs<E>{as(q), as(k), as(v), p,
+                                               asOut(fout), flse.data()});
   }
   {
     Launcher launcher;
@@ -165,7 +166,7 @@ template <typename E, int D> bool run(const Case &c) {
         launcher,
         flash::BackwardArgs<E>{as(q), as(k), as(v), as(dout), lse.data(),
                                nullptr, p, nullptr, asOut(fdk), asOut(fdv)},
-        asOut(fdq));
+        as(out), asOut(fdq));
   }
 
   double bound = c.half ? 4e-3 : 1e-2;

@@ -608,7 +608,7 @@ void attentionGradCase(Writer &w, const char *name, fsdp_rt_dtype dt,
   // The backward reads the forward's statistics.
   fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, nq, nkv, d,
                     dv, causal, window, scale, out.data(), lse.as<float>());
-  fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(),
+  fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), out.data(),
                          lse.as<float>(), dout.data(), b, s, nq, nkv, d, dv,
                          causal, window, scale, dq.data(), dk.data(),
                          dvalue.data());

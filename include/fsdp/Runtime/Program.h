@@ -335,8 +335,9 @@ void fsdp_op_layer_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
                              fsdp_tensor *dy, double eps);
 void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
-                            fsdp_tensor *v, fsdp_tensor *lse, fsdp_tensor *dout,
-                            bool causal, int64_t sliding_window, double scale);
+                            fsdp_tensor *v, fsdp_tensor *out, fsdp_tensor *lse,
+                            fsdp_tensor *dout, bool causal,
+                            int64_t sliding_window, double scale);
 void fsdp_op_softmax_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *y,
                           fsdp_tensor *dy, int64_t dim);
 void fsdp_op_embedding_grad(fsdp_program *p, fsdp_tensor *dtable,

@@ -438,13 +438,17 @@ void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 /// Gradients of fsdp_rt_attention: dq [b, s, nq, d], dk [b, s, nkv, d] and
 /// dvalue [b, s, nkv, dv] from dout [b, s, nq, dv]. The probabilities are
 /// rebuilt from the forward's lse in one pass; dk and dvalue sum over the
-/// query heads sharing a KV head.
+/// query heads sharing a KV head. `out` is the forward's result: a backend
+/// may take the row sums Σ_j P·dP as rowsum(dout ∘ out) from it (the CUDA
+/// backend's flash kernels do) or from the rebuilt probabilities (the CPU
+/// backend does), which differ by the output's rounding.
 void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             const void *q, const void *k, const void *v,
-                            const float *lse, const void *dout, int64_t b,
-                            int64_t s, int64_t nq, int64_t nkv, int64_t d,
-                            int64_t dv, int causal, int64_t sliding_window,
-                            double scale, void *dq, void *dk, void *dvalue);
+                            const void *out, const float *lse, const void *dout,
+                            int64_t b, int64_t s, int64_t nq, int64_t nkv,
+                            int64_t d, int64_t dv, int causal,
+                            int64_t sliding_window, double scale, void *dq,
+                            void *dk, void *dvalue);
 
 /// Gradient of fsdp_rt_softmax from its output: dx = y · (dy - Σ y·dy) along
 /// `dim`.

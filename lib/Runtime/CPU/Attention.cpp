@@ -173,11 +173,12 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
 }
 
 void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
-                            const void *k, const void *v, const float *lse,
-                            const void *dout, int64_t b, int64_t s, int64_t nq,
-                            int64_t nkv, int64_t d, int64_t dv, int causal,
-                            int64_t sliding_window, double scale, void *dq,
-                            void *dk, void *dvalue) {
+                            const void *k, const void *v,
+                            const void * /*out: Σ P·dP comes from P*/,
+                            const float *lse, const void *dout, int64_t b,
+                            int64_t s, int64_t nq, int64_t nkv, int64_t d,
+                            int64_t dv, int causal, int64_t sliding_window,
+                            double scale, void *dq, void *dk, void *dvalue) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
   FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * s * nkv * d),
       fv(dtype, v, b * s * nkv * dv), fdo(dtype, dout, b * s * nq * dv);

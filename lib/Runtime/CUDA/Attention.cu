@@ -283,17 +283,18 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 
 void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             const void *q, const void *k, const void *v,
-                            const float *lse, const void *dout, int64_t b,
-                            int64_t s, int64_t nq, int64_t nkv, int64_t d,
-                            int64_t dv, int causal, int64_t sliding_window,
-                            double scale, void *dq, void *dk, void *dvalue) {
+                            const void *out, const float *lse, const void *dout,
+                            int64_t b, int64_t s, int64_t nq, int64_t nkv,
+                            int64_t d, int64_t dv, int causal,
+                            int64_t sliding_window, double scale, void *dq,
+                            void *dk, void *dvalue) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_grad");
   if (b == 0 || s == 0 || nq == 0)
     return;
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
   AttentionPath path = attentionPath();
   if (path == AttentionPath::Flash &&
-      flashAttentionGrad(scope, dtype, q, k, v, lse, dout, shape, dq, dk,
+      flashAttentionGrad(scope, dtype, q, k, v, out, lse, dout, shape, dq, dk,
                          dvalue))
     return;
   if (path != AttentionPath::Exact) {

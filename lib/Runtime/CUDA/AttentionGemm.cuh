@@ -53,7 +53,7 @@ bool flashAttention(const KernelScope &scope, fsdp_rt_dtype dtype,
 /// fsdp_rt_attention_grad through the flash kernels, likewise.
 bool flashAttentionGrad(const KernelScope &scope, fsdp_rt_dtype dtype,
                         const void *q, const void *k, const void *v,
-                        const float *lse, const void *dout,
+                        const void *out, const float *lse, const void *dout,
                         const AttentionShape &shape, void *dq, void *dk,
                         void *dvalue);
 

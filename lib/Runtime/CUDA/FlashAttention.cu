@@ -105,27 +105,25 @@ bool fsdp::rt::cuda::flashAttention(const KernelScope &scope,
     using E = decltype(e);
     Launcher launcher(scope);
     flash::forward<E, decltype(dim)::value>(
-        launcher,
-        flash::ForwardArgs<E>{in<E>(q), in<E>(k), in<E>(v), paramsOf(a),
-                              out<E>(o), lse, nullptr, nullptr});
+        launcher, flash::ForwardArgs<E>{in<E>(q), in<E>(k), in<E>(v),
+                                        paramsOf(a), out<E>(o), lse});
   });
 }
 
-bool fsdp::rt::cuda::flashAttentionGrad(const KernelScope &scope,
-                                        fsdp_rt_dtype dtype, const void *q,
-                                        const void *k, const void *v,
-                                        const float *lse, const void *dout,
-                                        const AttentionShape &a, void *dq,
-                                        void *dk, void *dvalue) {
-  return dispatch(
-      scope, dtype, a, {q, k, v, dout, dq, dk, dvalue}, [&](auto e, auto dim) {
-        using E = decltype(e);
-        Launcher launcher(scope);
-        flash::backward<E, decltype(dim)::value>(
-            launcher,
-            flash::BackwardArgs<E>{in<E>(q), in<E>(k), in<E>(v), in<E>(dout),
-                                   lse, nullptr, paramsOf(a), nullptr,
-                                   out<E>(dk), out<E>(dvalue)},
-            out<E>(dq));
-      });
+bool fsdp::rt::cuda::flashAttentionGrad(
+    const KernelScope &scope, fsdp_rt_dtype dtype, const void *q, const void *k,
+    const void *v, const void *o, const float *lse, const void *dout,
+    const AttentionShape &a, void *dq, void *dk, void *dvalue) {
+  return dispatch(scope, dtype, a, {q, k, v, o, dout, dq, dk, dvalue},
+                  [&](auto e, auto dim) {
+                    using E = decltype(e);
+                    Launcher launcher(scope);
+                    flash::backward<E, decltype(dim)::value>(
+                        launcher,
+                        flash::BackwardArgs<E>{in<E>(q), in<E>(k), in<E>(v),
+                                               in<E>(dout), lse, nullptr,
+                                               paramsOf(a), nullptr, out<E>(dk),
+                                               out<E>(dvalue)},
+                        in<E>(o), out<E>(dq));
+                  });
 }

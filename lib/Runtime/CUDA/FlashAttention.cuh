@@ -16,9 +16,7 @@
 //   loads hit 32 different banks). The score accumulators are re-packed in registers as the A
 //   fragment of P·V (the C layout of two 16×8 tiles is the A layout of one
 //   16×16). Out is acc / l, lse = ln 2 · (m + log2 l) with m in log2 units.
-// - Δ = rowsum(dO ∘ O), which the backward needs and the ABI does not pass
-//   O for, comes from the forward kernel run again with dO in place of the
-//   output store (one more forward's worth of products).
+// - Δ = rowsum(dO ∘ O) from the forward's output, a warp per row.
 // - Backward: a block owns 64 keys of one KV head, each warp 16 of them,
 //   and walks every query head of the group and the 64-query tiles that see
 //   its keys. It computes Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, Pᵀ = exp(scale·Sᵀ -
@@ -165,11 +163,8 @@ template <typename E> struct ForwardArgs {
   using T = typename E::T;
   const T *q, *k, *v;
   Params p;
-  /// Forward: out and lse. Δ pass: dout and delta.
   T *out;
   float *lse;
-  const T *dout;
-  float *delta;
 };
 
 /// Shared bytes of the forward kernel: the K and V tiles [kTile][D + kPad].
@@ -180,7 +175,7 @@ template <int D, typename T> constexpr size_t forwardShared() {
 /// Grid (tiles, nq, b): the block of blockIdx.x takes the query tiles
 /// from the last, which see the most keys under a causal mask, so that the
 /// longest blocks start first.
-template <typename E, int D, bool kDelta>
+template <typename E, int D>
 PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
   using T = typename E::T;
   PORTABLE_SHARED(shared);
@@ -283,20 +278,7 @@ PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
     float total = quadSum(l[r]);
     int64_t i = rows[r];
     float inv = total > 0.0f ? 1.0f / total : 0.0f;
-    if constexpr (kDelta) {
-      float dot = 0.0f;
-      if (i < p.s) {
-        const T *dor = a.dout + p.row(bi, i, p.nq, h, D);
-        PORTABLE_UNROLL
-        for (int dt = 0; dt < D / 8; ++dt)
-          PORTABLE_UNROLL
-          for (int c = 0; c < 2; ++c)
-            dot += o[dt][2 * r + c] * inv * toFloat<E>(dor[dt * 8 + 2 * t + c]);
-      }
-      dot = quadSum(dot);
-      if (i < p.s && t == 0)
-        a.delta[p.stat(bi, h, i)] = dot;
-    } else if (i < p.s) {
+    if (i < p.s) {
       T *orow = a.out + p.row(bi, i, p.nq, h, D);
       PORTABLE_UNROLL
       for (int dt = 0; dt < D / 8; ++dt)
@@ -305,6 +287,25 @@ PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
       if (t == 0)
         a.lse[p.stat(bi, h, i)] = 0.69314718f * (m[r] + log2f(total));
     }
+  }
+}
+
+/// Δ[b, h, i] = Σ_d dO[b, i, h, d] · O[b, i, h, d] in f32: a warp per row
+/// of [b, s, nq], grid-stride.
+template <typename E, int D>
+PORTABLE_KERNEL(kThreads)
+void deltaKernel(const typename E::T *out, const typename E::T *dout, Params p,
+                 float *delta) {
+  int lane = threadIdx.x % 32;
+  int64_t rows = p.b * p.s * p.nq;
+  for (int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; r < rows;
+       r += int64_t(gridDim.x) * kWarps) {
+    float sum = 0.0f;
+    for (int c = lane; c < D; c += 32)
+      sum += toFloat<E>(out[r * D + c]) * toFloat<E>(dout[r * D + c]);
+    sum = warpSum(sum);
+    if (lane == 0)
+      delta[p.stat(r / (p.nq * p.s), r % p.nq, (r / p.nq) % p.s)] = sum;
   }
 }
 
@@ -508,22 +509,23 @@ inline Params makeParams(int64_t b, int64_t s, int64_t nq, int64_t nkv,
 template <typename E, int D, typename L>
 void forward(L &launcher, ForwardArgs<E> args) {
   const Params &p = args.p;
-  launcher.launch(forwardKernel<E, D, false>,
+  launcher.launch(forwardKernel<E, D>,
                   unsigned((p.s + kTile - 1) / kTile), unsigned(p.nq),
                   unsigned(p.b), kThreads, forwardShared<D, typename E::T>(),
                   args);
 }
 
+/// `out` is the forward's result, for Δ.
 template <typename E, int D, typename L>
-void backward(L &launcher, BackwardArgs<E> args, typename E::T *dq) {
+void backward(L &launcher, BackwardArgs<E> args, const typename E::T *out,
+              typename E::T *dq) {
   const Params &p = args.p;
   unsigned tiles = unsigned((p.s + kTile - 1) / kTile);
-  float *delta = launcher.temp(p.b * p.nq * p.s);
-  ForwardArgs<E> fa{args.q, args.k, args.v, p, nullptr, nullptr, args.dout,
-                    delta};
-  launcher.launch(forwardKernel<E, D, true>, tiles, unsigned(p.nq),
-                  unsigned(p.b), kThreads, forwardShared<D, typename E::T>(),
-                  fa);
+  int64_t rows = p.b * p.s * p.nq, rowBlocks = (rows + kWarps - 1) / kWarps;
+  float *delta = launcher.temp(rows);
+  launcher.launch(deltaKernel<E, D>,
+                  unsigned(rowBlocks < (1 << 20) ? rowBlocks : (1 << 20)), 1u,
+                  1u, kThreads, size_t(0), out, args.dout, p, delta);
   int64_t n = p.b * p.s * p.nq * D;
   args.dqAcc = launcher.temp(n);
   args.delta = delta;

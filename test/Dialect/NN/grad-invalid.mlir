@@ -36,7 +36,7 @@ func.func @layer_norm_grad_grad(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %dy: ten
 
 func.func @attention_grad_heads(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x3x16xf32>, %lse: tensor<2x4x16xf32>) {
   // expected-error @+1 {{'nn.attention' op query heads 4 are not a multiple of key/value heads 3}}
-  %0:3 = nn.attention_grad %q, %k, %k, %lse, %q {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>, tensor<2x4x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>)
+  %0:3 = nn.attention_grad %q, %k, %k, %q, %lse, %q {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x4x16xf32>, tensor<2x4x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x3x16xf32>, tensor<2x16x3x16xf32>)
   return
 }
 
@@ -92,6 +92,14 @@ func.func @sum_squares_int(%g: tensor<4xi32>) {
 
 func.func @attention_grad_lse(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x16xf32>, %lse: tensor<2x16x4xf32>) {
   // expected-error @+1 {{'nn.attention_grad' op logsumexp 'tensor<2x16x4xf32>' is not the forward's 'tensor<2x4x16xf32>'}}
-  %0:3 = nn.attention_grad %q, %k, %k, %lse, %q {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x4xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
+  %0:3 = nn.attention_grad %q, %k, %k, %q, %lse, %q {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_output(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x16xf32>, %lse: tensor<2x4x16xf32>, %o: tensor<2x16x4x8xf32>) {
+  // expected-error @+1 {{'nn.attention_grad' op output 'tensor<2x16x4x8xf32>' is not the forward's 'tensor<2x16x4x16xf32>'}}
+  %0:3 = nn.attention_grad %q, %k, %k, %o, %lse, %q {causal} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x4x8xf32>, tensor<2x4x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
   return
 }

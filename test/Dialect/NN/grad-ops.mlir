@@ -26,8 +26,8 @@ func.func @structured(%q: tensor<2x16x4x16xf32>, %k: tensor<2x16x2x16xf32>, %v: 
                       %lse: tensor<2x4x16xf32>, %do: tensor<2x16x4x16xf32>, %pos: tensor<2x16xi64>, %ids: tensor<2x16xi64>,
                       %dx: tensor<2x16x64xf32>, %logits: tensor<2x16x128xf32>, %dloss: tensor<f32>)
     -> (tensor<2x16x2x16xf32>, tensor<2x16x4x16xf32>, tensor<2x16x4x16xf32>, tensor<128x64xf32>, tensor<2x16x128xf32>) {
-  // CHECK: %{{.+}}, %{{.+}}, %{{.+}} = nn.attention_grad %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {causal, sliding_window = 8 : i64}
-  %dq, %dk, %dv = nn.attention_grad %q, %k, %v, %lse, %do {causal, sliding_window = 8 : i64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>, tensor<2x4x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
+  // CHECK: %{{.+}}, %{{.+}}, %{{.+}} = nn.attention_grad %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {causal, sliding_window = 8 : i64}
+  %dq, %dk, %dv = nn.attention_grad %q, %k, %v, %do, %lse, %do {causal, sliding_window = 8 : i64} : (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x4x16xf32>, tensor<2x4x16xf32>, tensor<2x16x4x16xf32>) -> (tensor<2x16x4x16xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32>)
   // CHECK: nn.rotary %{{.+}}, %{{.+}} {inverse, theta = 1.000000e+04 : f64}
   %r = nn.rotary %dq, %pos {theta = 10000.0 : f64, inverse} : (tensor<2x16x4x16xf32>, tensor<2x16xi64>) -> tensor<2x16x4x16xf32>
   // CHECK: nn.softmax_grad %{{.+}}, %{{.+}} dim -1

@@ -122,6 +122,10 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
           forward)) ||
       failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), forward[0])))
     return failure();
+  if (adaptor.getOutput().getType() != forward[0])
+    return reject<AttentionGradOp>(loc, "output ",
+                                   adaptor.getOutput().getType(),
+                                   " is not the forward's ", forward[0]);
   if (adaptor.getLogsumexp().getType() != forward[1])
     return reject<AttentionGradOp>(loc, "logsumexp ",
                                    adaptor.getLogsumexp().getType(),

@@ -190,9 +190,10 @@ LogicalResult RotaryOp::buildGradient(GradientBuilder &grads) {
 LogicalResult AttentionOp::buildGradient(GradientBuilder &grads) {
   // The statistics are a by-product for the backward: nothing takes their
   // gradient.
-  auto g = grads.make<AttentionGradOp>(
-      getQuery(), getKey(), getValue(), getLogsumexp(), grads.grad(getResult()),
-      getCausal(), getSlidingWindowAttr(), getScaleAttr());
+  auto g = grads.make<AttentionGradOp>(getQuery(), getKey(), getValue(),
+                                       getResult(), getLogsumexp(),
+                                       grads.grad(getResult()), getCausal(),
+                                       getSlidingWindowAttr(), getScaleAttr());
   return accumulateResults(grads, g, {getQuery(), getKey(), getValue()});
 }
 

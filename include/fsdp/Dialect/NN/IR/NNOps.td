@@ -635,17 +635,21 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [
     forward's `logsumexp` (nothing of size `S²` is kept from the forward)
     and returns the gradients of the three inputs for the output gradient
     `grad`, with the forward's mask and scale. With grouped-query attention
-    a KV head's gradient sums over the query heads that read it.
+    a KV head's gradient sums over the query heads that read it. `output`
+    is the forward's result, which the backward's row sums
+    `Σ_j P·dP = rowsum(grad ∘ output)` can read instead of recomputing it
+    (the CUDA backend's flash kernels do).
   }];
   let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
-                            NN_FloatTensor:$value, NN_FloatTensor:$logsumexp,
+                            NN_FloatTensor:$value, NN_FloatTensor:$output,
+                            NN_FloatTensor:$logsumexp,
                             NN_FloatTensor:$grad, UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
                             OptionalAttr<F64Attr>:$scale), NN_Path);
   let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad,
                       NN_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $logsumexp `,` $grad attr-dict `:` functional-type(operands, results)
+    $query `,` $key `,` $value `,` $output `,` $logsumexp `,` $grad attr-dict `:` functional-type(operands, results)
   }];
 }
 
