@@ -1,4 +1,4 @@
-//===- cuda-emulator.h - CUDA threads on the CPU, for kernel tests -*- C++ -*-===//
+//===- cuda-emulator.h - CUDA threads on the CPU -------------*- C++ -*-===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -68,7 +68,9 @@ inline char *sharedMemory() {
   return reinterpret_cast<char *>(self.block->shared.data());
 }
 inline void syncThreads() { self.block->all.arrive_and_wait(); }
-inline void syncWarp() { self.block->warps[self.threadIdx.x / 32]->arrive_and_wait(); }
+inline void syncWarp() {
+  self.block->warps[self.threadIdx.x / 32]->arrive_and_wait();
+}
 inline Block::Words &warpWords() {
   return self.block->exchange[self.threadIdx.x / 32];
 }

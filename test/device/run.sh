@@ -105,25 +105,18 @@ diagnose grad-kernels-run "$bin/fsdp-runtime-kernel-test-cuda" --grad \
 check grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
   "$work/grad" "$bundle/ref/grad"
 # Attention through cuBLAS products alone (the default takes the flash
-# kernels for the attention_flash cases).
-check products-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=products \
-  "$bin/fsdp-runtime-kernel-test-cuda" "$work/products"
-check products-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
-  "$work/products" "$bundle/ref/kernels"
-check products-grad-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=products \
-  "$bin/fsdp-runtime-kernel-test-cuda" --grad "$work/products-grad"
-check products-grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
-  "$work/products-grad" "$bundle/ref/grad"
-# The same with the exact per-row attention kernels
-# (FSDP_RT_CUDA_ATTENTION=exact).
-check exact-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=exact \
-  "$bin/fsdp-runtime-kernel-test-cuda" "$work/exact"
-check exact-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
-  "$work/exact" "$bundle/ref/kernels"
-check exact-grad-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=exact \
-  "$bin/fsdp-runtime-kernel-test-cuda" --grad "$work/exact-grad"
-check exact-grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
-  "$work/exact-grad" "$bundle/ref/grad"
+# kernels for the attention_flash cases), then through the exact per-row
+# kernels.
+for path in products exact; do
+  check $path-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=$path \
+    "$bin/fsdp-runtime-kernel-test-cuda" "$work/$path"
+  check $path-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
+    "$work/$path" "$bundle/ref/kernels"
+  check $path-grad-kernels-run 120 env FSDP_RT_CUDA_ATTENTION=$path \
+    "$bin/fsdp-runtime-kernel-test-cuda" --grad "$work/$path-grad"
+  check $path-grad-kernels-vs-cpu 120 "$py" "$scripts/compare_backends.py" \
+    "$work/$path-grad" "$bundle/ref/grad"
+done
 
 # Every collective over NCCL, each communicator of one rank.
 check collectives 120 env FSDP_TEST_MESH=1x1 \

@@ -1,4 +1,5 @@
-//===- NormRows.cuh - rms_norm row kernels ----------------------*- CUDA -*-===//
+//===- NormRows.cuh - rms_norm row kernels ----------------------*- CUDA
+//-*-===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -90,6 +91,35 @@ void rmsNormRows(const typename E::T *x, const typename E::T *w, int64_t rows,
   }
 }
 
+/// Calls fn(x[i], w[i], dy[i]) for a lane's elements of a row (16-byte
+/// chunks first when `chunks` > 0, then the rest); with `out`, stores what
+/// fn returns in out[i].
+template <typename E, typename Fn>
+PORTABLE_DEVICE void visitRow(const typename E::T *x, const typename E::T *w,
+                              const typename E::T *dy, int64_t h,
+                              int64_t chunks, int lane, typename E::T *out,
+                              Fn &&fn) {
+  using T = typename E::T;
+  constexpr int kVec = 16 / sizeof(T);
+  for (int64_t c = lane; c < chunks; c += 32) {
+    alignas(16) T xv[kVec], wv[kVec], dv[kVec];
+    copy16(xv, x + c * kVec);
+    copy16(wv, w + c * kVec);
+    copy16(dv, dy + c * kVec);
+    PORTABLE_UNROLL
+    for (int e = 0; e < kVec; ++e)
+      xv[e] = fromFloat<E>(
+          fn(toFloat<E>(xv[e]), toFloat<E>(wv[e]), toFloat<E>(dv[e])));
+    if (out)
+      copy16(out + c * kVec, xv);
+  }
+  for (int64_t i = chunks * kVec + lane; i < h; i += 32) {
+    float y = fn(toFloat<E>(x[i]), toFloat<E>(w[i]), toFloat<E>(dy[i]));
+    if (out)
+      out[i] = fromFloat<E>(y);
+  }
+}
+
 /// dx of rms_norm per row, and inv_r (double) for the weight gradient:
 /// d/dx of x·inv is inv·(g - x·inv²·mean(g·x)) with g = dy·w.
 template <typename E>
@@ -104,43 +134,22 @@ void rmsNormGradRows(const typename E::T *x, const typename E::T *w,
   for (int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
        r < rows; r += int64_t(gridDim.x) * kRowsPerBlock) {
     const T *xr = x + r * h, *dyr = dy + r * h;
-    T *dxr = dx + r * h;
     double dot = 0, sumSq = 0;
-    auto add = [&](float xv, float wv, float dyv) {
-      double v = xv;
-      dot += double(dyv) * double(wv) * v;
-      sumSq += v * v;
-    };
-    for (int64_t c = lane; c < chunks; c += 32) {
-      alignas(16) T xv[kVec], wv[kVec], dv[kVec];
-      copy16(xv, xr + c * kVec);
-      copy16(wv, w + c * kVec);
-      copy16(dv, dyr + c * kVec);
-      PORTABLE_UNROLL
-      for (int e = 0; e < kVec; ++e)
-        add(toFloat<E>(xv[e]), toFloat<E>(wv[e]), toFloat<E>(dv[e]));
-    }
-    for (int64_t i = chunks * kVec + lane; i < h; i += 32)
-      add(toFloat<E>(xr[i]), toFloat<E>(w[i]), toFloat<E>(dyr[i]));
+    visitRow<E>(xr, w, dyr, h, chunks, lane, nullptr,
+                [&](float xv, float wv, float dyv) {
+                  double v = xv;
+                  dot += double(dyv) * double(wv) * v;
+                  sumSq += v * v;
+                  return 0.0f;
+                });
     dot = warpSum(dot);
     sumSq = warpSum(sumSq);
     double inv = 1.0 / sqrt(sumSq / double(h) + eps);
     float fInv = float(inv), proj = float(inv * inv * inv * dot / double(h));
-    auto grad = [&](float xv, float wv, float dyv) {
-      return fromFloat<E>(dyv * wv * fInv - xv * proj);
-    };
-    for (int64_t c = lane; c < chunks; c += 32) {
-      alignas(16) T xv[kVec], wv[kVec], dv[kVec];
-      copy16(xv, xr + c * kVec);
-      copy16(wv, w + c * kVec);
-      copy16(dv, dyr + c * kVec);
-      PORTABLE_UNROLL
-      for (int e = 0; e < kVec; ++e)
-        xv[e] = grad(toFloat<E>(xv[e]), toFloat<E>(wv[e]), toFloat<E>(dv[e]));
-      copy16(dxr + c * kVec, xv);
-    }
-    for (int64_t i = chunks * kVec + lane; i < h; i += 32)
-      dxr[i] = grad(toFloat<E>(xr[i]), toFloat<E>(w[i]), toFloat<E>(dyr[i]));
+    visitRow<E>(xr, w, dyr, h, chunks, lane, dx + r * h,
+                [&](float xv, float wv, float dyv) {
+                  return dyv * wv * fInv - xv * proj;
+                });
     if (lane == 0)
       rowInv[r] = inv;
   }
