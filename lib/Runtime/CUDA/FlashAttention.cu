@@ -62,9 +62,8 @@ template <typename Fn>
 bool dispatch(const KernelScope &scope, fsdp_rt_dtype dtype,
               const AttentionShape &a, std::initializer_list<const void *> ptrs,
               Fn &&fn) {
-  std::vector<const void *> all(ptrs);
   if ((dtype != FSDP_RT_BF16 && dtype != FSDP_RT_F16) ||
-      !flash::supports(a.d, a.dv, all.data(), int(all.size())))
+      !flash::supports(a.d, a.dv, ptrs))
     return false;
   if (a.nq > 65535 || a.nkv > 65535 || a.b > 65535)
     fail(scope.name(), "more than 65535 heads or batches");

@@ -40,6 +40,8 @@
 
 #include "Portable.cuh"
 
+#include <initializer_list>
+
 namespace fsdp::rt::cuda::flash {
 
 /// Warps per block, rows per warp, and the query/key tile of a block.
@@ -489,11 +491,12 @@ PORTABLE_KERNEL(kThreads) void castKernel(const float *src, int64_t pairs,
 
 /// Whether the flash kernels take this call: bf16/f16 (the caller checks),
 /// equal head dims of 32, 64 or 128, and 16-byte aligned tensors.
-inline bool supports(int64_t d, int64_t dv, const void *const *ptrs, int n) {
+inline bool supports(int64_t d, int64_t dv,
+                     std::initializer_list<const void *> ptrs) {
   if (d != dv || (d != 32 && d != 64 && d != 128))
     return false;
-  for (int i = 0; i < n; ++i)
-    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16)
+  for (const void *p : ptrs)
+    if (!aligned16(p))
       return false;
   return true;
 }

@@ -69,47 +69,15 @@ PORTABLE_DEVICE MaxSum merge(MaxSum a, MaxSum b) {
   return {m, a.s * expRange(a.m - m) + b.s * expRange(b.m - m)};
 }
 
-/// Calls fn(i, x[i]) for this thread's elements of a row of n.
-template <typename E, typename Fn>
-PORTABLE_DEVICE void forEach(const typename E::T *x, int64_t n, Fn &&fn) {
-  using T = typename E::T;
-  constexpr int kVec = 16 / sizeof(T);
-  int64_t vecs = aligned16(x) ? n / kVec : 0;
-  for (int64_t c = threadIdx.x; c < vecs; c += blockDim.x) {
-    alignas(16) T vals[kVec];
-    copy16(vals, x + c * kVec);
-    PORTABLE_UNROLL
-    for (int e = 0; e < kVec; ++e)
-      fn(c * kVec + e, toFloat<E>(vals[e]));
-  }
-  for (int64_t i = vecs * kVec + threadIdx.x; i < n; i += blockDim.x)
-    fn(i, toFloat<E>(x[i]));
-}
-
-/// y[i] = fn(i, x[i]) over this thread's elements of a row of n.
-template <typename E, typename Fn>
-PORTABLE_DEVICE void map(const typename E::T *x, int64_t n, typename E::T *y,
-                         Fn &&fn) {
-  using T = typename E::T;
-  constexpr int kVec = 16 / sizeof(T);
-  int64_t vecs = aligned16(x) && aligned16(y) ? n / kVec : 0;
-  for (int64_t c = threadIdx.x; c < vecs; c += blockDim.x) {
-    alignas(16) T vals[kVec];
-    copy16(vals, x + c * kVec);
-    PORTABLE_UNROLL
-    for (int e = 0; e < kVec; ++e)
-      vals[e] = fromFloat<E>(fn(c * kVec + e, toFloat<E>(vals[e])));
-    copy16(y + c * kVec, vals);
-  }
-  for (int64_t i = vecs * kVec + threadIdx.x; i < n; i += blockDim.x)
-    y[i] = fromFloat<E>(fn(i, toFloat<E>(x[i])));
-}
-
 /// The row's maximum and Σ exp(x - max), the same in every thread.
 template <typename E>
 PORTABLE_DEVICE MaxSum rowStats(const typename E::T *x, int64_t n) {
   MaxSum st = {-INFINITY, 0.0f};
-  forEach<E>(x, n, [&](int64_t, float v) { absorb(st, v); });
+  visitElements<E>(x, nullptr, nullptr, n, aligned16(x), threadIdx.x,
+                   blockDim.x, nullptr, [&](int64_t, float v, float, float) {
+                     absorb(st, v);
+                     return 0.0f;
+                   });
   for (int mask = 16; mask > 0; mask >>= 1)
     st = merge(st, MaxSum{shflXor(st.m, mask), shflXor(st.s, mask)});
   PORTABLE_SHARED_ARRAY(MaxSum, partial, 32);
@@ -172,17 +140,21 @@ void crossEntropyGradRows(const typename E::T *logits,
     int64_t label = labelAt(labelsDtype, labels, r);
     const typename E::T *x = logits + r * vocab;
     typename E::T *dx = dlogits + r * vocab;
+    bool vectors = aligned16(x) && aligned16(dx);
     if (label == ignore) {
-      map<E>(x, vocab, dx, [](int64_t, float) { return 0.0f; });
+      visitElements<E>(x, nullptr, nullptr, vocab, vectors, threadIdx.x,
+                       blockDim.x, dx,
+                       [](int64_t, float, float, float) { return 0.0f; });
       continue;
     }
     double g = lossGradient(reduction, dloss, count, r);
     MaxSum st = rowStats<E>(x, vocab);
     float factor = float(g / double(st.s)), fg = float(g), m = st.m;
-    map<E>(x, vocab, dx, [&](int64_t i, float v) {
-      float p = expRange(v - m) * factor;
-      return i == label ? p - fg : p;
-    });
+    visitElements<E>(x, nullptr, nullptr, vocab, vectors, threadIdx.x,
+                     blockDim.x, dx, [&](int64_t i, float v, float, float) {
+                       float p = expRange(v - m) * factor;
+                       return i == label ? p - fg : p;
+                     });
   }
 }
 

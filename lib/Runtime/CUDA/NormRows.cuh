@@ -54,69 +54,24 @@ PORTABLE_KERNEL(kNormThreads)
 void rmsNormRows(const typename E::T *x, const typename E::T *w, int64_t rows,
                  int64_t h, double eps, typename E::T *out) {
   using T = typename E::T;
-  constexpr int kVec = 16 / sizeof(T);
   int lane = threadIdx.x % 32;
-  int64_t chunks = rowsAligned<T>(h, x, w, out, out) ? h / kVec : 0;
+  bool vectors = rowsAligned<T>(h, x, w, out, out);
   for (int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
        r < rows; r += int64_t(gridDim.x) * kRowsPerBlock) {
     const T *xr = x + r * h;
-    T *yr = out + r * h;
     double sumSq = 0;
-    for (int64_t c = lane; c < chunks; c += 32) {
-      alignas(16) T xv[kVec];
-      copy16(xv, xr + c * kVec);
-      PORTABLE_UNROLL
-      for (int e = 0; e < kVec; ++e) {
-        double v = toFloat<E>(xv[e]);
-        sumSq += v * v;
-      }
-    }
-    for (int64_t i = chunks * kVec + lane; i < h; i += 32) {
-      double v = toFloat<E>(xr[i]);
-      sumSq += v * v;
-    }
+    visitElements<E>(xr, nullptr, nullptr, h, vectors, lane, 32, nullptr,
+                     [&](int64_t, float xv, float, float) {
+                       double v = xv;
+                       sumSq += v * v;
+                       return 0.0f;
+                     });
     sumSq = warpSum(sumSq);
     float inv = float(1.0 / sqrt(sumSq / double(h) + eps));
-    for (int64_t c = lane; c < chunks; c += 32) {
-      alignas(16) T xv[kVec], wv[kVec];
-      copy16(xv, xr + c * kVec);
-      copy16(wv, w + c * kVec);
-      PORTABLE_UNROLL
-      for (int e = 0; e < kVec; ++e)
-        xv[e] = fromFloat<E>(toFloat<E>(xv[e]) * inv * toFloat<E>(wv[e]));
-      copy16(yr + c * kVec, xv);
-    }
-    for (int64_t i = chunks * kVec + lane; i < h; i += 32)
-      yr[i] = fromFloat<E>(toFloat<E>(xr[i]) * inv * toFloat<E>(w[i]));
-  }
-}
-
-/// Calls fn(x[i], w[i], dy[i]) for a lane's elements of a row (16-byte
-/// chunks first when `chunks` > 0, then the rest); with `out`, stores what
-/// fn returns in out[i].
-template <typename E, typename Fn>
-PORTABLE_DEVICE void visitRow(const typename E::T *x, const typename E::T *w,
-                              const typename E::T *dy, int64_t h,
-                              int64_t chunks, int lane, typename E::T *out,
-                              Fn &&fn) {
-  using T = typename E::T;
-  constexpr int kVec = 16 / sizeof(T);
-  for (int64_t c = lane; c < chunks; c += 32) {
-    alignas(16) T xv[kVec], wv[kVec], dv[kVec];
-    copy16(xv, x + c * kVec);
-    copy16(wv, w + c * kVec);
-    copy16(dv, dy + c * kVec);
-    PORTABLE_UNROLL
-    for (int e = 0; e < kVec; ++e)
-      xv[e] = fromFloat<E>(
-          fn(toFloat<E>(xv[e]), toFloat<E>(wv[e]), toFloat<E>(dv[e])));
-    if (out)
-      copy16(out + c * kVec, xv);
-  }
-  for (int64_t i = chunks * kVec + lane; i < h; i += 32) {
-    float y = fn(toFloat<E>(x[i]), toFloat<E>(w[i]), toFloat<E>(dy[i]));
-    if (out)
-      out[i] = fromFloat<E>(y);
+    visitElements<E>(xr, w, nullptr, h, vectors, lane, 32, out + r * h,
+                     [&](int64_t, float xv, float wv, float) {
+                       return xv * inv * wv;
+                     });
   }
 }
 
@@ -128,28 +83,27 @@ void rmsNormGradRows(const typename E::T *x, const typename E::T *w,
                      const typename E::T *dy, int64_t rows, int64_t h,
                      double eps, typename E::T *dx, double *rowInv) {
   using T = typename E::T;
-  constexpr int kVec = 16 / sizeof(T);
   int lane = threadIdx.x % 32;
-  int64_t chunks = rowsAligned<T>(h, x, w, dy, dx) ? h / kVec : 0;
+  bool vectors = rowsAligned<T>(h, x, w, dy, dx);
   for (int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
        r < rows; r += int64_t(gridDim.x) * kRowsPerBlock) {
     const T *xr = x + r * h, *dyr = dy + r * h;
     double dot = 0, sumSq = 0;
-    visitRow<E>(xr, w, dyr, h, chunks, lane, nullptr,
-                [&](float xv, float wv, float dyv) {
-                  double v = xv;
-                  dot += double(dyv) * double(wv) * v;
-                  sumSq += v * v;
-                  return 0.0f;
-                });
+    visitElements<E>(xr, w, dyr, h, vectors, lane, 32, nullptr,
+                     [&](int64_t, float xv, float wv, float dyv) {
+                       double v = xv;
+                       dot += double(dyv) * double(wv) * v;
+                       sumSq += v * v;
+                       return 0.0f;
+                     });
     dot = warpSum(dot);
     sumSq = warpSum(sumSq);
     double inv = 1.0 / sqrt(sumSq / double(h) + eps);
     float fInv = float(inv), proj = float(inv * inv * inv * dot / double(h));
-    visitRow<E>(xr, w, dyr, h, chunks, lane, dx + r * h,
-                [&](float xv, float wv, float dyv) {
-                  return dyv * wv * fInv - xv * proj;
-                });
+    visitElements<E>(xr, w, dyr, h, vectors, lane, 32, dx + r * h,
+                     [&](int64_t, float xv, float wv, float dyv) {
+                       return dyv * wv * fInv - xv * proj;
+                     });
     if (lane == 0)
       rowInv[r] = inv;
   }

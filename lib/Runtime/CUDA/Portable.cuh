@@ -33,6 +33,7 @@
 #ifdef FSDP_CUDA_EMULATE
 #define PORTABLE_KERNEL(threads) inline
 #define PORTABLE_DEVICE inline
+#define PORTABLE_HOST_DEVICE inline
 #define PORTABLE_UNROLL
 #define PORTABLE_SHARED(name) char *name = ::emu::sharedMemory()
 // Blocks run one at a time on the emulator, so a static is the block's.
@@ -40,6 +41,7 @@
 #else
 #define PORTABLE_KERNEL(threads) __global__ __launch_bounds__(threads)
 #define PORTABLE_DEVICE __device__ __forceinline__
+#define PORTABLE_HOST_DEVICE __host__ __device__ inline
 /// Loops over register arrays are unrolled so that the arrays stay in
 /// registers (no-local-memory.test checks).
 #define PORTABLE_UNROLL _Pragma("unroll")
@@ -185,8 +187,48 @@ template <typename T> PORTABLE_DEVICE T warpSum(T v) {
 }
 
 /// Whether `p` is 16-byte aligned (a 16-byte move may start there).
-PORTABLE_DEVICE bool aligned16(const void *p) {
+PORTABLE_HOST_DEVICE bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+/// Calls fn(i, a[i], b[i], c[i]) for the elements i of [0, n) that a worker
+/// owns, `first` and `stride` apart (threadIdx.x and blockDim.x for a block,
+/// the lane and 32 for a warp). b and c may be null (fn gets 0 for them).
+/// With `vectors` (every pointer 16-byte aligned, the caller's promise),
+/// whole 16-byte chunks go first, one per step; the rest one by one. With
+/// `out`, what fn returns is stored in out[i].
+template <typename E, typename Fn>
+PORTABLE_DEVICE void visitElements(const typename E::T *a,
+                                   const typename E::T *b,
+                                   const typename E::T *c, int64_t n,
+                                   bool vectors, int64_t first, int64_t stride,
+                                   typename E::T *out, Fn &&fn) {
+  using T = typename E::T;
+  constexpr int kVec = 16 / sizeof(T);
+  int64_t chunks = vectors ? n / kVec : 0;
+  for (int64_t k = first; k < chunks; k += stride) {
+    alignas(16) T av[kVec], bv[kVec], cv[kVec];
+    copy16(av, a + k * kVec);
+    if (b)
+      copy16(bv, b + k * kVec);
+    if (c)
+      copy16(cv, c + k * kVec);
+    PORTABLE_UNROLL
+    for (int e = 0; e < kVec; ++e) {
+      float y = fn(k * kVec + e, toFloat<E>(av[e]), b ? toFloat<E>(bv[e]) : 0.0f,
+                   c ? toFloat<E>(cv[e]) : 0.0f);
+      if (out)
+        av[e] = fromFloat<E>(y);
+    }
+    if (out)
+      copy16(out + k * kVec, av);
+  }
+  for (int64_t i = chunks * kVec + first; i < n; i += stride) {
+    float y = fn(i, toFloat<E>(a[i]), b ? toFloat<E>(b[i]) : 0.0f,
+                 c ? toFloat<E>(c[i]) : 0.0f);
+    if (out)
+      out[i] = fromFloat<E>(y);
+  }
 }
 
 } // namespace fsdp::rt::cuda::portable
