@@ -8,23 +8,12 @@
 #include "MemoryReplay.h"
 #include "PassUtils.h"
 
+#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
 #include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
 using namespace mlir;
 using namespace fsdp;
-
-/// Whether `op` is an nn.slice the runtime hands out as a view: one whose
-/// dims before the sliced one are all 1 (Ops.cpp's fsdp_op_slice).
-static bool isContiguousSlice(Operation *op) {
-  auto slice = dyn_cast<nn::SliceOp>(op);
-  if (!slice)
-    return false;
-  ArrayRef<int64_t> shape =
-      cast<RankedTensorType>(slice.getInput().getType()).getShape();
-  return llvm::all_of(shape.take_front(slice.getDim()),
-                      [](int64_t d) { return d == 1; });
-}
 
 MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
   MemoryReplay r;
@@ -43,8 +32,9 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
   }
 
   // The runtime's buffers: each op result is a new one, but dist.copy and
-  // dist.wait hand out another reference to their operand's, and
-  // nn.reshape and a contiguous nn.slice a view that holds one. A buffer is
+  // dist.wait hand out another reference to their operand's, nn.reshape
+  // and a contiguous nn.slice a view that holds one, and an in-place
+  // optimizer update its operand's (InPlaceUpdates.h). A buffer is
   // freed when every handle to it is released where the lowering releases
   // it (ReleasePlan.h); the step's results are kept.
   DenseMap<Value, Value> buffer;
@@ -63,16 +53,20 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
           bytesOf(b.getType());
   };
   ReleasePlan plan(body);
+  InPlaceUpdates inPlace(step);
   // Per started future: its input and the staging it holds.
   DenseMap<Value, std::pair<Value, int64_t>> pending;
   for (Operation &op : body.without_terminator()) {
     if (!r.saved &&
         isa<nn::CrossEntropyGradOp, nn::CrossEntropyPartialGradOp>(op))
       r.saved = live;
+    Value shared = sharedBufferOperand(&op);
     for (Value result : op.getResults()) {
-      if (isa<dist::CopyOp, dist::WaitOp, nn::ReshapeOp>(op) ||
-          isContiguousSlice(&op))
-        buffer[result] = bufferOf(op.getOperand(0));
+      int reused = inPlace.reusedOperand(result);
+      if (shared)
+        buffer[result] = bufferOf(shared);
+      else if (reused >= 0)
+        buffer[result] = bufferOf(op.getOperand(unsigned(reused)));
       else
         (resultsOnHost(&op) ? liveHost : live) += bytesOf(result.getType());
       if (ReleasePlan::isReleased(result))
@@ -107,7 +101,7 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
     if (auto gather = dyn_cast<dist::AllGatherOp>(op);
         gather && gather->hasAttr("fsdp.unit"))
       r.gathered = std::max(r.gathered, bytesOf(gather.getType()));
-    if (isa<nn::AdamWOp, nn::SGDOp>(op))
+    if (isa<nn::UpdateOpInterface>(op))
       r.grads += bytesOf(op.getOperand(1).getType());
     // What activation checkpointing trades for the memory: the FLOPs of
     // the recomputed ops, against the forward's (ops with a module path).

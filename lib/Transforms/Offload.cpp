@@ -90,7 +90,7 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
     // readers (the update, clipping's norm) read the host copy.
     SmallVector<Operation *> updates;
     for (Operation &op : body)
-      if (isa<nn::AdamWOp, nn::SGDOp>(op))
+      if (isa<nn::UpdateOpInterface>(op))
         updates.push_back(&op);
     OpBuilder b(&getContext());
     for (Operation *update : updates) {

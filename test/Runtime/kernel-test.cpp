@@ -675,19 +675,24 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
   std::fill(m.as<float>(), m.as<float>() + n, 0.0f);
   std::fill(v.as<float>(), v.as<float>() + n, 0.0f);
   std::vector<Tensor> grads;
+  // The step count is a runtime buffer as well, one per step: a kernel may
+  // still read the last one.
+  std::vector<Tensor> counts;
   for (int64_t step = 1; step <= steps; ++step) {
+    counts.emplace_back(FSDP_RT_F32, std::vector<int64_t>{});
+    counts.back().as<float>()[0] = float(step);
     grads.push_back(randomFloat(gradType, {n}));
     if (adam)
       // In place: the same buffers in and out.
       fsdp_rt_adamw(nullptr, param.as<float>(), m.as<float>(), v.as<float>(),
                     param.as<float>(), m.as<float>(), v.as<float>(), gradType,
-                    grads.back().data(), n, lr, beta1, beta2, eps, wd, step,
-                    scale.as<float>());
+                    grads.back().data(), n, lr, beta1, beta2, eps, wd,
+                    counts.back().as<float>(), scale.as<float>());
     else
       fsdp_rt_sgd(nullptr, param.as<float>(),
                   momentum != 0 ? m.as<float>() : nullptr, gradType,
-                  grads.back().data(), n, lr, momentum, wd, step,
-                  scale.as<float>());
+                  grads.back().data(), n, lr, momentum, wd,
+                  counts.back().as<float>(), scale.as<float>());
   }
   w.begin(name, adam ? "adamw" : "sgd");
   w.attr("lr", lr);

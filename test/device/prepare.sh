@@ -67,9 +67,9 @@ cp "$bin/$collectives" "$out/bin/fsdp-runtime-collectives-program-cuda"
 "$bin/fsdp-runtime-kernel-test" --grad "$out/ref/grad" >/dev/null
 
 # compile NAME CONFIG BATCH OPTIMIZER [PRECISION]: graphs/NAME.json and
-# bin/NAME (CUDA); PRECISION bf16 compiles with mp_policy bf16/f32, offload
-# with f32 and offload_policy (AdamW with a clip that clips, 4 steps on the
-# CPU runtime in ref/NAME.log instead of a dump).
+# bin/NAME (CUDA); PRECISION bf16 compiles with mp_policy bf16/f32, train
+# with f32 (AdamW with a clip that clips, 4 steps on the CPU runtime in
+# ref/NAME.log instead of a dump), offload as train with offload_policy.
 compile() {
   local name=$1 config=$2 batch=$3 optimizer=$4 precision=${5:-f32}
   local graph=$out/graphs/$name.json args=()
@@ -81,10 +81,12 @@ compile() {
     args=(--parallel "$work/mp.json")
   fi
   local passes="fsdp-build-train-step{optimizer=$optimizer lr=1e-4}"
-  if [[ $precision == offload ]]; then
+  if [[ $precision == offload || $precision == train ]]; then
+    local policy=
+    [[ $precision == offload ]] && policy=', "offload_policy": {}'
     echo '{"mp_policy": {"param_dtype": "fp32", "reduce_dtype": "fp32",
-           "output_dtype": "fp32"}, "offload_policy": {}}' >"$work/off.json"
-    args=(--parallel "$work/off.json")
+           "output_dtype": "fp32"}'"$policy}" >"$work/$precision.json"
+    args=(--parallel "$work/$precision.json")
     passes="fsdp-build-train-step{optimizer=$optimizer lr=1e-3 max-grad-norm=0.5}"
   fi
   "$bin/fsdp-compile" "$graph" "${args[@]}" --passes="$passes" \
@@ -93,7 +95,7 @@ compile() {
     # The same step on the CPU runtime, dumped.
     "$bin/fsdp-compile" "$graph" "${args[@]}" --passes="$passes" \
       -o "$work/$name-cpu"
-    if [[ $precision == offload ]]; then
+    if [[ $precision == offload || $precision == train ]]; then
       "$work/$name-cpu" --steps 4 >"$out/ref/$name.log"
     else
       "$work/$name-cpu" --steps 1 --quiet --dump-dir "$out/ref/$name.dump"
@@ -104,6 +106,7 @@ compile() {
 echo "== programs"
 SEQ=128 compile small-f32 "$src/test/device/llama-3.2-1b-small.json" 2 none
 SEQ=128 compile small-bf16 "$src/test/device/llama-3.2-1b-small.json" 2 none bf16
+SEQ=128 compile small-adamw "$src/test/device/llama-3.2-1b-small.json" 2 adamw train
 SEQ=128 compile small-offload "$src/test/device/llama-3.2-1b-small.json" 2 adamw offload
 compile llama1b-grad "$out/configs/llama-3.2-1b.json" 1 none bf16
 compile llama1b-train "$out/configs/llama-3.2-1b.json" "$batch" adamw bf16

@@ -143,6 +143,23 @@ check small-offload-run 120 "$bin/small-offload" --steps 4 --report
 check small-offload-vs-cpu 60 "$py" "$scripts/compare_losses.py" \
   "$bundle/ref/small-offload.log" "$results/small-offload-run.txt" --rtol 1e-5
 
+# The step recorded as a CUDA graph (--cuda-graph: step 0 runs as calls,
+# step 1 is recorded, steps 1-3 replay it), with and without CPU offload,
+# against the CPU runtime's losses: a replay that missed a per-step value
+# (the step count of AdamW's bias corrections) or an update would differ
+# from step 2 on.
+for name in small-adamw small-offload; do
+  for mode in calls graph; do
+    flags=()
+    [[ $mode == graph ]] && flags=(--cuda-graph)
+    [[ $name == small-offload && $mode == calls ]] && continue
+    check $name-$mode-run 120 "$bin/$name" --steps 4 --report "${flags[@]}"
+    diagnose $name-$mode-run "$bin/$name" --steps 4 "${flags[@]}"
+    check $name-$mode-vs-cpu 60 "$py" "$scripts/compare_losses.py" \
+      "$bundle/ref/$name.log" "$results/$name-$mode-run.txt" --rtol 1e-5
+  done
+done
+
 # Llama-3.2-1B, bf16 params and f32 masters: one step against
 # transformers, then the training step's time, memory and host syncs.
 big=$bundle/configs/llama-3.2-1b.json
@@ -153,6 +170,9 @@ check llama1b-vs-hf 600 "$py" "$scripts/hf_step.py" "$big" "$work/llama1b" \
 rm -rf "$work/llama1b"
 check llama1b-train 300 "$bin/llama1b-train" --steps 13 --log-every 4 \
   --report
+# The same step recorded once as a CUDA graph and replayed.
+check llama1b-train-graph 300 "$bin/llama1b-train" --steps 13 --log-every 4 \
+  --report --cuda-graph
 # The same step with attention through cuBLAS products, for comparison.
 check llama1b-train-products 120 env FSDP_RT_CUDA_ATTENTION=products \
   "$bin/llama1b-train" --steps 9 --log-every 4 --report

@@ -86,6 +86,33 @@ void fsdp_rt_event_record(fsdp_rt_event event, fsdp_rt_stream stream);
 /// Blocks the host until `event` has completed.
 void fsdp_rt_event_synchronize(fsdp_rt_event event);
 
+//===----------------------------------------------------------------------===//
+// Step graphs
+//
+// A static-shape step queues the same calls on the same buffers at every
+// step, once its per-step values (the inputs, the optimizer's step count)
+// are read from runtime buffers and its updates are in place. A backend
+// that records queued work (CUDA graphs) then lets the host queue a step
+// once and replay it, with no per-call launch cost.
+//===----------------------------------------------------------------------===//
+
+/// 1 when the backend records and replays work (CUDA), 0 when it does not
+/// (CPU): then the other fsdp_rt_graph_* calls fail.
+int fsdp_rt_graph_supported(void);
+/// Waits for the device and returns the memory it no longer holds, then
+/// starts recording the work queued on the default stream, and on the
+/// streams that wait on it, instead of running it. Buffers allocated while
+/// recording belong to the recording; their addresses hold at every replay.
+void fsdp_rt_graph_begin(void);
+/// Stops recording and prepares the recording for replay. Fails, naming
+/// the cause, when a call could not be recorded (one that waited for the
+/// device, or queued work on a stream that did not wait on the default).
+void fsdp_rt_graph_end(void);
+/// Queues one replay of the recording on the default stream. Buffers the
+/// recording allocated and did not free are freed and allocated again at
+/// the same addresses, so the previous replay's results must be read first.
+void fsdp_rt_graph_launch(void);
+
 /// 1 when runtime buffers are host memory the host layer may read directly
 /// (the CPU backend), 0 when they are device memory (CUDA): then the host
 /// layer reads a buffer only through fsdp_rt_copy_to_host, which waits.
@@ -493,7 +520,10 @@ void fsdp_rt_pad(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
 //
 // Parameters and optimizer state are f32; the gradient has its own float
 // type. Each update uses g = grad_scale · grad, which is how the step applies
-// global gradient-norm clipping. `step` counts from 1.
+// global gradient-norm clipping. `step` is a runtime buffer too: the f32
+// scalar step count, from 1, which the data loader uploads before each step,
+// so that a step's calls are the same at every step (a CUDA graph replays
+// them).
 //===----------------------------------------------------------------------===//
 
 /// out[0] = Σ x² over `numel` elements, accumulated in double; the squared
@@ -513,15 +543,16 @@ void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
                    float *new_param, float *new_exp_avg, float *new_exp_avg_sq,
                    fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                    double lr, double beta1, double beta2, double eps,
-                   double weight_decay, int64_t step, const float *grad_scale);
+                   double weight_decay, const float *step,
+                   const float *grad_scale);
 
 /// One torch.optim.SGD step (no dampening, not Nesterov): g += weight_decay·p;
 /// buf = g at step 1, momentum·buf + g after; p -= lr·buf. With momentum 0
 /// there is no buffer (`momentum_buffer` may be NULL) and p -= lr·g.
 void fsdp_rt_sgd(fsdp_rt_stream stream, float *param, float *momentum_buffer,
                  fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
-                 double lr, double momentum, double weight_decay, int64_t step,
-                 const float *grad_scale);
+                 double lr, double momentum, double weight_decay,
+                 const float *step, const float *grad_scale);
 
 /// out[0] = the number of `labels` different from `ignore_index`, as f32:
 /// the tokens a mean loss divides by.

@@ -402,6 +402,7 @@ LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
   if (failed(prepareLiterals(step, state, builder)))
     return failure();
   state.plan = std::make_unique<ReleasePlan>(step);
+  state.inPlace = std::make_unique<InPlaceUpdates>(entry);
 
   builder.setInsertionPointToEnd(module.getBody());
   Describer describer(entry, state, builder);

@@ -15,6 +15,7 @@
 #ifndef LIB_CONVERSION_NNTORUNTIME_LOWERINGSTATE_H
 #define LIB_CONVERSION_NNTORUNTIME_LOWERINGSTATE_H
 
+#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
 #include "fsdp/Conversion/NNToRuntime/NNToRuntime.h"
 #include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
@@ -140,6 +141,8 @@ struct LoweringState {
   /// Per layer function: how many frame slots its inputs take.
   llvm::StringMap<unsigned> layerInputs;
   std::unique_ptr<ReleasePlan> plan;
+  /// The optimizer results that take their operand's buffer.
+  std::unique_ptr<InPlaceUpdates> inPlace;
   RuntimeLoweringStats stats;
 };
 

@@ -107,12 +107,19 @@ struct RuntimeCallPattern
       placement(true);
     SmallVector<Value> results;
     if (call.getRuntimeWritesResults()) {
-      for (Type type : op->getResultTypes())
-        results.push_back(
-            Call(state.context, "fsdp_tensor_new")
-                .value(program)
-                .literal(typeLiteral(cast<RankedTensorType>(type)))
-                .emit(rewriter, loc, state.tensorType));
+      // An in-place update's result is another handle to its operand.
+      for (OpResult result : op->getResults()) {
+        int reused = state.inPlace->reusedOperand(result);
+        results.push_back(reused >= 0
+                              ? Call(state.context, "fsdp_retain")
+                                    .value(operands[unsigned(reused)])
+                                    .emit(rewriter, loc, state.tensorType)
+                              : Call(state.context, "fsdp_tensor_new")
+                                    .value(program)
+                                    .literal(typeLiteral(cast<RankedTensorType>(
+                                        result.getType())))
+                                    .emit(rewriter, loc, state.tensorType));
+      }
       for (Value result : results)
         c.value(result);
     } else {

@@ -89,14 +89,16 @@ void fsdp_rt_adamw(fsdp_rt_stream, const float *param, const float *exp_avg,
                    float *new_exp_avg, float *new_exp_avg_sq,
                    fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                    double lr, double beta1, double beta2, double eps,
-                   double weight_decay, int64_t step, const float *grad_scale) {
+                   double weight_decay, const float *step_count,
+                   const float *grad_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
+  double step = step_count[0];
   AdamWCoefficients c;
   c.decay = float(1.0 - lr * weight_decay);
   c.beta1 = float(beta1);
   c.beta2 = float(beta2);
-  c.stepSize = float(lr / (1.0 - std::pow(beta1, double(step))));
-  c.correction2Sqrt = float(std::sqrt(1.0 - std::pow(beta2, double(step))));
+  c.stepSize = float(lr / (1.0 - std::pow(beta1, step)));
+  c.correction2Sqrt = float(std::sqrt(1.0 - std::pow(beta2, step)));
   c.eps = float(eps);
   c.gradScale = *grad_scale;
   parallelFor(numel, 8 * kBlock, [&](int64_t begin, int64_t end) {
@@ -117,16 +119,17 @@ void fsdp_rt_adamw(fsdp_rt_stream, const float *param, const float *exp_avg,
 
 void fsdp_rt_sgd(fsdp_rt_stream, float *param, float *momentum_buffer,
                  fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
-                 double lr, double momentum, double weight_decay, int64_t step,
-                 const float *grad_scale) {
+                 double lr, double momentum, double weight_decay,
+                 const float *step, const float *grad_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
+  bool first = step[0] == 1.0f;
   FloatInput fg(grad_dtype, grad, numel);
   const float *g = fg.get();
   double scale = *grad_scale;
   for (int64_t i = 0; i < numel; ++i) {
     double gi = scale * g[i] + weight_decay * param[i];
     if (momentum != 0.0) {
-      gi = step == 1 ? gi : momentum * momentum_buffer[i] + gi;
+      gi = first ? gi : momentum * momentum_buffer[i] + gi;
       momentum_buffer[i] = float(gi);
     }
     param[i] = float(param[i] - lr * gi);

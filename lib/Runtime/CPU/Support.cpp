@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -161,6 +162,22 @@ fsdp_rt_event fsdp_rt_event_create(void) { return new fsdp_rt_event_impl; }
 void fsdp_rt_event_destroy(fsdp_rt_event event) { delete event; }
 void fsdp_rt_event_record(fsdp_rt_event, fsdp_rt_stream) {}
 void fsdp_rt_event_synchronize(fsdp_rt_event) { hostSyncs += 1; }
+
+// The CPU backend runs each call as it comes: it has nothing to record. The
+// host layer asks fsdp_rt_graph_supported first and reports the option.
+int fsdp_rt_graph_supported(void) { return 0; }
+
+[[noreturn]] static void noGraphs(const char *call) {
+  std::fprintf(stderr,
+               "fsdp runtime error: %s: the CPU backend does not record "
+               "steps (CUDA graphs need fsdp-compile --target cuda)\n",
+               call);
+  std::abort();
+}
+
+void fsdp_rt_graph_begin(void) { noGraphs("fsdp_rt_graph_begin"); }
+void fsdp_rt_graph_end(void) { noGraphs("fsdp_rt_graph_end"); }
+void fsdp_rt_graph_launch(void) { noGraphs("fsdp_rt_graph_launch"); }
 
 //===----------------------------------------------------------------------===//
 // Counters

@@ -120,6 +120,11 @@ private:
 /// Counts a call that blocks the host (fsdp_rt_host_syncs).
 void countHostSync();
 
+/// Whether fsdp_rt_graph_begin is recording the compute stream's work.
+bool recordingGraph();
+/// Returns the memory pool's free memory to the device (after a wait).
+void trimPool();
+
 //===----------------------------------------------------------------------===//
 // Launch geometry
 //===----------------------------------------------------------------------===//

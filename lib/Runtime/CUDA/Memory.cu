@@ -189,11 +189,21 @@ int64_t fsdp_rt_memory_peak(void) { return Pool::get().peakBytes(); }
 void fsdp_rt_memory_reset_peak(void) { Pool::get().resetPeak(); }
 
 int64_t fsdp_rt_memory_reserved_peak(void) {
-  uint64_t high = 0;
+  uint64_t high = 0, graphHigh = 0;
   check(cudaMemPoolGetAttribute(Pool::get().handle(),
                                 cudaMemPoolAttrReservedMemHigh, &high),
         "fsdp_rt_memory_reserved_peak");
-  return int64_t(high);
+  // A recorded step's buffers come from the graph's memory, not the pool.
+  int device = 0;
+  check(cudaGetDevice(&device), "fsdp_rt_memory_reserved_peak");
+  check(cudaDeviceGetGraphMemAttribute(
+            device, cudaGraphMemAttrReservedMemHigh, &graphHigh),
+        "fsdp_rt_memory_reserved_peak");
+  return int64_t(high + graphHigh);
+}
+
+void fsdp::rt::cuda::trimPool() {
+  check(cudaMemPoolTrimTo(Pool::get().handle(), 0), "memory pool trim");
 }
 
 void *fsdp::rt::cuda::allocTemp(size_t bytes, cudaStream_t stream,

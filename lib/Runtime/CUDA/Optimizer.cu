@@ -7,8 +7,11 @@
 //
 // Element by element as the CPU backend computes them: AdamW in f32,
 // operation by operation as torch.optim does, SGD in double stored as f32.
-// `grad_scale` is read by the kernels from device memory, so an update
-// never waits for the host. The squared-gradient sum adds fixed chunks in
+// `grad_scale` and the step count are read by the kernels from device
+// memory, so an update never waits for the host and a step's launches are
+// the same at every step (what a CUDA graph replays): AdamW's bias
+// corrections are computed on the device, in double as the CPU backend
+// does, by one thread before the update. The squared-gradient sum adds fixed chunks in
 // double (a block reduction per chunk, then the chunks by one block), so
 // its bits do not depend on scheduling.
 //
@@ -59,12 +62,29 @@ struct AdamWCoefficients {
   float decay, beta1, beta2, stepSize, correction2Sqrt, eps;
 };
 
+/// The coefficients of step `step[0]` (1-based).
+__global__ void adamwCoefficientsKernel(const float *step, double lr,
+                                        double beta1, double beta2, double eps,
+                                        double weightDecay,
+                                        AdamWCoefficients *out) {
+  double t = step[0];
+  AdamWCoefficients c;
+  c.decay = float(1.0 - lr * weightDecay);
+  c.beta1 = float(beta1);
+  c.beta2 = float(beta2);
+  c.stepSize = float(lr / (1.0 - pow(beta1, t)));
+  c.correction2Sqrt = float(sqrt(1.0 - pow(beta2, t)));
+  c.eps = float(eps);
+  *out = c;
+}
+
 template <typename E>
 __global__ void adamwKernel(const float *param, const float *m, const float *v,
                             const typename E::T *grad, const float *gradScale,
-                            int64_t n, AdamWCoefficients c, float *newParam,
-                            float *newM, float *newV) {
+                            int64_t n, const AdamWCoefficients *coefficients,
+                            float *newParam, float *newM, float *newV) {
   float scale = gradScale[0];
+  AdamWCoefficients c = *coefficients;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     float gi = E::load(grad, i) * scale;
@@ -82,13 +102,14 @@ template <typename E>
 __global__ void sgdKernel(float *param, float *buffer,
                           const typename E::T *grad, const float *gradScale,
                           int64_t n, double lr, double momentum,
-                          double weightDecay, int64_t step) {
+                          double weightDecay, const float *step) {
   double scale = gradScale[0];
+  bool first = step[0] == 1.0f;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     double gi = scale * E::load(grad, i) + weightDecay * param[i];
     if (momentum != 0.0) {
-      gi = step == 1 ? gi : momentum * buffer[i] + gi;
+      gi = first ? gi : momentum * buffer[i] + gi;
       buffer[i] = float(gi);
     }
     param[i] = float(param[i] - lr * gi);
@@ -126,29 +147,27 @@ void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
                    float *new_param, float *new_exp_avg, float *new_exp_avg_sq,
                    fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                    double lr, double beta1, double beta2, double eps,
-                   double weight_decay, int64_t step, const float *grad_scale) {
+                   double weight_decay, const float *step,
+                   const float *grad_scale) {
   KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_adamw");
-  AdamWCoefficients c;
-  c.decay = float(1.0 - lr * weight_decay);
-  c.beta1 = float(beta1);
-  c.beta2 = float(beta2);
-  c.stepSize = float(lr / (1.0 - std::pow(beta1, double(step))));
-  c.correction2Sqrt = float(std::sqrt(1.0 - std::pow(beta2, double(step))));
-  c.eps = float(eps);
   if (numel == 0)
     return;
+  cudaStream_t s = scope.stream();
+  Temp<AdamWCoefficients> c(1, s, scope.name());
+  adamwCoefficientsKernel<<<1, 1, 0, s>>>(step, lr, beta1, beta2, eps,
+                                          weight_decay, c.get());
   dispatchFloat(grad_dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
-    adamwKernel<E><<<gridFor(numel), kThreads, 0, scope.stream()>>>(
-        param, exp_avg, exp_avg_sq, asIn<E>(grad), grad_scale, numel, c,
+    adamwKernel<E><<<gridFor(numel), kThreads, 0, s>>>(
+        param, exp_avg, exp_avg_sq, asIn<E>(grad), grad_scale, numel, c.get(),
         new_param, new_exp_avg, new_exp_avg_sq);
   });
 }
 
 void fsdp_rt_sgd(fsdp_rt_stream stream, float *param, float *momentum_buffer,
                  fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
-                 double lr, double momentum, double weight_decay, int64_t step,
-                 const float *grad_scale) {
+                 double lr, double momentum, double weight_decay,
+                 const float *step, const float *grad_scale) {
   KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_sgd");
   if (numel == 0)
     return;

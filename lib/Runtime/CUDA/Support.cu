@@ -351,6 +351,10 @@ KernelScope::KernelScope(fsdp_rt_kernel_class cls, fsdp_rt_stream stream,
                          const char *name)
     : cls(cls), cudaStream(streamOf(stream)), callName(name) {
   kernelCalls[cls] += 1;
+  // A call recorded into a graph is not timed: its events could not be
+  // read.
+  if (recordingGraph())
+    return;
   Timing::get().take(start, stop);
   check(cudaEventRecord(start, cudaStream), name);
 }
@@ -361,6 +365,8 @@ KernelScope::~KernelScope() {
   cudaError_t err = cudaGetLastError();
   if (err != cudaErrorNotReady)
     check(err, callName);
+  if (recordingGraph())
+    return;
   check(cudaEventRecord(stop, cudaStream), callName);
   Timing::get().add({cls, callName, start, stop});
 }

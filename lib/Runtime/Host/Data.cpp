@@ -192,8 +192,6 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
                          typeString(in.type) + ", expected an f32 scalar");
       float count = float(step + 1);
       upload(in.tensor, &count);
-      in.tensor->hostKnown = true;
-      in.tensor->hostValue = double(count);
     }
   BatchShape shape = batchShape(p);
   if (!shape.batch)

@@ -34,7 +34,7 @@ struct fsdp_tensor {
   /// Inputs and parameters: owned by the program, borrowed by the step.
   bool borrowed = false;
   /// A scalar whose value the host wrote and nothing rewrites (a rank's axis
-  /// index, the optimizer step): the host reads `hostValue` instead of the
+  /// index): the host reads `hostValue` instead of the
   /// buffer, which on a device would wait for the stream.
   bool hostKnown = false;
   double hostValue = 0;
@@ -148,6 +148,8 @@ struct fsdp_program {
   /// Steps run, and the host synchronizations they made outside the loss
   /// reads (fsdp_rt_host_syncs), for the report.
   int64_t stepsRun = 0, stepHostSyncs = 0;
+  /// Steps replayed from the recording of --cuda-graph.
+  int64_t graphReplays = 0;
   /// Seconds a collective may take before every rank stops (0: forever).
   double collectiveTimeout = 600;
   /// Whether a communication thread advances started collectives while
@@ -333,8 +335,12 @@ void prepareInputs(fsdp_program &p, const DataOptions &options);
 /// Fills the inputs for step `step`.
 void fillInputs(fsdp_program &p, const DataOptions &options, int64_t step);
 
-/// Writes params, inputs and outputs to `dir`/rank<r>/ with a manifest.
-void dumpTensors(const fsdp_program &p, const std::string &dir);
+/// What dumpTensors writes: the step's arguments (parameters and inputs,
+/// with the manifest and the layout files), before the step, since an
+/// in-place update overwrites them; then its outputs, after it.
+enum class DumpPart { Arguments, Outputs };
+/// Writes `part` to `dir`/rank<r>/ and lists it in the manifest.
+void dumpTensors(const fsdp_program &p, const std::string &dir, DumpPart part);
 /// Prints memory, kernel time and collective traffic (rank 0).
 void printReport(const fsdp_program &p);
 /// What a group's collectives cost: how many ran, how long they were in

@@ -8,12 +8,14 @@
 // prog [--steps N] [--seed S] [--data F] [--load HF] [--strict-load]
 //      [--save DIR [--save-every N] [--keep K]] [--resume DIR]
 //      [--consolidate DIR --output FILE] [--collective-timeout S]
-//      [--dump-dir D] [--dump-step K] [--report] [--quiet]
+//      [--dump-dir D] [--dump-step K] [--report] [--quiet] [--cuda-graph]
 //
 // Describes the program, checks the rank count against its mesh, creates the
 // communicators, initializes, loads or resumes the parameters and runs the
 // steps, stopping on a non-finite loss and saving checkpoints on the way
-// (and on SIGTERM or SIGINT, at the next step boundary).
+// (and on SIGTERM or SIGINT, at the next step boundary). With --cuda-graph
+// (a CUDA program) the second step is recorded as a CUDA graph and every
+// later step replays it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,7 +47,7 @@ struct Options {
   /// Read the loss (the step's one device-to-host copy) every N steps.
   int64_t logEvery = 1;
   double collectiveTimeout = 600;
-  bool report = false, quiet = false, strictLoad = false;
+  bool report = false, quiet = false, strictLoad = false, cudaGraph = false;
   bool commThread = true;
 };
 
@@ -56,7 +58,7 @@ const char *kUsage =
     "          [--consolidate DIR --output FILE.safetensors]\n"
     "          [--collective-timeout SECONDS] [--dump-dir DIR]\n"
     "          [--dump-step K] [--log-every N] [--report] [--quiet]\n"
-    "          [--no-comm-thread]\n";
+    "          [--no-comm-thread] [--cuda-graph]\n";
 
 /// Parses the options; returns false (after printing why on rank 0) if they
 /// are wrong.
@@ -141,6 +143,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       o.quiet = true;
     } else if (arg == "--strict-load" && !hasValue) {
       o.strictLoad = true;
+    } else if (arg == "--cuda-graph" && !hasValue) {
+      o.cudaGraph = true;
     } else if (arg == "--help" || arg == "-h") {
       if (rank == 0)
         std::printf(kUsage, argv[0]);
@@ -164,11 +168,29 @@ bool parse(int argc, char **argv, int rank, Options &o) {
     return bad("--strict-load needs --load");
   if (o.logEvery < 1)
     return bad("--log-every needs a number of steps >= 1");
+  if (o.cudaGraph && !fsdp_rt_graph_supported())
+    return bad("--cuda-graph needs a program built with fsdp-compile "
+               "--target cuda; this one runs on the CPU backend");
   return true;
 }
 
 /// Set by SIGTERM and SIGINT: save at the next step boundary and stop.
 volatile std::sig_atomic_t stopRequested = 0;
+
+/// After recording a step: every update must have been made in place,
+/// since a replay reads the parameters and state where the recording did.
+void checkRecordedUpdates(fsdp_program &p) {
+  for (auto [out, arg] : p.updates) {
+    const Param &param = p.params[size_t(arg) - p.inputs.size()];
+    if (p.outputs[size_t(out)] != param.tensor)
+      failAll(p, "cuda-graph",
+              "output '" + p.outputNames[size_t(out)] + "' updates '" +
+                  param.name +
+                  "' in a new buffer (the step reads it after its update), "
+                  "so a replay would not see the update; run without "
+                  "--cuda-graph");
+  }
+}
 
 /// The scalar output `loss` as a double, if the program has one.
 bool lossOf(const fsdp_program &p, double &loss) {
@@ -275,6 +297,11 @@ int main(int argc, char **argv) {
   // loss read that ends it, which on a GPU waits for the queued work.
   auto windowStart = std::chrono::steady_clock::now();
   int64_t windowSteps = 0;
+  // --cuda-graph: the first step runs as calls (creating cuBLAS's and NCCL's
+  // resources and sizing the memory pool), the second is recorded, and it
+  // and every later one replay the recording, whose outputs stay the same
+  // buffers.
+  std::vector<fsdp_tensor *> recordedOutputs;
   double windowExcludedMs = 0;
   auto msSince = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(
@@ -290,9 +317,35 @@ int main(int argc, char **argv) {
       windowStart = std::chrono::steady_clock::now();
       windowExcludedMs = 0;
     }
+    bool dump = i == o.dumpStep && !o.dumpDir.empty();
     int64_t syncsBefore = fsdp_rt_host_syncs();
     fillInputs(p, data, step);
-    fsdp_program_forward(&p);
+    if (dump) {
+      // Not the step's own waits.
+      int64_t dumpSyncs = fsdp_rt_host_syncs();
+      dumpTensors(p, o.dumpDir, DumpPart::Arguments);
+      syncsBefore += fsdp_rt_host_syncs() - dumpSyncs;
+    }
+    if (!recordedOutputs.empty()) {
+      for (size_t k = 0; k < p.outputs.size(); ++k)
+        p.outputs[k] = fsdp_retain(recordedOutputs[k]);
+      fsdp_rt_graph_launch();
+      ++p.graphReplays;
+    } else if (o.cudaGraph && i == 1) {
+      // Its one wait for the device is set-up, not the step's.
+      int64_t beginSyncs = fsdp_rt_host_syncs();
+      fsdp_rt_graph_begin();
+      syncsBefore += fsdp_rt_host_syncs() - beginSyncs;
+      fsdp_program_forward(&p);
+      fsdp_rt_graph_end();
+      checkRecordedUpdates(p);
+      for (fsdp_tensor *t : p.outputs)
+        recordedOutputs.push_back(fsdp_retain(t));
+      fsdp_rt_graph_launch();
+      ++p.graphReplays;
+    } else {
+      fsdp_program_forward(&p);
+    }
     for (size_t k = 0; k < p.outputs.size(); ++k)
       if (!p.outputs[k])
         fail("forward",
@@ -324,8 +377,8 @@ int main(int argc, char **argv) {
         std::fflush(stdout);
       }
     }
-    if (i == o.dumpStep && !o.dumpDir.empty())
-      dumpTensors(p, o.dumpDir);
+    if (dump)
+      dumpTensors(p, o.dumpDir, DumpPart::Outputs);
     // Updated parameters and optimizer state replace the old ones.
     for (auto [out, arg] : p.updates) {
       Param &param = p.params[size_t(arg) - p.inputs.size()];
@@ -367,6 +420,8 @@ int main(int argc, char **argv) {
   if (o.report && p.worldRank == 0)
     printReport(p);
 
+  for (fsdp_tensor *t : recordedOutputs)
+    fsdp_release(t);
   for (Param &param : p.params) {
     param.tensor->borrowed = false;
     fsdp_release(param.tensor);

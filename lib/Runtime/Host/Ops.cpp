@@ -115,8 +115,9 @@ void checkJoin(const Check &c, const std::vector<fsdp_tensor *> &xs,
 }
 
 /// `x`'s bytes from `offset` on, seen as type `r`, without a copy: no op
-/// writes into its operands. The view holds a reference to the tensor that
-/// owns the buffer.
+/// writes into its operands but an in-place optimizer update, which the
+/// compiler places after every read of them (InPlaceUpdates.h). The view holds
+/// a reference to the tensor that owns the buffer.
 fsdp_tensor *view(fsdp_tensor *x, const fsdp_type &r, int64_t offset) {
   auto *out = new fsdp_tensor;
   out->type = r;

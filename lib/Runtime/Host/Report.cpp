@@ -46,9 +46,19 @@ std::string fsdp::host::groupName(const fsdp_program &p, uint32_t mask) {
   return "{" + s + "}";
 }
 
-void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
-  makeDir(dir);
+void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir,
+                             DumpPart part) {
   std::string rankDir = dir + "/rank" + std::to_string(p.worldRank);
+  if (part == DumpPart::Outputs) {
+    FILE *manifest = std::fopen((rankDir + "/manifest.txt").c_str(), "a");
+    if (!manifest)
+      fail("dump", rankDir + "/manifest.txt: cannot open for appending");
+    for (size_t i = 0; i < p.outputs.size(); ++i)
+      dumpOne(manifest, rankDir, p.outputNames[i], p.outputs[i]);
+    std::fclose(manifest);
+    return;
+  }
+  makeDir(dir);
   makeDir(rankDir);
   FILE *manifest = std::fopen((rankDir + "/manifest.txt").c_str(), "w");
   if (!manifest)
@@ -57,8 +67,6 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir) {
     dumpOne(manifest, rankDir, param.name, param.tensor);
   for (const Input &in : p.inputs)
     dumpOne(manifest, rankDir, in.name, in.tensor);
-  for (size_t i = 0; i < p.outputs.size(); ++i)
-    dumpOne(manifest, rankDir, p.outputNames[i], p.outputs[i]);
   std::fclose(manifest);
   // How sharded parameters are split, for tools that join the blocks:
   // `<name> <dim> <groups> <axis,...> <inner>` (axes major first; the last
@@ -128,6 +136,11 @@ void fsdp::host::printReport(const fsdp_program &p) {
   std::printf("host syncs per step: %.2f (%lld in %lld steps)\n",
               p.stepsRun ? double(p.stepHostSyncs) / double(p.stepsRun) : 0.0,
               (long long)p.stepHostSyncs, (long long)p.stepsRun);
+  if (p.graphReplays)
+    std::printf("cuda graph: %lld of %lld steps replayed one recording; the "
+                "kernel and collective counts below are of the steps run as "
+                "calls and the recording\n",
+                (long long)p.graphReplays, (long long)p.stepsRun);
   std::printf("%-16s %10s %12s\n", "kernel class", "calls", "time (ms)");
   for (int c = 0; c < FSDP_RT_NUM_KERNEL_CLASSES; ++c) {
     auto cls = fsdp_rt_kernel_class(c);

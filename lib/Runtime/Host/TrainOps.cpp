@@ -50,18 +50,6 @@ const float *f32Scalar(const char *op, const fsdp_tensor *t, const char *what) {
   return static_cast<const float *>(t->data);
 }
 
-/// The value of an f32 scalar the host wrote (the optimizer step, uploaded
-/// by the data loader), without reading the buffer back.
-float hostScalar(const char *op, const fsdp_tensor *t, const char *what) {
-  f32Scalar(op, t, what);
-  if (t->hostKnown)
-    return float(t->hostValue);
-  require(op, fsdp_rt_host_addressable(),
-          std::string(what) + " is a device value the host did not write; "
-                              "reading it would stall the step");
-  return *static_cast<const float *>(t->data);
-}
-
 int int32(int64_t v) { return static_cast<int>(v); }
 
 } // namespace
@@ -322,7 +310,7 @@ void fsdp_op_adamw(fsdp_program *, fsdp_tensor *new_param,
                 static_cast<float *>(new_exp_avg->data),
                 static_cast<float *>(new_exp_avg_sq->data), grad->type.dtype,
                 grad->data, numElements(param->type), lr, beta1, beta2, eps,
-                weight_decay, int64_t(hostScalar("adamw", step, "step")),
+                weight_decay, f32Scalar("adamw", step, "step"),
                 f32Scalar("adamw", grad_scale, "grad_scale"));
 }
 
@@ -336,14 +324,18 @@ void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,
   require("sgd", numElements(grad->type) == numElements(param->type),
           "gradient " + typeString(grad->type) + " does not match " +
               typeString(param->type));
+  // The kernel updates its arguments: a result that does not take its
+  // operand's buffer (InPlaceUpdates.h) starts as a copy of it.
   int64_t n = numElements(param->type);
-  fsdp_rt_copy(nullptr, FSDP_RT_F32, param->data, n, new_param->data);
-  fsdp_rt_copy(nullptr, FSDP_RT_F32, momentum_buffer->data, n,
-               new_momentum_buffer->data);
+  if (new_param->data != param->data)
+    fsdp_rt_copy(nullptr, FSDP_RT_F32, param->data, n, new_param->data);
+  if (new_momentum_buffer->data != momentum_buffer->data)
+    fsdp_rt_copy(nullptr, FSDP_RT_F32, momentum_buffer->data, n,
+                 new_momentum_buffer->data);
   fsdp_rt_sgd(nullptr, static_cast<float *>(new_param->data),
               momentum == 0.0 ? nullptr
                               : static_cast<float *>(new_momentum_buffer->data),
               grad->type.dtype, grad->data, numElements(param->type), lr,
-              momentum, weight_decay, int64_t(hostScalar("sgd", step, "step")),
+              momentum, weight_decay, f32Scalar("sgd", step, "step"),
               f32Scalar("sgd", grad_scale, "grad_scale"));
 }

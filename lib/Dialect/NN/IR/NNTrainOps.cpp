@@ -96,6 +96,17 @@ LogicalResult SGDOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
+// The new parameter first, then the state in operand order.
+OpOperand &AdamWOp::getUpdatedOperand(unsigned result) {
+  return result == 0   ? getParamMutable()
+         : result == 1 ? getExpAvgMutable()
+                       : getExpAvgSqMutable();
+}
+
+OpOperand &SGDOp::getUpdatedOperand(unsigned result) {
+  return result == 0 ? getParamMutable() : getMomentumBufferMutable();
+}
+
 // The placement copies keep the type.
 LogicalResult ToDeviceOp::inferTypes(MLIRContext *, std::optional<Location>,
                                      Adaptor adaptor,

@@ -115,4 +115,19 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def NN_UpdateOpInterface : OpInterface<"UpdateOpInterface"> {
+  let cppNamespace = "::fsdp::nn";
+  let description = [{
+    An optimizer update: each result is the new value of one operand (the
+    parameter or a state tensor), element i from element i of the operands
+    alone. A result may therefore take its operand's buffer when nothing
+    reads the operand after the op: `fsdp::InPlaceUpdates` decides where,
+    for the memory report and the lowering alike.
+  }];
+  let methods = [
+    InterfaceMethod<"The operand whose new value result `result` is.",
+      "::mlir::OpOperand &", "getUpdatedOperand", (ins "unsigned":$result)>,
+  ];
+}
+
 #endif // FSDP_DIALECT_NN_IR_NNINTERFACES_TD

@@ -832,6 +832,7 @@ def NN_ClipCoefficientOp : NN_Op<"clip_coefficient", [
 }
 
 def NN_AdamWOp : NN_Op<"adamw", [
+    DeclareOpInterfaceMethods<NN_UpdateOpInterface>,
     RuntimeOutCall<"fsdp_op_adamw", "lr:f64 beta1:f64 beta2:f64 eps:f64 weight_decay:f64">]> {
   let summary = "One AdamW update of an f32 master parameter";
   let description = [{
@@ -839,7 +840,8 @@ def NN_AdamWOp : NN_Op<"adamw", [
     weight decay, moments `exp_avg` and `exp_avg_sq`, bias correction with
     the 1-based `step` (an f32 scalar). Returns the new parameter and
     moments; the step function hands them back to the runtime, which keeps
-    them in place of the old ones.
+    them in place of the old ones. Where nothing reads the old ones after
+    the update, the new ones take their buffers (`fsdp::InPlaceUpdates`).
   }];
   let arguments = !con((ins RankedTensorOf<[F32]>:$param,
                             NN_FloatTensor:$grad,
@@ -858,6 +860,7 @@ def NN_AdamWOp : NN_Op<"adamw", [
 }
 
 def NN_SGDOp : NN_Op<"sgd", [
+    DeclareOpInterfaceMethods<NN_UpdateOpInterface>,
     RuntimeOutCall<"fsdp_op_sgd", "lr:f64 momentum:f64 weight_decay:f64">]> {
   let summary = "One SGD (momentum, weight decay) update of an f32 parameter";
   let description = [{

@@ -1,0 +1,53 @@
+//===- InPlaceUpdates.h - Optimizer updates that reuse buffers -*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// The one decision of which optimizer results take their operand's buffer,
+// shared by the runtime lowering (which hands the operand's handle back as
+// the result) and the memory report (which then counts no bytes for it):
+// what PyTorch's optimizers do by updating parameters in place, so that a
+// step holds one copy of the parameters and optimizer state, not two.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_CONVERSION_NNTORUNTIME_INPLACEUPDATES_H
+#define FSDP_CONVERSION_NNTORUNTIME_INPLACEUPDATES_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace fsdp {
+
+/// The operand whose buffer the runtime hands out again as `op`'s result:
+/// dist.copy, dist.wait (the started collective's), nn.reshape and an
+/// nn.slice whose dims before the sliced one are all 1 (Ops.cpp's views).
+/// Null for an op whose results are new buffers.
+mlir::Value sharedBufferOperand(mlir::Operation *op);
+
+/// Per step: the nn.adamw and nn.sgd results (UpdateOpInterface) that
+/// update their own operand in place. A result qualifies when the step
+/// returns it as the update (nn.updates) of the step argument it is the new
+/// value of, and nothing reads that argument's buffer after the op: no
+/// later use of the argument or of a view of it, and no async collective
+/// on it still in flight.
+class InPlaceUpdates {
+public:
+  explicit InPlaceUpdates(mlir::func::FuncOp step);
+
+  /// The operand number of `result`'s op whose buffer `result` takes, or
+  /// -1 when it gets a buffer of its own.
+  int reusedOperand(mlir::Value result) const {
+    return reused.lookup(result) - 1;
+  }
+
+private:
+  /// Operand number + 1 per in-place result (0: none).
+  llvm::DenseMap<mlir::Value, int> reused;
+};
+
+} // namespace fsdp
+
+#endif // FSDP_CONVERSION_NNTORUNTIME_INPLACEUPDATES_H
