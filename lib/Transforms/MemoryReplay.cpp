@@ -54,6 +54,10 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
   };
   ReleasePlan plan(body);
   InPlaceUpdates inPlace(step);
+  // Deferred AdamW calls hold their operands (and results the step drops)
+  // until the step's end.
+  bool deferred = defersUpdates(step);
+  SmallVector<Value> heldToEnd;
   // Per started future: its input and the staging it holds.
   DenseMap<Value, std::pair<Value, int64_t>> pending;
   for (Operation &op : body.without_terminator()) {
@@ -111,10 +115,13 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
       else if (op.hasAttr("path"))
         r.forwardFlops += costed.getCost().flops;
     }
+    bool held = deferred && isa<nn::AdamWOp>(op);
     for (unsigned i : plan.operandsDyingAt(&op))
-      release(op.getOperand(i));
+      held ? heldToEnd.push_back(op.getOperand(i)) : release(op.getOperand(i));
     for (unsigned i : plan.unusedResults(&op))
-      release(op.getResult(i));
+      held ? heldToEnd.push_back(op.getResult(i)) : release(op.getResult(i));
   }
+  for (Value v : heldToEnd)
+    release(v);
   return r;
 }

@@ -18,7 +18,12 @@
 //   1e-5, logit gradients within 1e-5 (f32) or 1e-2 (bf16/f16), on rows
 //   that are 16-byte aligned and rows that are not;
 // - the rms_norm row kernels (NormRows.cuh): out and dx within 1e-5 (f32)
-//   or 1e-2 (bf16/f16), each row's 1 / rms within 1e-12 of float64.
+//   or 1e-2 (bf16/f16), each row's 1 / rms within 1e-12 of float64;
+// - multi-tensor AdamW (AdamWMulti.cuh): three steps on tables of tensors
+//   of many sizes (empty, one element, chunk boundaries), some updated in
+//   place and some into new buffers, more tensors than one launch takes, a
+//   grid smaller than the chunks, f32 and bf16 gradients: parameters and
+//   moments within 1e-6 of fsdp_rt_adamw's.
 //
 // One line per case and tensor; exits 1 if any error exceeds its bound.
 //
@@ -27,6 +32,7 @@
 #define FSDP_CUDA_EMULATE
 #include "cuda-emulator.h"
 
+#include "../../lib/Runtime/CUDA/AdamWMulti.cuh"
 #include "../../lib/Runtime/CUDA/FlashAttention.cuh"
 #include "../../lib/Runtime/CUDA/LossRows.cuh"
 #include "../../lib/Runtime/CUDA/NormRows.cuh"
@@ -38,6 +44,7 @@
 #include <random>
 #include <vector>
 
+namespace adamw = fsdp::rt::cuda::adamw;
 namespace flash = fsdp::rt::cuda::flash;
 namespace loss = fsdp::rt::cuda::loss;
 namespace norm = fsdp::rt::cuda::norm;
@@ -319,6 +326,94 @@ template <typename E> bool runNorm(const NormCase &c) {
   return report(c.name, "inv_rms", invErr, 1e-12) && ok;
 }
 
+/// Three emulated multi-tensor AdamW steps against fsdp_rt_adamw per
+/// tensor. Tensor k updates in place when k is even; `grid` (0: the
+/// runtime's) may be smaller than the chunks, so blocks stride.
+template <typename E>
+bool runAdamW(const char *name, fsdp_rt_dtype gradType,
+              const std::vector<int64_t> &sizes, unsigned grid) {
+  using T = typename E::T;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  struct State {
+    std::vector<float> p, m, v, newP, newM, newV;
+    std::vector<T> g;
+  };
+  size_t count = sizes.size();
+  std::vector<State> emu(count), cpu(count);
+  for (size_t k = 0; k < count; ++k) {
+    size_t n = size_t(sizes[k]);
+    State &s = emu[k];
+    s.p.resize(n);
+    for (float &x : s.p)
+      x = dist(rng);
+    s.m.assign(n, 0.0f);
+    s.v.assign(n, 0.0f);
+    s.newP.resize(n);
+    s.newM.resize(n);
+    s.newV.resize(n);
+    s.g.resize(n);
+    cpu[k] = s;
+  }
+  const double lr = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
+  float scale = 0.5f;
+  for (int step = 1; step <= 3; ++step) {
+    float count1 = float(step);
+    for (size_t k = 0; k < count; ++k)
+      for (size_t i = 0; i < emu[k].g.size(); ++i)
+        cpu[k].g[i] = emu[k].g[i] = portable::fromFloat<E>(dist(rng));
+    // In place (even k) or into the new buffers, which the next step
+    // reads as its state.
+    auto table = [&](std::vector<State> &states) {
+      std::vector<fsdp_rt_adamw_tensor> ts;
+      for (size_t k = 0; k < count; ++k) {
+        State &s = states[k];
+        bool inPlace = k % 2 == 0;
+        ts.push_back({s.p.data(), s.m.data(), s.v.data(),
+                      inPlace ? s.p.data() : s.newP.data(),
+                      inPlace ? s.m.data() : s.newM.data(),
+                      inPlace ? s.v.data() : s.newV.data(), s.g.data(),
+                      sizes[k]});
+      }
+      return ts;
+    };
+    std::vector<fsdp_rt_adamw_tensor> cpuTable = table(cpu);
+    for (const fsdp_rt_adamw_tensor &t : cpuTable)
+      fsdp_rt_adamw(nullptr, t.param, t.exp_avg, t.exp_avg_sq, t.new_param,
+                    t.new_exp_avg, t.new_exp_avg_sq, gradType, t.grad, t.numel,
+                    lr, beta1, beta2, eps, wd, &count1, &scale);
+    std::vector<fsdp_rt_adamw_tensor> emuTable = table(emu);
+    adamw::Hyper hyper = {lr, beta1, beta2, eps, wd};
+    for (size_t first = 0; first < count; first += adamw::kTable) {
+      adamw::Table launchTable;
+      int64_t chunks =
+          adamw::fillTable(launchTable, emuTable.data() + first,
+                           int(std::min<size_t>(count - first, adamw::kTable)));
+      emu::launch(
+          grid ? grid : adamw::adamwGrid(chunks), 1, 1, adamw::kAdamWThreads, 0,
+          [&] { adamw::adamwMulti<E>(launchTable, hyper, &count1, &scale); });
+    }
+    for (std::vector<State> *states : {&emu, &cpu})
+      for (size_t k = 1; k < count; k += 2) {
+        State &s = (*states)[k];
+        std::swap(s.p, s.newP);
+        std::swap(s.m, s.newM);
+        std::swap(s.v, s.newV);
+      }
+  }
+  double worstP = 0, worstM = 0, worstV = 0;
+  for (size_t k = 0; k < count; ++k) {
+    if (emu[k].p.empty())
+      continue;
+    worstP = std::max(worstP, relError(emu[k].p, cpu[k].p));
+    worstM = std::max(worstM, relError(emu[k].m, cpu[k].m));
+    worstV = std::max(worstV, relError(emu[k].v, cpu[k].v));
+  }
+  bool ok = report(name, "param", worstP, 1e-6);
+  ok = report(name, "exp_avg", worstM, 1e-6) && ok;
+  return report(name, "exp_avg_sq", worstV, 1e-6) && ok;
+}
+
 } // namespace
 
 int main() {
@@ -363,6 +458,17 @@ int main() {
           : c.dtype == FSDP_RT_BF16 ? runNorm<portable::BF16>(c)
                                     : runNorm<portable::F16>(c)) &&
          ok;
+  // Sizes around the chunk, empty and one-element tensors; 45 tensors take
+  // two launches.
+  const int64_t chunk = adamw::kAdamWChunk;
+  std::vector<int64_t> sizes = {chunk,         0,  1, chunk - 1, chunk + 1,
+                                3 * chunk + 7, 100};
+  while (sizes.size() < 45)
+    sizes.push_back(int64_t(37 * sizes.size() % 500));
+  ok = runAdamW<portable::F32>("adamw_multi_f32", FSDP_RT_F32, sizes, 0) && ok;
+  ok = runAdamW<portable::BF16>("adamw_multi_bf16_strided", FSDP_RT_BF16, sizes,
+                                3) &&
+       ok;
   std::printf("%s\n", ok ? "all cases passed" : "FAILED");
   return ok ? 0 : 1;
 }

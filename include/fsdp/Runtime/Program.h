@@ -315,6 +315,12 @@ void fsdp_prog_state(fsdp_program *p, const char *name, fsdp_type type);
 /// parameter or state): how a step updates its parameters "in place".
 void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
                              int64_t arg_index);
+/// The step's fsdp_op_adamw calls may wait until the step returns, since
+/// nothing in the step reads their results: the runtime queues them (with
+/// references to their tensors) and runs them together after the step, as
+/// one multi-tensor update per group of equal hyperparameters
+/// (fsdp_rt_adamw_multi).
+void fsdp_prog_defer_updates(fsdp_program *p);
 
 // The ops below write their results into tensors the program created with
 // fsdp_tensor_new (results first, then operands), so one call can produce

@@ -546,6 +546,27 @@ void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
                    double weight_decay, const float *step,
                    const float *grad_scale);
 
+/// One tensor of fsdp_rt_adamw_multi: fsdp_rt_adamw's buffers and size.
+typedef struct fsdp_rt_adamw_tensor {
+  const float *param, *exp_avg, *exp_avg_sq;
+  float *new_param, *new_exp_avg, *new_exp_avg_sq;
+  const void *grad;
+  int64_t numel;
+} fsdp_rt_adamw_tensor;
+
+/// fsdp_rt_adamw on `count` tensors that share the hyperparameters, the
+/// gradients' type, `step` and `grad_scale`: torch.optim.AdamW's
+/// multi-tensor (fused) form, in one launch per table of tensors on CUDA
+/// (FSDP_RT_ADAMW_TABLE per launch) and one parallel loop on the CPU.
+void fsdp_rt_adamw_multi(fsdp_rt_stream stream, int64_t count,
+                         const fsdp_rt_adamw_tensor *tensors,
+                         fsdp_rt_dtype grad_dtype, double lr, double beta1,
+                         double beta2, double eps, double weight_decay,
+                         const float *step, const float *grad_scale);
+/// The tensors one CUDA launch of fsdp_rt_adamw_multi takes: the table
+/// travels as a kernel argument (under 4 KiB).
+#define FSDP_RT_ADAMW_TABLE 40
+
 /// One torch.optim.SGD step (no dampening, not Nesterov): g += weight_decay·p;
 /// buf = g at step 1, momentum·buf + g after; p -= lr·buf. With momentum 0
 /// there is no buffer (`momentum_buffer` may be NULL) and p -= lr·g.

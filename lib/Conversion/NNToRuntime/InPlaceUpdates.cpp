@@ -55,6 +55,19 @@ static unsigned lastRead(BlockArgument arg, Block &body,
   return last;
 }
 
+bool fsdp::defersUpdates(func::FuncOp step) {
+  if (step.isExternal())
+    return false;
+  bool any = false;
+  for (auto adamw : step.getBody().front().getOps<nn::AdamWOp>()) {
+    any = true;
+    for (Operation *user : adamw->getUsers())
+      if (!isa<func::ReturnOp>(user))
+        return false;
+  }
+  return any;
+}
+
 InPlaceUpdates::InPlaceUpdates(func::FuncOp step) {
   if (step.isExternal())
     return;

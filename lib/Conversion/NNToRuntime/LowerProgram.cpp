@@ -257,6 +257,8 @@ LogicalResult Describer::emitDescribe(Location loc) {
           .literal(intLiteral(i))
           .literal(intLiteral(arg.getInt()))
           .emit(builder, loc);
+  if (defersUpdates(entry))
+    call("fsdp_prog_defer_updates").emit(builder, loc);
   for (uint32_t mask : state.groups)
     call("fsdp_prog_group").literal(maskLiteral(mask)).emit(builder, loc);
   emitc::ReturnOp::create(builder, loc, Value());

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 using namespace fsdp::rt;
 
@@ -84,13 +85,24 @@ void fsdp_rt_sum_squares(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
   out[0] = float(sum);
 }
 
-void fsdp_rt_adamw(fsdp_rt_stream, const float *param, const float *exp_avg,
-                   const float *exp_avg_sq, float *new_param,
-                   float *new_exp_avg, float *new_exp_avg_sq,
+void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
+                   const float *exp_avg, const float *exp_avg_sq,
+                   float *new_param, float *new_exp_avg, float *new_exp_avg_sq,
                    fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                    double lr, double beta1, double beta2, double eps,
-                   double weight_decay, const float *step_count,
+                   double weight_decay, const float *step,
                    const float *grad_scale) {
+  fsdp_rt_adamw_tensor t = {param,       exp_avg,        exp_avg_sq, new_param,
+                            new_exp_avg, new_exp_avg_sq, grad,       numel};
+  fsdp_rt_adamw_multi(stream, 1, &t, grad_dtype, lr, beta1, beta2, eps,
+                      weight_decay, step, grad_scale);
+}
+
+void fsdp_rt_adamw_multi(fsdp_rt_stream, int64_t count,
+                         const fsdp_rt_adamw_tensor *tensors,
+                         fsdp_rt_dtype grad_dtype, double lr, double beta1,
+                         double beta2, double eps, double weight_decay,
+                         const float *step_count, const float *grad_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
   double step = step_count[0];
   AdamWCoefficients c;
@@ -101,18 +113,31 @@ void fsdp_rt_adamw(fsdp_rt_stream, const float *param, const float *exp_avg,
   c.correction2Sqrt = float(std::sqrt(1.0 - std::pow(beta2, step)));
   c.eps = float(eps);
   c.gradScale = *grad_scale;
-  parallelFor(numel, 8 * kBlock, [&](int64_t begin, int64_t end) {
+  // One parallel loop over every tensor's pieces, so that many small
+  // tensors share the threads as one large one would.
+  constexpr int64_t piece = 8 * kBlock;
+  std::vector<std::pair<int64_t, int64_t>> pieces; // (tensor, first element)
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t b = 0; b < tensors[t].numel; b += piece)
+      pieces.emplace_back(t, b);
+  parallelFor(int64_t(pieces.size()), 1, [&](int64_t first, int64_t last) {
     float scratch[kBlock];
-    for (int64_t b = begin; b < end; b += kBlock) {
-      int64_t len = std::min(kBlock, end - b);
-      const float *g = static_cast<const float *>(grad) + b;
-      if (grad_dtype != FSDP_RT_F32) {
-        toFloat(grad_dtype, static_cast<const uint16_t *>(grad) + b, len,
-                scratch);
-        g = scratch;
+    for (int64_t k = first; k < last; ++k) {
+      auto [t, start] = pieces[size_t(k)];
+      const fsdp_rt_adamw_tensor &x = tensors[t];
+      int64_t end = std::min(start + piece, x.numel);
+      for (int64_t b = start; b < end; b += kBlock) {
+        int64_t len = std::min(kBlock, end - b);
+        const float *g = static_cast<const float *>(x.grad) + b;
+        if (grad_dtype != FSDP_RT_F32) {
+          toFloat(grad_dtype, static_cast<const uint16_t *>(x.grad) + b, len,
+                  scratch);
+          g = scratch;
+        }
+        adamwBlock(x.param + b, x.exp_avg + b, x.exp_avg_sq + b, g,
+                   x.new_param + b, x.new_exp_avg + b, x.new_exp_avg_sq + b,
+                   len, c);
       }
-      adamwBlock(param + b, exp_avg + b, exp_avg_sq + b, g, new_param + b,
-                 new_exp_avg + b, new_exp_avg_sq + b, len, c);
     }
   });
 }

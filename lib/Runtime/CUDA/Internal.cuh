@@ -241,8 +241,6 @@ struct F16 {
   }
 };
 
-/// Calls fn(F32{}), fn(BF16{}) or fn(F16{}) for a float dtype; aborts naming
-/// `where` for any other.
 /// The same element type for the kernels written against Portable.cuh
 /// (which use CUDA's bf16/f16 types rather than raw bits).
 template <typename E> struct PortableOf;
@@ -263,6 +261,8 @@ template <typename E> typename Portable<E>::T *asPortable(void *p) {
   return static_cast<typename Portable<E>::T *>(p);
 }
 
+/// Calls fn(F32{}), fn(BF16{}) or fn(F16{}) for a float dtype; aborts naming
+/// `where` for any other.
 template <typename Fn>
 void dispatchFloat(fsdp_rt_dtype dtype, const char *where, Fn &&fn) {
   switch (dtype) {

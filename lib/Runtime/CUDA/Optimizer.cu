@@ -9,14 +9,14 @@
 // operation by operation as torch.optim does, SGD in double stored as f32.
 // `grad_scale` and the step count are read by the kernels from device
 // memory, so an update never waits for the host and a step's launches are
-// the same at every step (what a CUDA graph replays): AdamW's bias
-// corrections are computed on the device, in double as the CPU backend
-// does, by one thread before the update. The squared-gradient sum adds fixed chunks in
+// the same at every step (what a CUDA graph replays). AdamW runs as the
+// multi-tensor kernel of AdamWMulti.cuh, one launch per table of tensors. The squared-gradient sum adds fixed chunks in
 // double (a block reduction per chunk, then the chunks by one block), so
 // its bits do not depend on scheduling.
 //
 //===----------------------------------------------------------------------===//
 
+#include "AdamWMulti.cuh"
 #include "Internal.cuh"
 
 #include <cmath>
@@ -55,47 +55,6 @@ __global__ void sumChunksKernel(const double *partial, int64_t chunks,
   sum = blockReduce(sum, SumOp{});
   if (threadIdx.x == 0)
     out[0] = float(sum);
-}
-
-/// The step's constants of torch.optim.AdamW, in f32.
-struct AdamWCoefficients {
-  float decay, beta1, beta2, stepSize, correction2Sqrt, eps;
-};
-
-/// The coefficients of step `step[0]` (1-based).
-__global__ void adamwCoefficientsKernel(const float *step, double lr,
-                                        double beta1, double beta2, double eps,
-                                        double weightDecay,
-                                        AdamWCoefficients *out) {
-  double t = step[0];
-  AdamWCoefficients c;
-  c.decay = float(1.0 - lr * weightDecay);
-  c.beta1 = float(beta1);
-  c.beta2 = float(beta2);
-  c.stepSize = float(lr / (1.0 - pow(beta1, t)));
-  c.correction2Sqrt = float(sqrt(1.0 - pow(beta2, t)));
-  c.eps = float(eps);
-  *out = c;
-}
-
-template <typename E>
-__global__ void adamwKernel(const float *param, const float *m, const float *v,
-                            const typename E::T *grad, const float *gradScale,
-                            int64_t n, const AdamWCoefficients *coefficients,
-                            float *newParam, float *newM, float *newV) {
-  float scale = gradScale[0];
-  AdamWCoefficients c = *coefficients;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float gi = E::load(grad, i) * scale;
-    float p = param[i] * c.decay;
-    float mi = m[i] + (gi - m[i]) * (1.0f - c.beta1);
-    float vi = v[i] * c.beta2 + (1.0f - c.beta2) * gi * gi;
-    float denom = sqrtf(vi) / c.correction2Sqrt + c.eps;
-    newParam[i] = p - c.stepSize * (mi / denom);
-    newM[i] = mi;
-    newV[i] = vi;
-  }
 }
 
 template <typename E>
@@ -149,19 +108,33 @@ void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
                    double lr, double beta1, double beta2, double eps,
                    double weight_decay, const float *step,
                    const float *grad_scale) {
-  KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_adamw");
-  if (numel == 0)
-    return;
-  cudaStream_t s = scope.stream();
-  Temp<AdamWCoefficients> c(1, s, scope.name());
-  adamwCoefficientsKernel<<<1, 1, 0, s>>>(step, lr, beta1, beta2, eps,
-                                          weight_decay, c.get());
-  dispatchFloat(grad_dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    adamwKernel<E><<<gridFor(numel), kThreads, 0, s>>>(
-        param, exp_avg, exp_avg_sq, asIn<E>(grad), grad_scale, numel, c.get(),
-        new_param, new_exp_avg, new_exp_avg_sq);
-  });
+  fsdp_rt_adamw_tensor t = {param,       exp_avg,        exp_avg_sq, new_param,
+                            new_exp_avg, new_exp_avg_sq, grad,       numel};
+  fsdp_rt_adamw_multi(stream, 1, &t, grad_dtype, lr, beta1, beta2, eps,
+                      weight_decay, step, grad_scale);
+}
+
+void fsdp_rt_adamw_multi(fsdp_rt_stream stream, int64_t count,
+                         const fsdp_rt_adamw_tensor *tensors,
+                         fsdp_rt_dtype grad_dtype, double lr, double beta1,
+                         double beta2, double eps, double weight_decay,
+                         const float *step, const float *grad_scale) {
+  KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_adamw_multi");
+  adamw::Hyper hyper = {lr, beta1, beta2, eps, weight_decay};
+  for (int64_t first = 0; first < count; first += adamw::kTable) {
+    adamw::Table table;
+    int64_t chunks = adamw::fillTable(
+        table, tensors + first,
+        int(count - first < adamw::kTable ? count - first : adamw::kTable));
+    if (chunks == 0)
+      continue;
+    dispatchFloat(grad_dtype, scope.name(), [&](auto e) {
+      using E = decltype(e);
+      adamw::adamwMulti<Portable<E>>
+          <<<adamw::adamwGrid(chunks), adamw::kAdamWThreads, 0,
+             scope.stream()>>>(table, hyper, step, grad_scale);
+    });
+  }
 }
 
 void fsdp_rt_sgd(fsdp_rt_stream stream, float *param, float *momentum_buffer,

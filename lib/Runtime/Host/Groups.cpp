@@ -44,13 +44,22 @@ void fsdp::host::createGroups(fsdp_program &p) {
     MPI_Comm_rank(g.comm, &g.rank);
     p.groups[mask] = g;
   }
+  // After the device is chosen: the pinned copies belong to it.
   startCommunication(p);
+  for (auto &[mask, g] : p.groups) {
+    g.rankHost = static_cast<int64_t *>(fsdp_rt_host_alloc(sizeof(int64_t)));
+    if (!g.rankHost)
+      failAll(p, "groups", "out of host memory");
+    *g.rankHost = g.rank;
+  }
 }
 
 void fsdp::host::freeGroups(fsdp_program &p) {
   stopCommunication(p);
-  for (auto &[mask, g] : p.groups)
+  for (auto &[mask, g] : p.groups) {
     MPI_Comm_free(&g.comm);
+    fsdp_rt_host_free(g.rankHost);
+  }
   p.groups.clear();
 }
 
@@ -191,10 +200,9 @@ fsdp_tensor *fsdp_op_axis_index(fsdp_program *p, fsdp_type r,
   if (r.dtype != FSDP_RT_I64 || r.rank != 0)
     fail("axis_index", "result is " + typeString(r) + ", expected i64[]");
   fsdp_tensor *out = fsdp_tensor_new(p, r);
-  int64_t index = g.rank;
-  fsdp_rt_copy_to_device(nullptr, out->data, &index, sizeof(index));
+  fsdp_rt_copy_to_device(nullptr, out->data, g.rankHost, sizeof(int64_t));
   out->hostKnown = true;
-  out->hostValue = double(index);
+  out->hostValue = double(g.rank);
   return out;
 }
 

@@ -73,6 +73,15 @@ struct MeshAxis {
   int64_t size;
 };
 
+/// A queued fsdp_op_adamw (fsdp_prog_defer_updates): its tensors, each
+/// holding a reference until the update runs, and its hyperparameters.
+struct PendingAdamW {
+  /// new_param, new_exp_avg, new_exp_avg_sq, param, grad, exp_avg,
+  /// exp_avg_sq, step, grad_scale: the call's order.
+  fsdp_tensor *tensors[9];
+  double lr, beta1, beta2, eps, weightDecay;
+};
+
 struct Input {
   std::string name;
   fsdp_type type;
@@ -117,6 +126,10 @@ struct Group {
   int size = 1;
   int rank = 0;
   DeviceComm *device = nullptr;
+  /// `rank` as an i64 in backend host memory (pinned on CUDA), where
+  /// fsdp_op_axis_index copies it from: a copy a CUDA graph records reads
+  /// the same address at every replay, which a stack variable is not.
+  int64_t *rankHost = nullptr;
 };
 
 } // namespace fsdp::host
@@ -133,6 +146,10 @@ struct fsdp_program {
   /// (output index, argument index): the output replaces the argument after
   /// each step.
   std::vector<std::pair<int64_t, int64_t>> updates;
+  /// fsdp_prog_defer_updates: AdamW calls queue in pendingAdamW until
+  /// applyDeferredUpdates.
+  bool deferUpdates = false;
+  std::vector<fsdp::host::PendingAdamW> pendingAdamW;
   std::vector<uint32_t> groupMasks;
   /// Token range of integer inputs (fsdp_prog_input_range).
   std::map<std::string, int64_t> inputRanges;
@@ -341,6 +358,11 @@ void fillInputs(fsdp_program &p, const DataOptions &options, int64_t step);
 enum class DumpPart { Arguments, Outputs };
 /// Writes `part` to `dir`/rank<r>/ and lists it in the manifest.
 void dumpTensors(const fsdp_program &p, const std::string &dir, DumpPart part);
+/// Runs the AdamW updates the step queued (fsdp_prog_defer_updates): one
+/// fsdp_rt_adamw_multi per group of calls that share hyperparameters,
+/// gradient type, step count and gradient scale, in the order of each
+/// group's first call; then drops the queue's references.
+void applyDeferredUpdates(fsdp_program &p);
 /// Prints memory, kernel time and collective traffic (rank 0).
 void printReport(const fsdp_program &p);
 /// What a group's collectives cost: how many ran, how long they were in

@@ -337,6 +337,7 @@ int main(int argc, char **argv) {
       fsdp_rt_graph_begin();
       syncsBefore += fsdp_rt_host_syncs() - beginSyncs;
       fsdp_program_forward(&p);
+      applyDeferredUpdates(p);
       fsdp_rt_graph_end();
       checkRecordedUpdates(p);
       for (fsdp_tensor *t : p.outputs)
@@ -345,6 +346,7 @@ int main(int argc, char **argv) {
       ++p.graphReplays;
     } else {
       fsdp_program_forward(&p);
+      applyDeferredUpdates(p);
     }
     for (size_t k = 0; k < p.outputs.size(); ++k)
       if (!p.outputs[k])

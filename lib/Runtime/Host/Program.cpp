@@ -335,6 +335,8 @@ void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
   p->updates.push_back({output_index, arg_index});
 }
 
+void fsdp_prog_defer_updates(fsdp_program *p) { p->deferUpdates = true; }
+
 void fsdp_prog_output_name(fsdp_program *p, const char *name) {
   p->outputNames.push_back(name);
   p->outputs.push_back(nullptr);

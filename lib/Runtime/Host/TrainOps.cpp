@@ -52,6 +52,22 @@ const float *f32Scalar(const char *op, const fsdp_tensor *t, const char *what) {
 
 int int32(int64_t v) { return static_cast<int>(v); }
 
+/// The buffers of an AdamW call as fsdp_rt_adamw_multi takes them.
+fsdp_rt_adamw_tensor adamwTensor(const PendingAdamW &a) {
+  auto in = [&](int k) {
+    return static_cast<const float *>(a.tensors[k]->data);
+  };
+  auto out = [&](int k) { return static_cast<float *>(a.tensors[k]->data); };
+  return {in(3),
+          in(5),
+          in(6),
+          out(0),
+          out(1),
+          out(2),
+          a.tensors[4]->data,
+          numElements(a.tensors[3]->type)};
+}
+
 } // namespace
 
 #define FSDP_ACTIVATION(name, forward, gradient)                               \
@@ -291,7 +307,7 @@ void fsdp_op_clip_coefficient(fsdp_program *, fsdp_tensor *out,
       static_cast<float *>(out->data));
 }
 
-void fsdp_op_adamw(fsdp_program *, fsdp_tensor *new_param,
+void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
                    fsdp_tensor *new_exp_avg, fsdp_tensor *new_exp_avg_sq,
                    fsdp_tensor *param, fsdp_tensor *grad, fsdp_tensor *exp_avg,
                    fsdp_tensor *exp_avg_sq, fsdp_tensor *step,
@@ -303,15 +319,57 @@ void fsdp_op_adamw(fsdp_program *, fsdp_tensor *new_param,
   require("adamw", numElements(grad->type) == numElements(param->type),
           "gradient " + typeString(grad->type) + " does not match " +
               typeString(param->type));
-  fsdp_rt_adamw(nullptr, static_cast<const float *>(param->data),
-                static_cast<const float *>(exp_avg->data),
-                static_cast<const float *>(exp_avg_sq->data),
-                static_cast<float *>(new_param->data),
-                static_cast<float *>(new_exp_avg->data),
-                static_cast<float *>(new_exp_avg_sq->data), grad->type.dtype,
-                grad->data, numElements(param->type), lr, beta1, beta2, eps,
-                weight_decay, f32Scalar("adamw", step, "step"),
-                f32Scalar("adamw", grad_scale, "grad_scale"));
+  f32Scalar("adamw", step, "step");
+  f32Scalar("adamw", grad_scale, "grad_scale");
+  PendingAdamW update = {{new_param, new_exp_avg, new_exp_avg_sq, param, grad,
+                          exp_avg, exp_avg_sq, step, grad_scale},
+                         lr,
+                         beta1,
+                         beta2,
+                         eps,
+                         weight_decay};
+  if (!p->deferUpdates) {
+    fsdp_rt_adamw_tensor t = adamwTensor(update);
+    fsdp_rt_adamw_multi(nullptr, 1, &t, grad->type.dtype, lr, beta1, beta2, eps,
+                        weight_decay, static_cast<float *>(step->data),
+                        static_cast<float *>(grad_scale->data));
+    return;
+  }
+  for (fsdp_tensor *&t : update.tensors)
+    t = fsdp_retain(t);
+  p->pendingAdamW.push_back(update);
+}
+
+void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
+  std::vector<PendingAdamW> pending;
+  pending.swap(p.pendingAdamW);
+  std::vector<bool> done(pending.size());
+  std::vector<fsdp_rt_adamw_tensor> group;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (done[i])
+      continue;
+    const PendingAdamW &a = pending[i];
+    auto same = [&](const PendingAdamW &b) {
+      return a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
+             a.eps == b.eps && a.weightDecay == b.weightDecay &&
+             a.tensors[4]->type.dtype == b.tensors[4]->type.dtype &&
+             a.tensors[7]->data == b.tensors[7]->data &&
+             a.tensors[8]->data == b.tensors[8]->data;
+    };
+    group.clear();
+    for (size_t j = i; j < pending.size(); ++j)
+      if (!done[j] && same(pending[j])) {
+        group.push_back(adamwTensor(pending[j]));
+        done[j] = true;
+      }
+    fsdp_rt_adamw_multi(nullptr, int64_t(group.size()), group.data(),
+                        a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2, a.eps,
+                        a.weightDecay, static_cast<float *>(a.tensors[7]->data),
+                        static_cast<float *>(a.tensors[8]->data));
+  }
+  for (PendingAdamW &a : pending)
+    for (fsdp_tensor *t : a.tensors)
+      fsdp_release(t);
 }
 
 void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,

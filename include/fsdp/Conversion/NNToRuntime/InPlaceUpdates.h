@@ -5,11 +5,14 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The one decision of which optimizer results take their operand's buffer,
-// shared by the runtime lowering (which hands the operand's handle back as
-// the result) and the memory report (which then counts no bytes for it):
+// The runtime lowering's two decisions about a step's optimizer updates,
+// shared with the memory report so that its replay stays the runtime's:
+// which results take their operand's buffer (the lowering hands the
+// operand's handle back as the result, the report counts no bytes for it),
 // what PyTorch's optimizers do by updating parameters in place, so that a
-// step holds one copy of the parameters and optimizer state, not two.
+// step holds one copy of the parameters and optimizer state, not two; and
+// whether the step's AdamW calls may wait for the step's end and run as one
+// multi-tensor update (their operands then live until the end).
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +50,11 @@ private:
   /// Operand number + 1 per in-place result (0: none).
   llvm::DenseMap<mlir::Value, int> reused;
 };
+
+/// Whether `step`'s nn.adamw calls may be queued until the step returns
+/// (fsdp_prog_defer_updates): it has some, and nothing in the step reads
+/// their results (the return hands them back).
+bool defersUpdates(mlir::func::FuncOp step);
 
 } // namespace fsdp
 
