@@ -23,7 +23,8 @@
 //   of many sizes (empty, one element, chunk boundaries), some updated in
 //   place and some into new buffers, more tensors than one launch takes, a
 //   grid smaller than the chunks, f32 and bf16 gradients: parameters and
-//   moments within 1e-6 of fsdp_rt_adamw's.
+//   moments within 1e-6 of the CPU backend's fsdp_rt_adamw, called one
+//   tensor at a time.
 //
 // One line per case and tensor; exits 1 if any error exceeds its bound.
 //
@@ -326,9 +327,10 @@ template <typename E> bool runNorm(const NormCase &c) {
   return report(c.name, "inv_rms", invErr, 1e-12) && ok;
 }
 
-/// Three emulated multi-tensor AdamW steps against fsdp_rt_adamw per
-/// tensor. Tensor k updates in place when k is even; `grid` (0: the
-/// runtime's) may be smaller than the chunks, so blocks stride.
+/// Three emulated multi-tensor AdamW steps against the CPU backend's
+/// fsdp_rt_adamw one tensor at a time. Tensor k updates in place when k is
+/// even; `grid` (0: the runtime's) may be smaller than the chunks, so blocks
+/// stride.
 template <typename E>
 bool runAdamW(const char *name, fsdp_rt_dtype gradType,
               const std::vector<int64_t> &sizes, unsigned grid) {
@@ -379,9 +381,8 @@ bool runAdamW(const char *name, fsdp_rt_dtype gradType,
     };
     std::vector<fsdp_rt_adamw_tensor> cpuTable = table(cpu);
     for (const fsdp_rt_adamw_tensor &t : cpuTable)
-      fsdp_rt_adamw(nullptr, t.param, t.exp_avg, t.exp_avg_sq, t.new_param,
-                    t.new_exp_avg, t.new_exp_avg_sq, gradType, t.grad, t.numel,
-                    lr, beta1, beta2, eps, wd, &count1, &scale);
+      fsdp_rt_adamw(nullptr, 1, &t, gradType, lr, beta1, beta2, eps, wd,
+                    &count1, &scale);
     std::vector<fsdp_rt_adamw_tensor> emuTable = table(emu);
     adamw::Hyper hyper = {lr, beta1, beta2, eps, wd};
     for (size_t first = 0; first < count; first += adamw::kTable) {

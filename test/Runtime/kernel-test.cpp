@@ -663,18 +663,20 @@ void reduceSumToCase(Writer &w, const char *name, fsdp_rt_dtype dt,
 
 /// Three optimizer steps on one f32 parameter from zero state, with grads of
 /// `gradType` scaled by 0.5; records the grads and the final state. With
-/// `pieces`, AdamW runs as fsdp_rt_adamw_multi on that many tensors that
-/// cut the parameter in pieces of many sizes (none, one element, more than
-/// a CUDA chunk; more tensors than one CUDA launch takes): elementwise, the
-/// result is the one-tensor update's, which is what is recorded.
+/// `pieces`, AdamW's table cuts the parameter into that many tensors of
+/// many sizes (none, one element, more than a CUDA chunk; more tensors than
+/// one CUDA launch takes): elementwise, the result is the one-tensor
+/// update's, which is what is recorded.
 void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
-                   fsdp_rt_dtype gradType, int pieces = 0) {
+                   fsdp_rt_dtype gradType, int pieces = 1) {
   std::vector<int64_t> sizes;
   for (int k = 0; k < pieces; ++k)
-    sizes.push_back(k == 0 ? 5000 : k == 1 ? 0 : k == 2 ? 1 : 17 * k % 300);
-  int64_t n = 37;
-  if (pieces)
-    n = std::accumulate(sizes.begin(), sizes.end(), int64_t(0));
+    sizes.push_back(pieces == 1 ? 37
+                    : k == 0    ? 5000
+                    : k == 1    ? 0
+                    : k == 2    ? 1
+                                : 17 * k % 300);
+  int64_t n = std::accumulate(sizes.begin(), sizes.end(), int64_t(0));
   const int64_t steps = 3;
   const double lr = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
   // A runtime buffer, as the step's clipping coefficient is.
@@ -693,7 +695,8 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
     counts.emplace_back(FSDP_RT_F32, std::vector<int64_t>{});
     counts.back().as<float>()[0] = float(step);
     grads.push_back(randomFloat(gradType, {n}));
-    if (adam && pieces) {
+    if (adam) {
+      // In place: the same buffers in and out.
       std::vector<fsdp_rt_adamw_tensor> tensors;
       int64_t at = 0;
       size_t gradBytes = fsdp_rt_dtype_size(gradType);
@@ -705,16 +708,10 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
              static_cast<char *>(grads.back().data()) + at * gradBytes, size});
         at += size;
       }
-      fsdp_rt_adamw_multi(nullptr, int64_t(tensors.size()), tensors.data(),
-                          gradType, lr, beta1, beta2, eps, wd,
-                          counts.back().as<float>(), scale.as<float>());
-    } else if (adam)
-      // In place: the same buffers in and out.
-      fsdp_rt_adamw(nullptr, param.as<float>(), m.as<float>(), v.as<float>(),
-                    param.as<float>(), m.as<float>(), v.as<float>(), gradType,
-                    grads.back().data(), n, lr, beta1, beta2, eps, wd,
-                    counts.back().as<float>(), scale.as<float>());
-    else
+      fsdp_rt_adamw(nullptr, int64_t(tensors.size()), tensors.data(), gradType,
+                    lr, beta1, beta2, eps, wd, counts.back().as<float>(),
+                    scale.as<float>());
+    } else
       fsdp_rt_sgd(nullptr, param.as<float>(),
                   momentum != 0 ? m.as<float>() : nullptr, gradType,
                   grads.back().data(), n, lr, momentum, wd,

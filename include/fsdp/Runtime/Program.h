@@ -319,7 +319,7 @@ void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
 /// nothing in the step reads their results: the runtime queues them (with
 /// references to their tensors) and runs them together after the step, as
 /// one multi-tensor update per group of equal hyperparameters
-/// (fsdp_rt_adamw_multi).
+/// (fsdp_rt_adamw).
 void fsdp_prog_defer_updates(fsdp_program *p);
 
 // The ops below write their results into tensors the program created with

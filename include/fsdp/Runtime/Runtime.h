@@ -531,22 +531,9 @@ void fsdp_rt_pad(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
 void fsdp_rt_sum_squares(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                          const void *x, int64_t numel, float *out);
 
-/// One torch.optim.AdamW step: p *= 1 - lr·weight_decay; m = β1·m + (1-β1)·g;
-/// v = β2·v + (1-β2)·g²; p -= lr · (m / (1-β1^step)) /
-/// (sqrt(v / (1-β2^step)) + eps). Reads param, exp_avg and exp_avg_sq and
-/// writes the updated values to new_param, new_exp_avg and new_exp_avg_sq
-/// (which may be the same buffers, for an update in place). `grad_scale` is
-/// a runtime buffer (an f32 scalar the step computes, such as the clipping
-/// coefficient), read by the kernel so that the host never waits for it.
-void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
-                   const float *exp_avg, const float *exp_avg_sq,
-                   float *new_param, float *new_exp_avg, float *new_exp_avg_sq,
-                   fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
-                   double lr, double beta1, double beta2, double eps,
-                   double weight_decay, const float *step,
-                   const float *grad_scale);
-
-/// One tensor of fsdp_rt_adamw_multi: fsdp_rt_adamw's buffers and size.
+/// One tensor of fsdp_rt_adamw: its parameter, moments, their new values
+/// (which may be the same buffers, for an update in place), its gradient
+/// and its size.
 typedef struct fsdp_rt_adamw_tensor {
   const float *param, *exp_avg, *exp_avg_sq;
   float *new_param, *new_exp_avg, *new_exp_avg_sq;
@@ -554,16 +541,21 @@ typedef struct fsdp_rt_adamw_tensor {
   int64_t numel;
 } fsdp_rt_adamw_tensor;
 
-/// fsdp_rt_adamw on `count` tensors that share the hyperparameters, the
-/// gradients' type, `step` and `grad_scale`: torch.optim.AdamW's
-/// multi-tensor (fused) form, in one launch per table of tensors on CUDA
-/// (FSDP_RT_ADAMW_TABLE per launch) and one parallel loop on the CPU.
-void fsdp_rt_adamw_multi(fsdp_rt_stream stream, int64_t count,
-                         const fsdp_rt_adamw_tensor *tensors,
-                         fsdp_rt_dtype grad_dtype, double lr, double beta1,
-                         double beta2, double eps, double weight_decay,
-                         const float *step, const float *grad_scale);
-/// The tensors one CUDA launch of fsdp_rt_adamw_multi takes: the table
+/// One torch.optim.AdamW step on `count` tensors that share the
+/// hyperparameters, the gradients' type, `step` and `grad_scale`:
+/// p *= 1 - lr·weight_decay; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
+/// p -= lr · (m / (1-β1^step)) / (sqrt(v / (1-β2^step)) + eps), with
+/// g = grad_scale · grad. The multi-tensor (fused) form: on CUDA one launch
+/// per FSDP_RT_ADAMW_TABLE tensors, on the CPU one parallel loop.
+/// `grad_scale` (an f32 scalar the step computes, such as the clipping
+/// coefficient) and `step` are runtime buffers, read by the kernel so that
+/// the host never waits for them.
+void fsdp_rt_adamw(fsdp_rt_stream stream, int64_t count,
+                   const fsdp_rt_adamw_tensor *tensors,
+                   fsdp_rt_dtype grad_dtype, double lr, double beta1,
+                   double beta2, double eps, double weight_decay,
+                   const float *step, const float *grad_scale);
+/// The tensors one CUDA launch of fsdp_rt_adamw takes: the table
 /// travels as a kernel argument (under 4 KiB).
 #define FSDP_RT_ADAMW_TABLE 40
 

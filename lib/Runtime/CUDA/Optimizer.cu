@@ -101,25 +101,12 @@ void fsdp_rt_sum_squares(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   sumChunksKernel<<<1, kReduceThreads, 0, s>>>(partial.get(), chunks, out);
 }
 
-void fsdp_rt_adamw(fsdp_rt_stream stream, const float *param,
-                   const float *exp_avg, const float *exp_avg_sq,
-                   float *new_param, float *new_exp_avg, float *new_exp_avg_sq,
-                   fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
-                   double lr, double beta1, double beta2, double eps,
-                   double weight_decay, const float *step,
-                   const float *grad_scale) {
-  fsdp_rt_adamw_tensor t = {param,       exp_avg,        exp_avg_sq, new_param,
-                            new_exp_avg, new_exp_avg_sq, grad,       numel};
-  fsdp_rt_adamw_multi(stream, 1, &t, grad_dtype, lr, beta1, beta2, eps,
-                      weight_decay, step, grad_scale);
-}
-
-void fsdp_rt_adamw_multi(fsdp_rt_stream stream, int64_t count,
+void fsdp_rt_adamw(fsdp_rt_stream stream, int64_t count,
                          const fsdp_rt_adamw_tensor *tensors,
                          fsdp_rt_dtype grad_dtype, double lr, double beta1,
                          double beta2, double eps, double weight_decay,
                          const float *step, const float *grad_scale) {
-  KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_adamw_multi");
+  KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_adamw");
   adamw::Hyper hyper = {lr, beta1, beta2, eps, weight_decay};
   for (int64_t first = 0; first < count; first += adamw::kTable) {
     adamw::Table table;

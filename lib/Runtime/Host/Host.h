@@ -359,7 +359,7 @@ enum class DumpPart { Arguments, Outputs };
 /// Writes `part` to `dir`/rank<r>/ and lists it in the manifest.
 void dumpTensors(const fsdp_program &p, const std::string &dir, DumpPart part);
 /// Runs the AdamW updates the step queued (fsdp_prog_defer_updates): one
-/// fsdp_rt_adamw_multi per group of calls that share hyperparameters,
+/// fsdp_rt_adamw per group of calls that share hyperparameters,
 /// gradient type, step count and gradient scale, in the order of each
 /// group's first call; then drops the queue's references.
 void applyDeferredUpdates(fsdp_program &p);

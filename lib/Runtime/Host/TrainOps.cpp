@@ -52,7 +52,7 @@ const float *f32Scalar(const char *op, const fsdp_tensor *t, const char *what) {
 
 int int32(int64_t v) { return static_cast<int>(v); }
 
-/// The buffers of an AdamW call as fsdp_rt_adamw_multi takes them.
+/// The buffers of an AdamW call as fsdp_rt_adamw takes them.
 fsdp_rt_adamw_tensor adamwTensor(const PendingAdamW &a) {
   auto in = [&](int k) {
     return static_cast<const float *>(a.tensors[k]->data);
@@ -330,9 +330,9 @@ void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
                          weight_decay};
   if (!p->deferUpdates) {
     fsdp_rt_adamw_tensor t = adamwTensor(update);
-    fsdp_rt_adamw_multi(nullptr, 1, &t, grad->type.dtype, lr, beta1, beta2, eps,
-                        weight_decay, static_cast<float *>(step->data),
-                        static_cast<float *>(grad_scale->data));
+    fsdp_rt_adamw(nullptr, 1, &t, grad->type.dtype, lr, beta1, beta2, eps,
+                  weight_decay, static_cast<float *>(step->data),
+                  static_cast<float *>(grad_scale->data));
     return;
   }
   for (fsdp_tensor *&t : update.tensors)
@@ -362,10 +362,10 @@ void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
         group.push_back(adamwTensor(pending[j]));
         done[j] = true;
       }
-    fsdp_rt_adamw_multi(nullptr, int64_t(group.size()), group.data(),
-                        a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2, a.eps,
-                        a.weightDecay, static_cast<float *>(a.tensors[7]->data),
-                        static_cast<float *>(a.tensors[8]->data));
+    fsdp_rt_adamw(nullptr, int64_t(group.size()), group.data(),
+                  a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2, a.eps,
+                  a.weightDecay, static_cast<float *>(a.tensors[7]->data),
+                  static_cast<float *>(a.tensors[8]->data));
   }
   for (PendingAdamW &a : pending)
     for (fsdp_tensor *t : a.tensors)
