@@ -170,10 +170,10 @@ SmallVector<Layer> Attribution::run() {
 
 /// The inputs, outputs and signature of the run [begin, end) of `ops`, or
 /// failure when it cannot be a function.
-FailureOr<std::string> describe(ArrayRef<Operation *> ops, unsigned begin,
-                                unsigned end,
-                                const DenseMap<Operation *, unsigned> &index,
-                                const ReleasePlan &plan, Segment &segment) {
+FailureOr<std::string>
+describe(ArrayRef<Operation *> ops, unsigned begin, unsigned end,
+         const DenseMap<Operation *, unsigned> &index, const ReleasePlan &plan,
+         const InPlaceUpdates &inPlace, Segment &segment) {
   segment.begin = begin;
   segment.end = end;
   std::string text;
@@ -215,6 +215,9 @@ FailureOr<std::string> describe(ArrayRef<Operation *> ops, unsigned begin,
     os << ") ->";
     for (Value result : op->getResults()) {
       os << " " << result.getType();
+      // The function's body updates in place for every call or none.
+      if (int reused = inPlace.reusedOperand(result); reused >= 0)
+        os << "=in" << reused;
       if (llvm::any_of(result.getUsers(),
                        [&](Operation *user) { return !inRun(user); })) {
         os << "!out";
@@ -231,7 +234,8 @@ FailureOr<std::string> describe(ArrayRef<Operation *> ops, unsigned begin,
 } // namespace
 
 SmallVector<Segment> fsdp::findLayerSegments(Block &body,
-                                             const ReleasePlan &plan) {
+                                             const ReleasePlan &plan,
+                                             const InPlaceUpdates &inPlace) {
   SmallVector<Layer> layers = Attribution(body).run();
   SmallVector<Operation *> ops;
   DenseMap<Operation *, unsigned> index;
@@ -249,7 +253,7 @@ SmallVector<Segment> fsdp::findLayerSegments(Block &body,
     Segment segment;
     if (layers[i] != kNone && j - i > 1)
       if (FailureOr<std::string> text =
-              describe(ops, i, j, index, plan, segment);
+              describe(ops, i, j, index, plan, inPlace, segment);
           succeeded(text))
         runs.emplace_back(std::move(*text), std::move(segment));
     i = j;

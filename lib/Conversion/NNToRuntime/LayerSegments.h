@@ -15,6 +15,7 @@
 #ifndef LIB_CONVERSION_NNTORUNTIME_LAYERSEGMENTS_H
 #define LIB_CONVERSION_NNTORUNTIME_LAYERSEGMENTS_H
 
+#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
 #include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
 #include "mlir/IR/Block.h"
 #include "llvm/ADT/SmallVector.h"
@@ -38,11 +39,13 @@ struct Segment {
 /// `path` or `fsdp.unit` naming `<container>.<index>`, by the location of
 /// the forward op a backward op was built for, by a layer's parameter, or
 /// by lying between two ops of one layer); maximal runs of one layer whose
-/// ops, attributes (but for names), types and dataflow are the same form
-/// one function. Only functions called at least twice are returned, in
-/// block order. Futures of async collectives pass in and out like tensors.
+/// ops, attributes (but for names), types, dataflow and in-place updates
+/// are the same form one function. Only functions called at least twice
+/// are returned, in block order. Futures of async collectives pass in and
+/// out like tensors.
 llvm::SmallVector<Segment> findLayerSegments(mlir::Block &body,
-                                             const ReleasePlan &plan);
+                                             const ReleasePlan &plan,
+                                             const InPlaceUpdates &inPlace);
 
 } // namespace fsdp
 

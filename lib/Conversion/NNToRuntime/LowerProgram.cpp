@@ -277,7 +277,8 @@ SmallVector<func::FuncOp> outlineLayers(func::FuncOp entry,
   OpBuilder builder(state.context);
   SmallVector<func::FuncOp> functions;
   DenseMap<unsigned, func::FuncOp> made;
-  SmallVector<Segment> segments = findLayerSegments(body, *state.plan);
+  SmallVector<Segment> segments =
+      findLayerSegments(body, *state.plan, *state.inPlace);
   // A run's outputs become its call's results, also where a later run
   // takes them as inputs.
   DenseMap<Value, Value> replaced;
