@@ -56,7 +56,7 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
   InPlaceUpdates inPlace(step);
   // Deferred AdamW calls hold their operands (and results the step drops)
   // until the step's end.
-  bool deferred = defersUpdates(step);
+  bool deferred = r.deferred = defersUpdates(step);
   SmallVector<Value> heldToEnd;
   // Per started future: its input and the staging it holds.
   DenseMap<Value, std::pair<Value, int64_t>> pending;
@@ -105,8 +105,13 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
     if (auto gather = dyn_cast<dist::AllGatherOp>(op);
         gather && gather->hasAttr("fsdp.unit"))
       r.gathered = std::max(r.gathered, bytesOf(gather.getType()));
-    if (isa<nn::UpdateOpInterface>(op))
+    if (isa<nn::UpdateOpInterface>(op)) {
       r.grads += bytesOf(op.getOperand(1).getType());
+      r.updates += op.getNumResults();
+      r.updatesInPlace += llvm::count_if(op.getResults(), [&](Value v) {
+        return inPlace.reusedOperand(v) >= 0;
+      });
+    }
     // What activation checkpointing trades for the memory: the FLOPs of
     // the recomputed ops, against the forward's (ops with a module path).
     if (auto costed = dyn_cast<nn::CostOpInterface>(op)) {

@@ -38,6 +38,11 @@ struct MemoryReplay {
   /// FLOPs of the ops activation checkpointing recomputed, and of the
   /// forward (ops with a module path).
   double recomputedFlops = 0, forwardFlops = 0;
+  /// Optimizer results (nn.adamw, nn.sgd) and those that take their
+  /// operand's buffer (InPlaceUpdates.h); whether AdamW waits for the
+  /// step's end (defersUpdates).
+  int64_t updates = 0, updatesInPlace = 0;
+  bool deferred = false;
   /// The estimated peak of the step on the device.
   int64_t estimate() const { return params + state + inputs + peak; }
 };

@@ -71,6 +71,9 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
                             {"recomputed_flops", r.recomputedFlops},
                             {"saved_for_backward", r.saved.value_or(0)},
                             {"forward_flops", r.forwardFlops},
+                            {"optimizer_results", r.updates},
+                            {"optimizer_results_in_place", r.updatesInPlace},
+                            {"adamw_deferred", r.deferred},
                             {"precision", std::move(precision)}};
     if (r.offloaded())
       json["host"] = llvm::json::Object{{"parameters", r.host.params},
@@ -113,6 +116,14 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         }
         if (!precisionText.empty())
           os << "precision: " << precisionText << "\n";
+        if (r.updates > 0)
+          os << llvm::formatv("optimizer: {0} of {1} results updated in "
+                              "place{2}\n",
+                              r.updatesInPlace, r.updates,
+                              r.deferred
+                                  ? "; AdamW deferred to the step's end, "
+                                    "multi-tensor"
+                                  : "");
         if (r.recomputedFlops > 0)
           os << llvm::formatv("activation checkpointing recomputes {0:e3} "
                               "FLOPs per step ({1:f2} of the forward's "

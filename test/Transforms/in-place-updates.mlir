@@ -28,6 +28,7 @@ func.func @forward(%x: tensor<4xf32> {nn.input = "x"}, %step: tensor<f32> {nn.in
 // CHECK: fsdp_prog_defer_updates(v1);
 // MEM: activations and temporaries, peak 16
 // MEM: estimated peak 84
+// MEM: optimizer: 3 of 3 results updated in place; AdamW deferred to the step's end, multi-tensor
 
 // -----
 
@@ -48,6 +49,7 @@ func.func @forward(%x: tensor<4xf32> {nn.input = "x"}, %step: tensor<f32> {nn.in
 // CHECK: fsdp_tensor* [[NV:v[0-9]+]] = fsdp_retain([[V]]);
 // CHECK: fsdp_op_adamw(v1, [[NP]], [[NM]], [[NV]],
 // MEM: activations and temporaries, peak 48
+// MEM: optimizer: 2 of 3 results updated in place; AdamW deferred
 
 // -----
 
@@ -65,6 +67,7 @@ func.func @forward(%x: tensor<4xf32> {nn.input = "x"}, %step: tensor<f32> {nn.in
 // CHECK-NOT: fsdp_retain
 // CHECK: fsdp_op_adamw(
 // MEM: activations and temporaries, peak 80
+// MEM: optimizer: 0 of 3 results updated in place; AdamW deferred
 
 // -----
 
@@ -87,6 +90,7 @@ func.func @forward(%x: tensor<4xf32> {nn.input = "x"}, %step: tensor<f32> {nn.in
 // CHECK-LABEL: void fsdp_program_describe(
 // CHECK-NOT: fsdp_prog_defer_updates
 // MEM: activations and temporaries, peak 64
+// MEM: optimizer: 1 of 2 results updated in place{{$}}
 
 // -----
 
@@ -105,3 +109,4 @@ func.func @forward(%x: tensor<4xf32> {nn.input = "x"}, %step: tensor<f32> {nn.in
 // CHECK-LABEL: void fsdp_program_describe(
 // CHECK-NOT: fsdp_prog_defer_updates
 // MEM: activations and temporaries, peak 16
+// MEM: optimizer: 3 of 3 results updated in place{{$}}
