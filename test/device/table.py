@@ -172,17 +172,16 @@ def loss_rows(bundle, results, name, run, label):
         status(rc == 0 and bool(m)))
     memory_rows(bundle, text, name, label)
     if run.endswith("-graph"):
-        replays = graph_replays(text)
-        row(f"{label}: steps replayed from the CUDA graph",
-            f"{replays[0]} of {replays[1]}" if replays else "not reported",
-            "all but the first", status(bool(replays) and
-                                        replays[0] == replays[1] - 1))
+        replay_row(text, label)
 
 
-def graph_replays(text):
-    """(replayed, steps) from a --cuda-graph --report run, or None."""
+def replay_row(text, label):
+    """A row for how many steps a --cuda-graph --report run replayed: all
+    but the first, which runs as calls."""
     m = re.search(r"^cuda graph: (\d+) of (\d+) steps replayed", text, re.M)
-    return (int(m[1]), int(m[2])) if m else None
+    row(f"{label}: steps replayed from the CUDA graph",
+        f"{m[1]} of {m[2]}" if m else "not reported", "all but the first",
+        status(bool(m) and int(m[1]) == int(m[2]) - 1))
 
 
 def host_syncs(text):
@@ -244,11 +243,7 @@ def performance(bundle, results):
     if text is not None:
         graph = step_time(text, "fsdp-mlir step time, CUDA graph", (7, 11))
         memory_rows(bundle, text, "llama1b-train", "fsdp-mlir, CUDA graph")
-        replays = graph_replays(text)
-        row("fsdp-mlir, CUDA graph: steps replayed",
-            f"{replays[0]} of {replays[1]}" if replays else "not reported",
-            "all but the first", status(bool(replays) and
-                                        replays[0] == replays[1] - 1))
+        replay_row(text, "fsdp-mlir, CUDA graph")
     # The goals are judged on the faster of the two ways to run the step.
     if graph and (not ours or graph < ours):
         row("fsdp-mlir step time judged", "CUDA graph", "", "")

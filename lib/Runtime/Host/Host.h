@@ -34,8 +34,8 @@ struct fsdp_tensor {
   /// Inputs and parameters: owned by the program, borrowed by the step.
   bool borrowed = false;
   /// A scalar whose value the host wrote and nothing rewrites (a rank's axis
-  /// index): the host reads `hostValue` instead of the
-  /// buffer, which on a device would wait for the stream.
+  /// index): the host reads `hostValue` instead of the buffer, which on a
+  /// device would wait for the stream.
   bool hostKnown = false;
   double hostValue = 0;
   /// In host memory (CPU offload, fsdp-offload's fsdp.host): allocated and
@@ -146,8 +146,8 @@ struct fsdp_program {
   /// (output index, argument index): the output replaces the argument after
   /// each step.
   std::vector<std::pair<int64_t, int64_t>> updates;
-  /// fsdp_prog_defer_updates: AdamW calls queue in pendingAdamW until
-  /// applyDeferredUpdates.
+  /// AdamW calls queue in pendingAdamW: until applyDeferredUpdates after the
+  /// step under fsdp_prog_defer_updates, else each runs as it is queued.
   bool deferUpdates = false;
   std::vector<fsdp::host::PendingAdamW> pendingAdamW;
   std::vector<uint32_t> groupMasks;

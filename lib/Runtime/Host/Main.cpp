@@ -302,6 +302,11 @@ int main(int argc, char **argv) {
   // and every later one replay the recording, whose outputs stay the same
   // buffers.
   std::vector<fsdp_tensor *> recordedOutputs;
+  // The step's calls, and the AdamW updates it deferred to its end.
+  auto runStep = [&] {
+    fsdp_program_forward(&p);
+    applyDeferredUpdates(p);
+  };
   double windowExcludedMs = 0;
   auto msSince = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(
@@ -336,8 +341,7 @@ int main(int argc, char **argv) {
       int64_t beginSyncs = fsdp_rt_host_syncs();
       fsdp_rt_graph_begin();
       syncsBefore += fsdp_rt_host_syncs() - beginSyncs;
-      fsdp_program_forward(&p);
-      applyDeferredUpdates(p);
+      runStep();
       fsdp_rt_graph_end();
       checkRecordedUpdates(p);
       for (fsdp_tensor *t : p.outputs)
@@ -345,8 +349,7 @@ int main(int argc, char **argv) {
       fsdp_rt_graph_launch();
       ++p.graphReplays;
     } else {
-      fsdp_program_forward(&p);
-      applyDeferredUpdates(p);
+      runStep();
     }
     for (size_t k = 0; k < p.outputs.size(); ++k)
       if (!p.outputs[k])

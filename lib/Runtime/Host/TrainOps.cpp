@@ -328,16 +328,12 @@ void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
                          beta2,
                          eps,
                          weight_decay};
-  if (!p->deferUpdates) {
-    fsdp_rt_adamw_tensor t = adamwTensor(update);
-    fsdp_rt_adamw(nullptr, 1, &t, grad->type.dtype, lr, beta1, beta2, eps,
-                  weight_decay, static_cast<float *>(step->data),
-                  static_cast<float *>(grad_scale->data));
-    return;
-  }
   for (fsdp_tensor *&t : update.tensors)
     t = fsdp_retain(t);
   p->pendingAdamW.push_back(update);
+  // Not deferred: the queue of this one call runs now.
+  if (!p->deferUpdates)
+    applyDeferredUpdates(*p);
 }
 
 void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
@@ -364,8 +360,8 @@ void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
       }
     fsdp_rt_adamw(nullptr, int64_t(group.size()), group.data(),
                   a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2, a.eps,
-                  a.weightDecay, static_cast<float *>(a.tensors[7]->data),
-                  static_cast<float *>(a.tensors[8]->data));
+                  a.weightDecay, static_cast<const float *>(a.tensors[7]->data),
+                  static_cast<const float *>(a.tensors[8]->data));
   }
   for (PendingAdamW &a : pending)
     for (fsdp_tensor *t : a.tensors)
