@@ -650,7 +650,8 @@ FailureOr<int64_t> BuildTrainStepPass::savedWith(const RematPlan &plan) {
   if (failed(TrainStep(*this, forward, plan, /*quiet=*/true).run()))
     return failure();
   auto step = trial->lookupSymbol<func::FuncOp>(entry);
-  return replayMemory(step, dist::findMesh(*trial)).saved.value_or(0);
+  return replayMemory(step, dist::findMesh(*trial), /*planned=*/false)
+      .saved.value_or(0);
 }
 
 FailureOr<RematPlan> BuildTrainStepPass::planForBudget(func::FuncOp forward,

@@ -38,7 +38,7 @@ struct LowerToRuntimePass
     if (!func)
       return signalPassFailure();
     RuntimeLoweringStats stats;
-    if (failed(lowerToRuntime(module, func, outlineLayers, stats)))
+    if (failed(lowerToRuntime(module, func, outlineLayers, memoryPlan, stats)))
       return signalPassFailure();
     numOpCalls += stats.opCalls;
     numReleases += stats.releases;

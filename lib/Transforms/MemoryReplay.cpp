@@ -9,13 +9,14 @@
 #include "PassUtils.h"
 
 #include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
-#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
+#include "fsdp/Conversion/NNToRuntime/StepBuffers.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
 using namespace mlir;
 using namespace fsdp;
 
-MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
+MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh,
+                                bool planned) {
   MemoryReplay r;
   Block &body = step.getBody().front();
   // The arguments stay for the whole step.
@@ -31,76 +32,71 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
       (host ? r.host.inputs : r.inputs) += bytes;
   }
 
-  // The runtime's buffers: each op result is a new one, but dist.copy and
-  // dist.wait hand out another reference to their operand's, nn.reshape
-  // and a contiguous nn.slice a view that holds one, and an in-place
-  // optimizer update its operand's (InPlaceUpdates.h). A buffer is
-  // freed when every handle to it is released where the lowering releases
-  // it (ReleasePlan.h); the step's results are kept.
-  DenseMap<Value, Value> buffer;
-  auto bufferOf = [&](Value v) {
-    auto it = buffer.find(v);
-    return it == buffer.end() ? v : it->second;
+  // The runtime's buffers (StepBuffers.h), as bytes allocated and freed per
+  // op: on the host, on the device outside the memory plan's arena, and on
+  // the device in all.
+  StepBuffers buffers(step);
+  std::optional<MemoryPlan> plan;
+  if (planned) {
+    plan = planMemory(buffers);
+    r.plan = MemoryReplay::Plan{plan->arena, plan->planned, plan->livePeak};
+  }
+  unsigned ops = buffers.numOps();
+  struct Delta {
+    int64_t host = 0, device = 0, all = 0;
   };
-  DenseMap<Value, int64_t> references;
-  // Bytes live on the device and, under CPU offload, on the host: an op
-  // placed on the host (or a host copy) allocates its results there.
-  int64_t live = 0, liveHost = 0;
-  auto release = [&](Value v) {
-    Value b = bufferOf(v);
-    if (!isa<BlockArgument>(b) && --references[b] == 0)
-      (resultsOnHost(b.getDefiningOp()) ? liveHost : live) -=
-          bytesOf(b.getType());
-  };
-  ReleasePlan plan(body);
+  SmallVector<Delta> allocated(ops + 1), freed(ops + 1);
+  for (auto [i, b] : llvm::enumerate(buffers.buffers())) {
+    auto count = [&](Delta &d) {
+      if (b.host) {
+        d.host += b.bytes;
+        return;
+      }
+      d.all += b.bytes;
+      if (!plan || plan->offsets[i] < 0)
+        d.device += b.bytes;
+    };
+    count(allocated[b.allocated]);
+    if (!b.kept())
+      count(freed[b.freed]);
+  }
+  // Device bytes outside the arena and in all, and the peak of the former.
+  int64_t live = 0, liveHost = 0, liveAll = 0, outside = 0;
   InPlaceUpdates inPlace(step);
-  // Deferred AdamW calls hold their operands (and results the step drops)
-  // until the step's end.
-  bool deferred = r.deferred = defersUpdates(step);
-  SmallVector<Value> heldToEnd;
-  // Per started future: its input and the staging it holds.
-  DenseMap<Value, std::pair<Value, int64_t>> pending;
+  r.deferred = defersUpdates(step);
+  // Per started future: the staging it holds until its wait.
+  DenseMap<Value, int64_t> pending;
+  unsigned at = 0;
   for (Operation &op : body.without_terminator()) {
     if (!r.saved &&
         isa<nn::CrossEntropyGradOp, nn::CrossEntropyPartialGradOp>(op))
-      r.saved = live;
-    Value shared = sharedBufferOperand(&op);
-    for (Value result : op.getResults()) {
-      int reused = inPlace.reusedOperand(result);
-      if (shared)
-        buffer[result] = bufferOf(shared);
-      else if (reused >= 0)
-        buffer[result] = bufferOf(op.getOperand(unsigned(reused)));
-      else
-        (resultsOnHost(&op) ? liveHost : live) += bytesOf(result.getType());
-      if (ReleasePlan::isReleased(result))
-        ++references[bufferOf(result)];
-    }
+      r.saved = liveAll;
+    live += allocated[at].device;
+    liveHost += allocated[at].host;
+    liveAll += allocated[at].all;
     // A collective's staging buffers live while it runs. An async one
-    // keeps its input and the staging it transfers through until its
-    // wait (Collectives.cpp's fsdp_future).
+    // keeps the staging it transfers through until its wait
+    // (Collectives.cpp's fsdp_future).
     int64_t staging = 0;
     if (auto collective = dyn_cast<dist::CollectiveOpInterface>(op)) {
       int64_t n = groupSize(collective, mesh);
       staging = stagingBytes(collective, n);
       if (collective.isAsync()) {
-        Value input = collective.getInput();
-        if (!isa<BlockArgument>(bufferOf(input)))
-          ++references[bufferOf(input)];
         int64_t held = heldStagingBytes(collective, n);
-        pending[op.getResult(0)] = {input, held};
-        r.peak = std::max(r.peak, live + staging);
+        pending[op.getResult(0)] = held;
+        r.peak = std::max(r.peak, liveAll + staging);
+        outside = std::max(outside, live + staging);
         live += held;
+        liveAll += held;
         staging = 0;
       }
     }
     if (auto wait = dyn_cast<dist::WaitOp>(op)) {
-      auto [input, held] = pending.lookup(wait.getFuture());
-      if (input)
-        release(input);
-      live -= held;
+      live -= pending.lookup(wait.getFuture());
+      liveAll -= pending.lookup(wait.getFuture());
     }
-    r.peak = std::max(r.peak, live + staging);
+    r.peak = std::max(r.peak, liveAll + staging);
+    outside = std::max(outside, live + staging);
     r.host.peak = std::max(r.host.peak, liveHost);
     if (auto gather = dyn_cast<dist::AllGatherOp>(op);
         gather && gather->hasAttr("fsdp.unit"))
@@ -120,13 +116,12 @@ MemoryReplay fsdp::replayMemory(func::FuncOp step, dist::MeshOp mesh) {
       else if (op.hasAttr("path"))
         r.forwardFlops += costed.getCost().flops;
     }
-    bool held = deferred && isa<nn::AdamWOp>(op);
-    for (unsigned i : plan.operandsDyingAt(&op))
-      held ? heldToEnd.push_back(op.getOperand(i)) : release(op.getOperand(i));
-    for (unsigned i : plan.unusedResults(&op))
-      held ? heldToEnd.push_back(op.getResult(i)) : release(op.getResult(i));
+    live -= freed[at].device;
+    liveHost -= freed[at].host;
+    liveAll -= freed[at].all;
+    ++at;
   }
-  for (Value v : heldToEnd)
-    release(v);
+  if (r.plan)
+    r.plan->outside = outside;
   return r;
 }

@@ -23,7 +23,7 @@ struct MemoryReplay {
   /// Gradient blocks at the update, the largest gathered FSDP unit.
   int64_t grads = 0, gathered = 0;
   /// The peak of everything else on the device: activations,
-  /// temporaries, staging.
+  /// temporaries, staging (wherever the memory plan puts them).
   int64_t peak = 0;
   /// Host memory under CPU offload (fsdp-offload's fsdp.host): the
   /// arguments placed there and the peak of the host ops' results.
@@ -43,16 +43,27 @@ struct MemoryReplay {
   /// step's end (defersUpdates).
   int64_t updates = 0, updatesInPlace = 0;
   bool deferred = false;
+  /// The memory plan (StepBuffers.h): its arena, the buffers in it, the
+  /// most bytes they hold at once, and the peak of the device buffers and
+  /// staging outside it. The step holds the arena throughout.
+  struct Plan {
+    int64_t arena = 0, buffers = 0, livePeak = 0, outside = 0;
+  };
+  std::optional<Plan> plan;
   /// The estimated peak of the step on the device.
-  int64_t estimate() const { return params + state + inputs + peak; }
+  int64_t estimate() const {
+    return params + state + inputs +
+           (plan ? plan->arena + plan->outside : peak);
+  }
 };
 
-/// Replays `step`'s allocations the way the runtime makes them: every op
-/// result is a new buffer, released where the lowering releases it
-/// (ReleasePlan.h); dist.copy and dist.wait share their operand's; a
-/// collective stages through temporary buffers, an async one holding them
-/// to its wait. `mesh` sizes the collectives (null when there are none).
-MemoryReplay replayMemory(mlir::func::FuncOp step, dist::MeshOp mesh);
+/// Replays `step`'s allocations the way the runtime makes them: the buffers
+/// of StepBuffers.h, and the temporary buffers a collective stages through,
+/// an async one holding them to its wait. With `planned`, the buffers the
+/// memory plan places live in its arena, which the step holds throughout.
+/// `mesh` sizes the collectives (null when there are none).
+MemoryReplay replayMemory(mlir::func::FuncOp step, dist::MeshOp mesh,
+                          bool planned);
 
 } // namespace fsdp
 

@@ -49,7 +49,7 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
     FailureOr<dist::MeshOp> mesh = meshForCollectives(module, step, "size");
     if (failed(mesh))
       return signalPassFailure();
-    MemoryReplay r = replayMemory(step, *mesh);
+    MemoryReplay r = replayMemory(step, *mesh, memoryPlan);
     // The dtypes the training step runs in (fsdp-build-train-step).
     llvm::json::Object precision;
     std::string precisionText;
@@ -75,6 +75,14 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
                             {"optimizer_results_in_place", r.updatesInPlace},
                             {"adamw_deferred", r.deferred},
                             {"precision", std::move(precision)}};
+    if (r.plan)
+      json["memory_plan"] =
+          llvm::json::Object{{"arena", r.plan->arena},
+                             {"buffers", r.plan->buffers},
+                             {"live_peak", r.plan->livePeak},
+                             {"outside_peak", r.plan->outside}};
+    else
+      json["memory_plan"] = nullptr;
     if (r.offloaded())
       json["host"] = llvm::json::Object{{"parameters", r.host.params},
                                         {"optimizer_state", r.host.state},
@@ -102,6 +110,10 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
         row("gradients (blocks, at the update)", r.grads);
         row("largest gathered unit", r.gathered);
         row("activations and temporaries, peak", r.peak);
+        if (r.plan) {
+          row("memory plan arena", r.plan->arena);
+          row("outside the arena, peak", r.plan->outside);
+        }
         if (r.saved)
           row("saved for the backward", *r.saved);
         row("estimated peak", r.estimate());
@@ -114,6 +126,16 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
           row("gradients, optimizer results, peak", r.host.peak);
           row("estimated peak", r.host.estimate());
         }
+        if (r.plan)
+          os << llvm::formatv(
+              "memory plan: {0} buffers in an arena of {1} "
+              "bytes; at most {2} bytes of them live at "
+              "once ({3:f1}% packing overhead)\n",
+              r.plan->buffers, r.plan->arena, r.plan->livePeak,
+              r.plan->livePeak
+                  ? 100.0 * double(r.plan->arena - r.plan->livePeak) /
+                        double(r.plan->livePeak)
+                  : 0.0);
         if (!precisionText.empty())
           os << "precision: " << precisionText << "\n";
         if (r.updates > 0)
@@ -142,8 +164,9 @@ struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
 } // namespace
 
 std::unique_ptr<Pass>
-fsdp::createMemoryReportPass(std::shared_ptr<JsonReport> report) {
-  auto pass = std::make_unique<MemoryReportPass>();
+fsdp::createMemoryReportPass(const MemoryReportPassOptions &options,
+                             std::shared_ptr<JsonReport> report) {
+  auto pass = std::make_unique<MemoryReportPass>(options);
   pass->report = std::move(report);
   return pass;
 }

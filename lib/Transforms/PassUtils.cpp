@@ -87,20 +87,6 @@ LogicalResult fsdp::JsonReport::write(Operation *op, StringRef member,
       });
 }
 
-bool fsdp::resultsOnHost(Operation *op) {
-  return isa<nn::ToHostOp>(op) ||
-         (op->hasAttr("fsdp.host") && !isa<nn::ToDeviceOp>(op));
-}
-
-int64_t fsdp::bytesOf(Type type) {
-  if (auto future = dyn_cast<dist::FutureType>(type))
-    type = future.getValueType();
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  return tensor.getNumElements() * ((tensor.getElementTypeBitWidth() + 7) / 8);
-}
-
 fsdp::accounting::Collective
 fsdp::collectiveKind(dist::CollectiveOpInterface op) {
   using accounting::Collective;

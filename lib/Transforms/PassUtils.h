@@ -8,6 +8,7 @@
 #ifndef FSDP_LIB_TRANSFORMS_PASSUTILS_H
 #define FSDP_LIB_TRANSFORMS_PASSUTILS_H
 
+#include "fsdp/Conversion/NNToRuntime/StepBuffers.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Runtime/Accounting.h"
 
@@ -45,15 +46,6 @@ llvm::FailureOr<dist::MeshOp> meshForCollectives(mlir::ModuleOp module,
 /// up_proj.weight` and `model.layers.3` give `model.layers.3`; GPT-2's
 /// `transformer.h.3`; a plain model's `blocks.3`), or "" outside any.
 std::string decoderLayerOf(llvm::StringRef name);
-
-/// Whether `op`'s results are host buffers under CPU offload: a host copy,
-/// or an op fsdp-offload placed on the host (`fsdp.host`). The lowering,
-/// the memory replay and the runtime follow this one rule.
-bool resultsOnHost(mlir::Operation *op);
-
-/// The bytes of a ranked tensor, or of the one a future holds (0 for any
-/// other type).
-int64_t bytesOf(mlir::Type type);
 
 /// The runtime's name for collective `op` (Accounting.h).
 accounting::Collective collectiveKind(dist::CollectiveOpInterface op);

@@ -58,13 +58,15 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
   // CPU offload (the config's offload_policy; otherwise nothing to do).
   if (options.isParallel())
     pm.addPass(createOffloadPass());
+  MemoryReportPassOptions memory;
+  memory.memoryPlan = options.memoryPlan;
   if (options.report) {
     pm.addPass(createCommReportPass());
-    pm.addPass(createMemoryReportPass());
+    pm.addPass(createMemoryReportPass(memory));
   }
   if (json) {
     pm.addPass(createCommReportPass(json));
-    pm.addPass(createMemoryReportPass(json));
+    pm.addPass(createMemoryReportPass(memory, json));
   }
   if (!options.simulate.empty()) {
     SimulatePassOptions simulate;
@@ -75,6 +77,7 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
   if (options.lower) {
     LowerToRuntimePassOptions lowering;
     lowering.outlineLayers = options.outlineLayers;
+    lowering.memoryPlan = options.memoryPlan;
     pm.addPass(createLowerToRuntimePass(lowering));
   }
   return success();

@@ -3,12 +3,16 @@ names and the order of independent calls: the multisets of call lines with
 every SSA name (vN) and string literal normalized. With --rtol R, a line
 left over on each side pairs up when the two differ only in numbers with a
 fraction, each within R of the other (frequencies transformers computes in
-float32 against ones computed in float64)."""
+float32 against ones computed in float64). The memory plan's table depends
+on the calls' order, so it is compared as the sorted sizes it plans, and
+the arena's size is left out."""
 import argparse
 import collections
 import re
 import sys
 
+PLAN = re.compile(r'(static const int64_t fsdp_memory_plan\[\d+\]) = \{(.*)\};')
+ARENA = re.compile(r'(fsdp_prog_memory_plan\(v\d+, )\d+,')
 NUMBER = re.compile(r'\b\d+\.\d+(?:e[-+]?\d+)?\b')
 
 p = argparse.ArgumentParser(description=__doc__)
@@ -21,6 +25,11 @@ args = p.parse_args()
 def calls(path):
     out = collections.Counter()
     for line in open(path):
+        plan = PLAN.match(line)
+        if plan:
+            values = [int(v) for v in plan.group(2).split(",")]
+            line = plan.group(1) + str(sorted(values[0::2]))
+        line = ARENA.sub(r'\1#,', line)
         line = re.sub(r'"[^"]*"', '""', line.strip())
         line = re.sub(r'\bv\d+\b', 'v', line)
         out[line] += 1

@@ -8,13 +8,17 @@
 // embedding -> linear -> cross_entropy on one rank, written against
 // Program.h as generated code would be; outputs `loss` and `logits`.
 // FSDP_TEST_BAD_TYPE=1 hands linear a wrong result type, to test the
-// runtime's operand checks.
+// runtime's operand checks. FSDP_TEST_PLAN=<kind> hands the runtime a memory
+// plan: `ok` is the plan the compiler would make (the embedding's 512 bytes
+// at offset 0 of a 512-byte arena, the two outputs on their own); the others
+// break one rule each, to test the runtime's plan checks.
 //
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/Runtime/Program.h"
 
 #include <cstdlib>
+#include <cstring>
 
 void fsdp_program_describe(fsdp_program *p) {
   fsdp_prog_input(p, "input_ids", fsdp_type{FSDP_RT_I64, 2, {2, 8}});
@@ -30,6 +34,26 @@ void fsdp_program_describe(fsdp_program *p) {
                   FSDP_INIT_UNIFORM, -0.1, 0.1);
   fsdp_prog_output_name(p, "loss");
   fsdp_prog_output_name(p, "logits");
+  // (bytes, offset) per device allocation: h, logits, loss.
+  const char *plan = std::getenv("FSDP_TEST_PLAN");
+  if (!plan)
+    return;
+  static int64_t table[] = {512, 0, 1024, -1, 4, -1, 4, -1};
+  int64_t arena = 512, count = 3;
+  if (!std::strcmp(plan, "size")) {
+    table[0] = 256;
+  } else if (!std::strcmp(plan, "overlap")) {
+    arena = 1536;
+    table[3] = 256;
+  } else if (!std::strcmp(plan, "outlive")) {
+    arena = 1536;
+    table[3] = 512;
+  } else if (!std::strcmp(plan, "short")) {
+    count = 4;
+  } else if (!std::strcmp(plan, "misaligned")) {
+    table[1] = 100;
+  }
+  fsdp_prog_memory_plan(p, arena, count, table);
 }
 
 void fsdp_program_forward(fsdp_program *p) {

@@ -1,5 +1,5 @@
 // RUN: fsdp-opt %s -split-input-file -fsdp-lower-to-runtime | fsdp-translate --mlir-to-cpp | FileCheck %s
-// RUN: fsdp-opt %s -split-input-file -fsdp-memory-report -o /dev/null | FileCheck %s --check-prefix=MEM
+// RUN: fsdp-opt %s -split-input-file -fsdp-memory-report="memory-plan=false" -o /dev/null | FileCheck %s --check-prefix=MEM
 // An optimizer update whose result the step returns as the update of the
 // argument it is the new value of takes that argument's buffer (the
 // lowering hands out another handle, fsdp_retain), unless the step reads

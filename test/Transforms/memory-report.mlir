@@ -1,4 +1,4 @@
-// RUN: fsdp-opt %s -split-input-file -fsdp-memory-report -o /dev/null | FileCheck %s
+// RUN: fsdp-opt %s -split-input-file -fsdp-memory-report="memory-plan=false" -o /dev/null | FileCheck %s
 // fsdp-memory-report replays the runtime's allocations: arguments stay for
 // the step, every result is a new buffer freed after its last use, returned
 // values stay, and a collective adds its staging buffers while it runs.

@@ -114,6 +114,12 @@ static cl::opt<bool> outlineLayers(
     cl::desc("Emit the code that repeats per layer once, as functions "
              "(default; --outline-layers=false emits every layer inline)"),
     cl::init(true));
+static cl::opt<bool> memoryPlan(
+    "memory-plan",
+    cl::desc("Place the step's device buffers at offsets the compiler plans "
+             "in one arena, which the runtime allocates once (default; "
+             "--memory-plan=false allocates each buffer from the pool)"),
+    cl::init(true));
 
 static LogicalResult run() {
   std::unique_ptr<MLIRContext> context = fsdp::createContext();
@@ -146,6 +152,7 @@ static LogicalResult run() {
   options.report = report;
   options.reportJson = reportJson;
   options.outlineLayers = outlineLayers;
+  options.memoryPlan = memoryPlan;
   options.schedule = schedule;
   options.simulate = simulate;
   options.trace = traceFile;

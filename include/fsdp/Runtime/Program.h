@@ -321,6 +321,18 @@ void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
 /// one multi-tensor update per group of equal hyperparameters
 /// (fsdp_rt_adamw).
 void fsdp_prog_defer_updates(fsdp_program *p);
+/// The compiler's memory plan of the step: `count` (bytes, offset) pairs in
+/// `table`, one per device buffer the step allocates, in the order it
+/// allocates them. A buffer with an offset lives at that offset of one
+/// arena of `arena_bytes`, which the runtime allocates once, before the
+/// first step; offsets are multiples of 256, and a buffer of b bytes takes
+/// max(b, 1) rounded up to 256. Offset -1: the step keeps the buffer (an
+/// output), which is allocated on its own. The runtime checks every
+/// allocation of every step against the plan (its size, and that its slot
+/// overlaps no planned buffer still live) and stops naming the allocation
+/// when one does not fit.
+void fsdp_prog_memory_plan(fsdp_program *p, int64_t arena_bytes, int64_t count,
+                           const int64_t *table);
 
 // The ops below write their results into tensors the program created with
 // fsdp_tensor_new (results first, then operands), so one call can produce

@@ -70,7 +70,8 @@ createTPPlanPass(const TPPlanPassOptions &options,
 std::unique_ptr<mlir::Pass>
 createCommReportPass(std::shared_ptr<JsonReport> report);
 std::unique_ptr<mlir::Pass>
-createMemoryReportPass(std::shared_ptr<JsonReport> report);
+createMemoryReportPass(const MemoryReportPassOptions &options,
+                       std::shared_ptr<JsonReport> report);
 
 } // namespace fsdp
 

@@ -23,6 +23,12 @@ def LowerToRuntimePass : Pass<"fsdp-lower-to-runtime", "mlir::ModuleOp"> {
     program's peak memory is that of its live values. The result is plain
     EmitC, ready for `fsdp-translate --mlir-to-cpp`.
 
+    With `memory-plan` (the default), the description hands the runtime the
+    step's memory plan (StepBuffers.h): per device buffer in allocation
+    order, its size and its offset in one arena, or -1 for a buffer the
+    step returns. The runtime allocates the arena once and checks each
+    allocation against the plan.
+
     With `outline-layers` (the default), runs of ops that repeat per layer
     (LayerSegments.h: the forward of one decoder layer, its backward, its
     optimizer steps) are emitted once, as a `static` function taking an
@@ -69,6 +75,9 @@ def LowerToRuntimePass : Pass<"fsdp-lower-to-runtime", "mlir::ModuleOp"> {
     Option<"outlineLayers", "outline-layers", "bool", /*default=*/"true",
            "Emit runs of ops that repeat per layer once, as a function, "
            "and adjacent calls of one such function as a loop">,
+    Option<"memoryPlan", "memory-plan", "bool", /*default=*/"true",
+           "Place the step's device buffers that die inside it at offsets "
+           "the compiler plans in one arena (fsdp_prog_memory_plan)">,
   ];
   let statistics = [
     Statistic<"numOpCalls", "op-calls", "Runtime op calls emitted">,
@@ -512,6 +521,12 @@ def MemoryReportPass : Pass<"fsdp-memory-report", "mlir::ModuleOp"> {
     the estimated peak, which the runtime's measured peak (`--report`)
     matches. The IR is unchanged.
 
+    With `memory-plan` (the default, as `fsdp-lower-to-runtime`), the step's
+    device buffers that die inside it live at the compiler's offsets in one
+    arena (StepBuffers.h): the report gives the arena, the buffers in it and
+    the most bytes they hold at once, and the estimate counts the arena for
+    the whole step.
+
     ```
     memory per rank                               bytes
     parameters (this rank's blocks)              213632
@@ -531,6 +546,8 @@ def MemoryReportPass : Pass<"fsdp-memory-report", "mlir::ModuleOp"> {
     }]>,
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
            "Where to write the report (- for stdout)">,
+    Option<"memoryPlan", "memory-plan", "bool", /*default=*/"true",
+           "Report the step as lowered with the memory plan">,
   ];
 }
 

@@ -94,6 +94,12 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Lower the runs of ops that repeat per layer once, as "
                      "functions"),
       llvm::cl::init(true)};
+  Option<bool> memoryPlan{
+      *this, "memory-plan",
+      llvm::cl::desc("Place the step's device buffers at offsets the "
+                     "compiler plans in one arena (the memory report "
+                     "counts it)"),
+      llvm::cl::init(true)};
   Option<bool> lower{
       *this, "lower",
       llvm::cl::desc("Lower to runtime calls (EmitC), ready for the C++ "

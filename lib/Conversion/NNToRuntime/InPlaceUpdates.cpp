@@ -18,14 +18,19 @@ using namespace fsdp;
 Value fsdp::sharedBufferOperand(Operation *op) {
   if (isa<dist::CopyOp, dist::WaitOp, nn::ReshapeOp>(op))
     return op->getOperand(0);
-  auto slice = dyn_cast<nn::SliceOp>(op);
-  if (!slice)
-    return {};
-  ArrayRef<int64_t> shape =
-      cast<RankedTensorType>(slice.getInput().getType()).getShape();
-  bool contiguous = llvm::all_of(shape.take_front(slice.getDim()),
-                                 [](int64_t d) { return d == 1; });
-  return contiguous ? slice.getInput() : Value();
+  // A slice along a dim with only unit dims before it is contiguous.
+  auto contiguous = [](Value input, int64_t dim) {
+    ArrayRef<int64_t> shape =
+        cast<RankedTensorType>(input.getType()).getShape();
+    return llvm::all_of(shape.take_front(dim), [](int64_t d) { return d == 1; })
+               ? input
+               : Value();
+  };
+  if (auto slice = dyn_cast<nn::SliceOp>(op))
+    return contiguous(slice.getInput(), slice.getDim());
+  if (auto slice = dyn_cast<dist::AllSliceOp>(op))
+    return contiguous(slice.getInput(), slice.getSliceDim());
+  return {};
 }
 
 /// The position in `body` of the last op that reads `arg`'s buffer: a use

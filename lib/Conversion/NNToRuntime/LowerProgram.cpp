@@ -8,7 +8,8 @@
 // The driver of the lowering. It
 //   1. checks every op and collects the groups and tables its literals name;
 //   2. plans the releases (ReleasePlan.h) on the step as it is;
-//   3. writes `fsdp_program_describe` from the step's signature;
+//   3. writes `fsdp_program_describe` from the step's signature, with the
+//      step's memory plan (StepBuffers.h);
 //   4. outlines repeated per-layer runs (LayerSegments.h) into functions;
 //   5. gives each function its handles (program arguments or a frame's
 //      slots), turns each run of calls of one layer function into a loop
@@ -20,6 +21,7 @@
 #include "LayerSegments.h"
 #include "LoweringState.h"
 
+#include "fsdp/Conversion/NNToRuntime/StepBuffers.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -39,7 +41,7 @@ public:
   Describer(func::FuncOp entry, LoweringState &state, OpBuilder &builder)
       : entry(entry), state(state), builder(builder) {}
 
-  LogicalResult emitDescribe(Location loc);
+  LogicalResult emitDescribe(Location loc, bool memoryPlan);
   /// The function emitDescribe wrote.
   emitc::FuncOp function;
 
@@ -53,6 +55,9 @@ private:
   /// The number of blocks a vocabulary-parallel op's `shard_index` (a
   /// dist.axis_index) counts, or 1.
   int64_t numBlocks(Value shardIndex);
+  /// Hands the runtime the step's memory plan (StepBuffers.h): a static
+  /// table of (bytes, offset) per device buffer in allocation order.
+  void emitMemoryPlan(Location loc);
   /// Starts a call to `callee` with the program handle as first argument.
   Call call(StringRef callee) {
     return Call(state.context, callee).value(program);
@@ -204,7 +209,38 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
   return success();
 }
 
-LogicalResult Describer::emitDescribe(Location loc) {
+void Describer::emitMemoryPlan(Location loc) {
+  StepBuffers buffers(entry);
+  MemoryPlan plan = planMemory(buffers);
+  SmallVector<int64_t> table;
+  for (auto [b, offset] : llvm::zip(buffers.buffers(), plan.offsets))
+    if (!b.host)
+      table.append({b.bytes, offset});
+  if (table.empty())
+    return;
+  auto type =
+      emitc::ArrayType::get({int64_t(table.size())}, builder.getI64Type());
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPoint(function);
+    emitc::GlobalOp::create(
+        builder, loc, "fsdp_memory_plan", type,
+        DenseIntElementsAttr::get(RankedTensorType::get({int64_t(table.size())},
+                                                        builder.getI64Type()),
+                                  table),
+        /*extern_specifier=*/false, /*static_specifier=*/true,
+        /*const_specifier=*/true);
+  }
+  Value array =
+      emitc::GetGlobalOp::create(builder, loc, type, "fsdp_memory_plan");
+  call("fsdp_prog_memory_plan")
+      .literal(intLiteral(plan.arena))
+      .literal(intLiteral(int64_t(table.size() / 2)))
+      .value(array)
+      .emit(builder, loc);
+}
+
+LogicalResult Describer::emitDescribe(Location loc, bool memoryPlan) {
   auto func = function = emitc::FuncOp::create(
       builder, loc, "fsdp_program_describe",
       FunctionType::get(state.context, {state.programType}, {}));
@@ -259,6 +295,8 @@ LogicalResult Describer::emitDescribe(Location loc) {
           .emit(builder, loc);
   if (defersUpdates(entry))
     call("fsdp_prog_defer_updates").emit(builder, loc);
+  if (memoryPlan)
+    emitMemoryPlan(loc);
   for (uint32_t mask : state.groups)
     call("fsdp_prog_group").literal(maskLiteral(mask)).emit(builder, loc);
   emitc::ReturnOp::create(builder, loc, Value());
@@ -390,7 +428,7 @@ RuntimeTypeConverter::RuntimeTypeConverter(MLIRContext *context) {
 }
 
 LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
-                                   bool outlineLayers,
+                                   bool outlineLayers, bool memoryPlan,
                                    RuntimeLoweringStats &stats) {
   MLIRContext *context = module.getContext();
   LoweringState state(context);
@@ -409,7 +447,7 @@ LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
 
   builder.setInsertionPointToEnd(module.getBody());
   Describer describer(entry, state, builder);
-  if (failed(describer.emitDescribe(loc)))
+  if (failed(describer.emitDescribe(loc, memoryPlan)))
     return failure();
   if (state.mesh)
     state.mesh.erase();

@@ -41,6 +41,8 @@ struct fsdp_tensor {
   /// In host memory (CPU offload, fsdp-offload's fsdp.host): allocated and
   /// counted by the host layer, not the kernel backend.
   bool host = false;
+  /// In the arena of the step's memory plan, not freed on its own.
+  bool planned = false;
 };
 
 namespace fsdp::host {
@@ -80,6 +82,22 @@ struct PendingAdamW {
   /// exp_avg_sq, step, grad_scale: the call's order.
   fsdp_tensor *tensors[9];
   double lr, beta1, beta2, eps, weightDecay;
+};
+
+/// The step's memory plan (fsdp_prog_memory_plan) and where the running
+/// step is in it.
+struct MemoryPlan {
+  int64_t arena = 0;
+  /// Per allocation of a step: its bytes and its offset (-1: its own).
+  std::vector<int64_t> bytes, offsets;
+  char *base = nullptr;
+  /// The running step's next allocation; the planned buffers it holds
+  /// (offset -> end of slot).
+  size_t next = 0;
+  std::map<int64_t, int64_t> live;
+  bool running = false;
+  /// Allocations checked against the plan, in all steps.
+  int64_t checked = 0;
 };
 
 struct Input {
@@ -150,6 +168,7 @@ struct fsdp_program {
   /// step under fsdp_prog_defer_updates, else each runs as it is queued.
   bool deferUpdates = false;
   std::vector<fsdp::host::PendingAdamW> pendingAdamW;
+  fsdp::host::MemoryPlan memoryPlan;
   std::vector<uint32_t> groupMasks;
   /// Token range of integer inputs (fsdp_prog_input_range).
   std::map<std::string, int64_t> inputRanges;
@@ -218,6 +237,17 @@ fsdp_tensor *newTensor(const fsdp_type &type, bool host);
 /// Host memory the program holds (CPU offload), in requested bytes.
 int64_t hostMemoryCurrent();
 int64_t hostMemoryPeak();
+/// Brackets a step (and its deferred updates): the first allocates the
+/// memory plan's arena; each checks that the step made every allocation
+/// the plan has and freed every planned buffer.
+void beginStepMemory(fsdp_program &p);
+void endStepMemory(fsdp_program &p);
+/// The planned slot of the running step's next device allocation, of
+/// `type`; null when there is no plan or the plan allocates it on its own.
+/// Fails when the allocation does not fit the plan.
+void *takePlanned(const fsdp_type &type);
+/// Gives back the slot at `data` (a tensor takePlanned placed).
+void releasePlanned(void *data);
 /// Copies a host image of `t`'s bytes into `t` (the backend's host-to-device
 /// path; every host write of tensor data goes through it).
 void upload(fsdp_tensor *t, const void *host);

@@ -304,8 +304,10 @@ int main(int argc, char **argv) {
   std::vector<fsdp_tensor *> recordedOutputs;
   // The step's calls, and the AdamW updates it deferred to its end.
   auto runStep = [&] {
+    beginStepMemory(p);
     fsdp_program_forward(&p);
     applyDeferredUpdates(p);
+    endStepMemory(p);
   };
   double windowExcludedMs = 0;
   auto msSince = [](std::chrono::steady_clock::time_point t) {

@@ -126,7 +126,11 @@ fsdp_tensor *fsdp::host::newTensor(const fsdp_type &type, bool host) {
   size_t bytes = size_t(byteSize(type));
   t->host = host;
   // A zero-size buffer still gets a distinct address.
-  t->data = host ? fsdp_rt_host_alloc(bytes) : fsdp_rt_alloc(bytes ? bytes : 1);
+  if (!host && (t->data = takePlanned(type)))
+    t->planned = true;
+  else
+    t->data =
+        host ? fsdp_rt_host_alloc(bytes) : fsdp_rt_alloc(bytes ? bytes : 1);
   if (!t->data)
     fail("alloc", std::string("out of ") + (host ? "host " : "") +
                       "memory allocating " + std::to_string(bytes) +
@@ -415,6 +419,8 @@ void fsdp_release(fsdp_tensor *t) {
   else if (t->host) {
     fsdp_rt_host_free(t->data);
     countHost(*t, -1);
+  } else if (t->planned) {
+    releasePlanned(t->data);
   } else {
     fsdp_rt_free(t->data);
   }

@@ -131,6 +131,10 @@ void fsdp::host::printReport(const fsdp_program &p) {
     std::printf("host memory (CPU offload): current %lld bytes, peak %lld "
                 "bytes\n",
                 (long long)hostMemoryCurrent(), (long long)hostMemoryPeak());
+  if (!p.memoryPlan.bytes.empty())
+    std::printf("memory plan: arena %lld bytes, %lld allocations checked "
+                "against it\n",
+                (long long)p.memoryPlan.arena, (long long)p.memoryPlan.checked);
   // Waits of the host on the backend's streams inside the steps; the loss
   // read every --log-every steps is outside this count.
   std::printf("host syncs per step: %.2f (%lld in %lld steps)\n",

@@ -25,8 +25,9 @@
 namespace fsdp {
 
 /// The operand whose buffer the runtime hands out again as `op`'s result:
-/// dist.copy, dist.wait (the started collective's), nn.reshape and an
-/// nn.slice whose dims before the sliced one are all 1 (Ops.cpp's views).
+/// dist.copy, dist.wait (the started collective's), nn.reshape, and an
+/// nn.slice or dist.all_slice whose dims before the sliced one are all 1
+/// (Ops.cpp's views).
 /// Null for an op whose results are new buffers.
 mlir::Value sharedBufferOperand(mlir::Operation *op);
 

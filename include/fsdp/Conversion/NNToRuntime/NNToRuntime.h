@@ -37,9 +37,12 @@ public:
 /// Lowers `entry` of `module`, a per-rank step of nn and dist ops, into the
 /// functions every compiled program defines: `fsdp_program_describe` and
 /// `fsdp_program_forward`. With `outlineLayers`, runs of ops that repeat
-/// per layer become one static function each, called per layer.
+/// per layer become one static function each, called per layer. With
+/// `memoryPlan`, the description carries the step's memory plan
+/// (StepBuffers.h, `fsdp_prog_memory_plan`).
 llvm::LogicalResult lowerToRuntime(mlir::ModuleOp module,
                                    mlir::func::FuncOp entry, bool outlineLayers,
+                                   bool memoryPlan,
                                    RuntimeLoweringStats &stats);
 
 } // namespace fsdp

@@ -1,0 +1,203 @@
+//===- StepBuffers.cpp - A step's buffers and its memory plan -------------===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#include "fsdp/Conversion/NNToRuntime/StepBuffers.h"
+
+#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
+#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+
+using namespace mlir;
+using namespace fsdp;
+
+bool fsdp::resultsOnHost(Operation *op) {
+  return isa<nn::ToHostOp>(op) ||
+         (op->hasAttr("fsdp.host") && !isa<nn::ToDeviceOp>(op));
+}
+
+int64_t fsdp::bytesOf(Type type) {
+  if (auto future = dyn_cast<dist::FutureType>(type))
+    type = future.getValueType();
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  return tensor.getNumElements() * ((tensor.getElementTypeBitWidth() + 7) / 8);
+}
+
+StepBuffers::StepBuffers(func::FuncOp step) {
+  if (step.isExternal())
+    return;
+  Block &body = step.getBody().front();
+  // The buffer each handle refers to (itself when it has one of its own),
+  // and the references to each buffer.
+  DenseMap<Value, Value> buffer;
+  auto bufferOf = [&](Value v) {
+    auto it = buffer.find(v);
+    return it == buffer.end() ? v : it->second;
+  };
+  DenseMap<Value, unsigned> listed;
+  DenseMap<Value, int64_t> references;
+  auto release = [&](Value v, unsigned at) {
+    Value b = bufferOf(v);
+    if (isa<BlockArgument>(b) || --references[b] != 0)
+      return;
+    auto it = listed.find(b);
+    if (it != listed.end())
+      list[it->second].freed = at;
+  };
+  ReleasePlan plan(body);
+  InPlaceUpdates inPlace(step);
+  bool deferred = defersUpdates(step);
+  SmallVector<Value> heldToEnd;
+  // Per started future: the input its collective reads until the wait.
+  DenseMap<Value, Value> reading;
+  for (Operation &op : body.without_terminator()) {
+    unsigned at = ops++;
+    Value shared = sharedBufferOperand(&op);
+    for (Value result : op.getResults()) {
+      int reused = inPlace.reusedOperand(result);
+      if (shared) {
+        buffer[result] = bufferOf(shared);
+      } else if (reused >= 0) {
+        buffer[result] = bufferOf(op.getOperand(unsigned(reused)));
+      } else if (isa<RankedTensorType, dist::FutureType>(result.getType())) {
+        listed[result] = list.size();
+        StepBuffer b;
+        b.value = result;
+        b.bytes = bytesOf(result.getType());
+        b.host = resultsOnHost(&op);
+        b.allocated = at;
+        list.push_back(b);
+      }
+      if (ReleasePlan::isReleased(result))
+        ++references[bufferOf(result)];
+    }
+    auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
+    if (collective && collective.isAsync()) {
+      Value input = collective.getInput();
+      if (!isa<BlockArgument>(bufferOf(input)))
+        ++references[bufferOf(input)];
+      reading[op.getResult(0)] = input;
+    }
+    if (auto wait = dyn_cast<dist::WaitOp>(op))
+      if (Value input = reading.lookup(wait.getFuture()))
+        release(input, at);
+    bool held = deferred && isa<nn::AdamWOp>(op);
+    for (unsigned i : plan.operandsDyingAt(&op))
+      held ? heldToEnd.push_back(op.getOperand(i))
+           : release(op.getOperand(i), at);
+    for (unsigned i : plan.unusedResults(&op))
+      held ? heldToEnd.push_back(op.getResult(i))
+           : release(op.getResult(i), at);
+  }
+  for (Value v : heldToEnd)
+    release(v, ops);
+}
+
+/// Places `order`'s buffers in turn: each at the lowest offset of the
+/// smallest gap the buffers already placed leave during its lifetime (best
+/// fit), or above them all. Returns the arena's size.
+static int64_t place(ArrayRef<StepBuffer> buffers, ArrayRef<unsigned> order,
+                     SmallVectorImpl<int64_t> &offsets) {
+  int64_t arena = 0;
+  SmallVector<unsigned> placed;
+  SmallVector<std::pair<int64_t, int64_t>> taken;
+  for (unsigned i : order) {
+    const StepBuffer &b = buffers[i];
+    int64_t size = MemoryPlan::slot(b.bytes);
+    taken.clear();
+    for (unsigned j : placed) {
+      const StepBuffer &other = buffers[j];
+      if (other.allocated <= b.freed && b.allocated <= other.freed)
+        taken.push_back(
+            {offsets[j], offsets[j] + MemoryPlan::slot(other.bytes)});
+    }
+    llvm::sort(taken);
+    int64_t best = -1, bestGap = std::numeric_limits<int64_t>::max();
+    int64_t top = 0;
+    for (auto [begin, end] : taken) {
+      int64_t gap = begin - top;
+      if (gap >= size && gap < bestGap) {
+        best = top;
+        bestGap = gap;
+      }
+      top = std::max(top, end);
+    }
+    if (best < 0)
+      best = top;
+    offsets[i] = best;
+    arena = std::max(arena, best + size);
+    placed.push_back(i);
+  }
+  return arena;
+}
+
+MemoryPlan fsdp::planMemory(const StepBuffers &step) {
+  ArrayRef<StepBuffer> buffers = step.buffers();
+  MemoryPlan plan;
+  plan.offsets.assign(buffers.size(), -1);
+  SmallVector<unsigned> order;
+  for (auto [i, b] : llvm::enumerate(buffers))
+    if (!b.host && !b.kept())
+      order.push_back(unsigned(i));
+  plan.planned = int64_t(order.size());
+  auto size = [&](unsigned i) { return MemoryPlan::slot(buffers[i].bytes); };
+  // Lifetimes counted in the ops that allocate or free a planned buffer,
+  // so that ops that do neither (views, waits) change no order.
+  SmallVector<unsigned> points;
+  for (unsigned i : order)
+    points.append({buffers[i].allocated, buffers[i].freed});
+  llvm::sort(points);
+  points.erase(llvm::unique(points), points.end());
+  auto rank = [&](unsigned at) {
+    return int64_t(llvm::lower_bound(points, at) - points.begin());
+  };
+  auto length = [&](unsigned i) {
+    return rank(buffers[i].freed) - rank(buffers[i].allocated) + 1;
+  };
+  // Orders to try, each stable (ties in allocation order, so the plan is
+  // deterministic); the smallest arena wins.
+  SmallVector<std::function<bool(unsigned, unsigned)>> orders = {
+      [&](unsigned a, unsigned b) { return size(a) > size(b); },
+      [&](unsigned a, unsigned b) {
+        return size(a) * length(a) > size(b) * length(b);
+      },
+      [&](unsigned a, unsigned b) {
+        return std::make_pair(length(a), size(a)) >
+               std::make_pair(length(b), size(b));
+      },
+      [&](unsigned, unsigned) { return false; },
+  };
+  plan.arena = std::numeric_limits<int64_t>::max();
+  SmallVector<int64_t> offsets(buffers.size(), -1);
+  for (auto &less : orders) {
+    SmallVector<unsigned> sorted(order);
+    llvm::stable_sort(sorted, less);
+    int64_t arena = place(buffers, sorted, offsets);
+    if (arena < plan.arena) {
+      plan.arena = arena;
+      plan.offsets = offsets;
+    }
+  }
+  if (order.empty())
+    plan.arena = 0;
+  // The arena's lower bound: the most planned bytes live during one op.
+  SmallVector<int64_t> delta(step.numOps() + 2, 0);
+  for (unsigned i : order) {
+    delta[buffers[i].allocated] += size(i);
+    delta[buffers[i].freed + 1] -= size(i);
+  }
+  int64_t live = 0;
+  for (int64_t d : delta)
+    plan.livePeak = std::max(plan.livePeak, live += d);
+  return plan;
+}
