@@ -85,7 +85,8 @@ def main():
               f"ms, speed {rows[-1][3]:.3f}x, same losses", flush=True)
     print(f"\n{args.batch * args.seq} tokens per step, {args.threads} "
           f"threads, median of {args.rounds} interleaved pairs")
-    print("| | plan ms | pool ms | pool / plan time | peak, plan | "
+    print("| | plan ms | pool ms | plan speed (pool ms / plan ms) | "
+          "peak, plan | "
           "peak, pool | reserved, plan | reserved, pool | arena |")
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
