@@ -32,6 +32,15 @@ def parser(doc, batch, seq, steps, config=None):
     return p
 
 
+def parse_steps(p, least=2):
+    """Parses `p`'s command line; --steps must leave steps after the first
+    (a warm-up) to time."""
+    args = p.parse_args()
+    if args.steps < least:
+        p.error(f"--steps must be at least {least} (the first is a warm-up)")
+    return args
+
+
 def graph(args, prefix):
     """A temporary folder and the graph of --config at --batch x --seq in it."""
     tmp = tempfile.mkdtemp(prefix=prefix)

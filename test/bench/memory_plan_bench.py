@@ -12,7 +12,6 @@ last printed digit, or the script fails.
         [--steps 6] [--rounds 3] [--threads 2] [--dtypes f32,bf16]
 """
 
-import json
 import os
 import re
 import statistics
@@ -21,7 +20,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import benchutil  # noqa: E402
-from train_bench import MIXED, pinned  # noqa: E402
+from train_bench import mixed_config, pinned  # noqa: E402
 
 
 def number(pattern, out):
@@ -36,15 +35,11 @@ def main():
                          config=os.path.join(HERE, "train-llama.json"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dtypes", default="f32,bf16")
-    args = p.parse_args()
-    if args.steps < 2:
-        p.error("--steps must be at least 2 (the first is a warm-up)")
+    args = benchutil.parse_steps(p, least=3)
     tmp, graph = benchutil.graph(args, "memory-plan-bench-")
     rows = []
     for dtype in args.dtypes.split(","):
-        parallel = os.path.join(tmp, dtype + ".json")
-        with open(parallel, "w") as f:
-            json.dump(MIXED[dtype], f)
+        parallel = mixed_config(tmp, dtype)
         progs = {}
         for side, flag in (("plan", "--memory-plan=true"),
                            ("pool", "--memory-plan=false")):

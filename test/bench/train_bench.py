@@ -42,6 +42,14 @@ MIXED = {
 REPORT_LINE = re.compile(r"^(\w+)\s+(\d+)\s+([\d.]+)$")
 
 
+def mixed_config(tmp, dtype):
+    """Writes the parallel.json of `dtype`'s mixed precision into `tmp`."""
+    path = os.path.join(tmp, dtype + ".json")
+    with open(path, "w") as f:
+        json.dump(MIXED[dtype], f)
+    return path
+
+
 def pinned(threads, cmd):
     """`cmd` on the first `threads` cores with that many threads."""
     cores = sorted(os.sched_getaffinity(0))[:threads]
@@ -78,16 +86,12 @@ def main():
     p.add_argument("--report", action="store_true")
     p.add_argument("--prog", action="append", default=[],
                    metavar="DTYPE=PROGRAM")
-    args = p.parse_args()
+    args = benchutil.parse_steps(p)
     given = dict(item.split("=", 1) for item in args.prog)
-    if args.steps < 2:
-        p.error("--steps must be at least 2 (the first is a warm-up)")
     tmp, graph = benchutil.graph(args, "train-bench-")
     rows = []
     for dtype in args.dtypes.split(","):
-        parallel = os.path.join(tmp, dtype + ".json")
-        with open(parallel, "w") as f:
-            json.dump(MIXED[dtype], f)
+        parallel = mixed_config(tmp, dtype)
         prog = given.get(dtype) or os.path.join(tmp, "step-" + dtype)
         if dtype not in given:
             benchutil.run([os.path.join(args.bin_dir, "fsdp-compile"), graph,
