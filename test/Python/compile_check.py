@@ -88,6 +88,16 @@ def main():
           f"largest gathered unit {memory['largest_gathered_unit']} bytes")
     if not memory["estimated_peak"] >= memory["parameters"] > 0:
         fail("the estimated peak is not above the parameters")
+    # The memory plan: its arena holds at least the bytes live at once, and
+    # the estimate is the arguments, the arena and the peak outside it.
+    plan = memory["memory_plan"]
+    if not plan or not 0 < plan["live_peak"] <= plan["arena"]:
+        fail(f"memory plan {plan}")
+    if memory["estimated_peak"] != (
+            memory["parameters"] + memory["optimizer_state"] +
+            memory["inputs"] + plan["arena"] + plan["outside_peak"]):
+        fail(f"the estimated peak is not the arguments, the arena and the "
+             f"peak outside it: {memory}")
 
     result = fsdp_mlir.run(compiled, args=(
         "--steps", 2, "--dump-dir", os.path.join(args.work, "dump"),
