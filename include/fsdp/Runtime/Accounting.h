@@ -8,7 +8,8 @@
 // One definition of the bytes a collective sends and the staging buffers it
 // allocates, read by the runtime (which counts and allocates by it) and by
 // the compiler's communication and memory reports (which predict by it), so
-// the two cannot drift apart. Plain C++17, no dependencies.
+// the two cannot drift apart; likewise the slots of the memory plan, which
+// the compiler places and the runtime checks. Plain C++17, no dependencies.
 //
 //===----------------------------------------------------------------------===//
 
@@ -97,6 +98,15 @@ constexpr Staging allToAllStaging(int64_t bytes, int64_t n, int64_t outerSend,
 constexpr int64_t heldUntilWait(Collective kind, Staging s) {
   return kind == Collective::ReduceScatter && s.send ? s.send + s.recv
                                                      : s.total();
+}
+
+/// The memory plan's slots (fsdp_prog_memory_plan): offsets are multiples
+/// of kPlanAlignment (what cuBLAS and vectorized kernels want of a buffer's
+/// start), and a buffer of `bytes` takes max(bytes, 1) rounded up to it.
+constexpr int64_t kPlanAlignment = 256;
+constexpr int64_t planSlotBytes(int64_t bytes) {
+  return ((bytes > 1 ? bytes : 1) + kPlanAlignment - 1) / kPlanAlignment *
+         kPlanAlignment;
 }
 
 } // namespace fsdp::accounting

@@ -144,7 +144,6 @@ static int64_t place(ArrayRef<StepBuffer> buffers, ArrayRef<unsigned> order,
 MemoryPlan fsdp::planMemory(const StepBuffers &step) {
   ArrayRef<StepBuffer> buffers = step.buffers();
   MemoryPlan plan;
-  plan.offsets.assign(buffers.size(), -1);
   SmallVector<unsigned> order;
   for (auto [i, b] : llvm::enumerate(buffers))
     if (!b.host && !b.kept())
@@ -188,8 +187,6 @@ MemoryPlan fsdp::planMemory(const StepBuffers &step) {
       plan.offsets = offsets;
     }
   }
-  if (order.empty())
-    plan.arena = 0;
   // The arena's lower bound: the most planned bytes live during one op.
   SmallVector<int64_t> delta(step.numOps() + 2, 0);
   for (unsigned i : order) {

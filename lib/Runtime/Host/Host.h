@@ -95,7 +95,6 @@ struct MemoryPlan {
   /// (offset -> end of slot).
   size_t next = 0;
   std::map<int64_t, int64_t> live;
-  bool running = false;
   /// Allocations checked against the plan, in all steps.
   int64_t checked = 0;
 };

@@ -18,18 +18,15 @@
 
 #include "Host.h"
 
+#include "fsdp/Runtime/Accounting.h"
+
 #include <mutex>
 
 using namespace fsdp::host;
+using fsdp::accounting::kPlanAlignment;
+using fsdp::accounting::planSlotBytes;
 
 namespace {
-constexpr int64_t kAlignment = 256;
-
-int64_t slotBytes(int64_t bytes) {
-  return (std::max<int64_t>(bytes, 1) + kAlignment - 1) / kAlignment *
-         kAlignment;
-}
-
 /// The program whose step is running under its plan, and the one that has
 /// a plan (one program per process).
 fsdp_program *running = nullptr, *owner = nullptr;
@@ -48,8 +45,8 @@ void fsdp_prog_memory_plan(fsdp_program *p, int64_t arena_bytes, int64_t count,
     int64_t bytes = table[2 * i], offset = table[2 * i + 1];
     bool placed = offset >= 0;
     if (bytes < 0 || offset < -1 ||
-        (placed &&
-         (offset % kAlignment || offset + slotBytes(bytes) > arena_bytes)))
+        (placed && (offset % kPlanAlignment ||
+                    offset + planSlotBytes(bytes) > arena_bytes)))
       fail(op, "allocation #" + std::to_string(i) + " (" +
                    std::to_string(bytes) + " bytes at offset " +
                    std::to_string(offset) + ") does not fit an arena of " +
@@ -71,7 +68,6 @@ void fsdp::host::beginStepMemory(fsdp_program &p) {
   }
   std::lock_guard<std::mutex> lock(planMutex);
   plan.next = 0;
-  plan.running = true;
   running = &p;
 }
 
@@ -80,7 +76,6 @@ void fsdp::host::endStepMemory(fsdp_program &p) {
   if (plan.bytes.empty())
     return;
   std::lock_guard<std::mutex> lock(planMutex);
-  plan.running = false;
   running = nullptr;
   if (plan.next != plan.bytes.size())
     fail("memory plan", "step " + std::to_string(p.step) + " made " +
@@ -116,7 +111,7 @@ void *fsdp::host::takePlanned(const fsdp_type &type) {
   int64_t offset = plan.offsets[k];
   if (offset < 0)
     return nullptr;
-  int64_t end = offset + slotBytes(bytes);
+  int64_t end = offset + planSlotBytes(bytes);
   auto after = plan.live.lower_bound(offset);
   bool overlaps =
       (after != plan.live.end() && after->first < end) ||

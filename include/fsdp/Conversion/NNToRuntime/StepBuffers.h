@@ -17,6 +17,8 @@
 #ifndef FSDP_CONVERSION_NNTORUNTIME_STEPBUFFERS_H
 #define FSDP_CONVERSION_NNTORUNTIME_STEPBUFFERS_H
 
+#include "fsdp/Runtime/Accounting.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -72,9 +74,6 @@ private:
 /// device buffer that the step frees. A buffer the step returns, and a host
 /// buffer, stay with the allocator.
 struct MemoryPlan {
-  /// Offsets and sizes in the arena are multiples of this (what cuBLAS and
-  /// vectorized kernels want of a buffer's start).
-  static constexpr int64_t kAlignment = 256;
   /// Per buffer of StepBuffers::buffers(): its offset, or -1 outside the
   /// arena.
   llvm::SmallVector<int64_t> offsets;
@@ -83,10 +82,9 @@ struct MemoryPlan {
   /// the arena can be no smaller.
   int64_t planned = 0, livePeak = 0;
 
-  /// The bytes a planned buffer of `bytes` takes.
+  /// The bytes a planned buffer of `bytes` takes (Accounting.h).
   static int64_t slot(int64_t bytes) {
-    return (std::max<int64_t>(bytes, 1) + kAlignment - 1) / kAlignment *
-           kAlignment;
+    return accounting::planSlotBytes(bytes);
   }
 };
 
