@@ -86,6 +86,16 @@ void fsdp_rt_event_record(fsdp_rt_event event, fsdp_rt_stream stream);
 /// Blocks the host until `event` has completed.
 void fsdp_rt_event_synchronize(fsdp_rt_event event);
 
+/// Runs `fn(arg)` on a host thread in `stream`'s order: after the work
+/// queued on `stream` before it has finished, and before the work queued
+/// after it starts. The host does not wait: CUDA queues a host function
+/// (which must not call CUDA); the CPU backend, whose streams run as they
+/// are queued, calls it at once. `release(arg)` follows once `fn` can run
+/// no more: after the call, or, for a call recorded in a step graph, never
+/// (each replay runs `fn(arg)` again, so `arg` lives with the process).
+void fsdp_rt_host_call(fsdp_rt_stream stream, void (*fn)(void *), void *arg,
+                       void (*release)(void *));
+
 //===----------------------------------------------------------------------===//
 // Step graphs
 //

@@ -163,6 +163,13 @@ void fsdp_rt_event_destroy(fsdp_rt_event event) { delete event; }
 void fsdp_rt_event_record(fsdp_rt_event, fsdp_rt_stream) {}
 void fsdp_rt_event_synchronize(fsdp_rt_event) { hostSyncs += 1; }
 
+void fsdp_rt_host_call(fsdp_rt_stream, void (*fn)(void *), void *arg,
+                       void (*release)(void *)) {
+  fn(arg);
+  if (release)
+    release(arg);
+}
+
 // The CPU backend runs each call as it comes: it has nothing to record. The
 // host layer asks fsdp_rt_graph_supported first and reports the option.
 int fsdp_rt_graph_supported(void) { return 0; }

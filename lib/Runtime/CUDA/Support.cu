@@ -192,6 +192,38 @@ void fsdp_rt_event_synchronize(fsdp_rt_event event) {
   check(cudaEventSynchronize(event->event), "fsdp_rt_event_synchronize");
 }
 
+namespace {
+struct HostCall {
+  void (*fn)(void *);
+  void *arg;
+  void (*release)(void *);
+};
+
+void CUDART_CB runHostCall(void *call) {
+  auto *c = static_cast<HostCall *>(call);
+  c->fn(c->arg);
+  if (c->release)
+    c->release(c->arg);
+  delete c;
+}
+
+void CUDART_CB runRecordedHostCall(void *call) {
+  auto *c = static_cast<const HostCall *>(call);
+  c->fn(c->arg);
+}
+} // namespace
+
+void fsdp_rt_host_call(fsdp_rt_stream stream, void (*fn)(void *), void *arg,
+                       void (*release)(void *)) {
+  // A recorded call runs again at every replay: it and its argument stay
+  // for the process.
+  bool recorded = recordingGraph();
+  check(cudaLaunchHostFunc(streamOf(stream),
+                           recorded ? runRecordedHostCall : runHostCall,
+                           new HostCall{fn, arg, release}),
+        "fsdp_rt_host_call");
+}
+
 int fsdp_rt_host_addressable(void) { return 0; }
 
 //===----------------------------------------------------------------------===//

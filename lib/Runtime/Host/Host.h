@@ -394,6 +394,31 @@ void dumpTensors(const fsdp_program &p, const std::string &dir, DumpPart part);
 void applyDeferredUpdates(fsdp_program &p);
 /// Prints memory, kernel time and collective traffic (rank 0).
 void printReport(const fsdp_program &p);
+
+/// CPU offload's optimizer on the host's cores (HostOptimizer.cpp). When
+/// the backend's buffers are not host memory (CUDA; the CPU backend under
+/// FSDP_RT_HOST_ADDRESSABLE=0), an optimizer op or squared sum placed on
+/// the host does not run as a backend kernel reading host memory: its
+/// arithmetic (Common/OptimizerMath.h) runs on this process's share of the
+/// cores, queued in stream order through fsdp_rt_host_call, so the host
+/// still never waits for the device.
+bool onHostCores(const fsdp_tensor *t);
+/// Shares the cores among the node's `localRanks` processes (OMP_NUM_THREADS
+/// sets the count instead, as for the CPU backend).
+void setHostThreads(int localRanks);
+/// fsdp_rt_sum_squares on the host's cores.
+void queueHostSumSquares(fsdp_rt_dtype dtype, const void *x, int64_t numel,
+                         float *out);
+/// fsdp_rt_adamw on the host's cores; `tensors` is copied.
+void queueHostAdamW(std::vector<fsdp_rt_adamw_tensor> tensors,
+                    fsdp_rt_dtype gradDtype, double lr, double beta1,
+                    double beta2, double eps, double weightDecay,
+                    const float *step, const float *gradScale);
+/// fsdp_rt_sgd on the host's cores.
+void queueHostSgd(float *param, float *momentumBuffer, fsdp_rt_dtype gradDtype,
+                  const void *grad, int64_t numel, double lr, double momentum,
+                  double weightDecay, const float *step,
+                  const float *gradScale);
 /// What a group's collectives cost: how many ran, how long they were in
 /// flight and how long the rank blocked on them (the exposed communication;
 /// all of it for a synchronous one).

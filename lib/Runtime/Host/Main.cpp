@@ -227,6 +227,7 @@ int main(int argc, char **argv) {
   MPI_Comm_free(&node);
   p.localRanks = localRanks;
   fsdp_rt_set_threads(localRanks);
+  setHostThreads(localRanks);
   Options o;
   if (!parse(argc, argv, p.worldRank, o)) {
     MPI_Finalize();

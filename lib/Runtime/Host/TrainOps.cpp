@@ -52,6 +52,16 @@ const float *f32Scalar(const char *op, const fsdp_tensor *t, const char *what) {
 
 int int32(int64_t v) { return static_cast<int>(v); }
 
+/// Requires `op`'s other tensors in host memory, as the host's cores read
+/// them (onHostCores).
+void requireHost(const char *op,
+                 std::initializer_list<const fsdp_tensor *> ts) {
+  for (const fsdp_tensor *t : ts)
+    require(op, t->host,
+            "placed on the host, but its " + typeString(t->type) +
+                " operand is in device memory");
+}
+
 /// The buffers of an AdamW call as fsdp_rt_adamw takes them.
 fsdp_rt_adamw_tensor adamwTensor(const PendingAdamW &a) {
   auto in = [&](int k) {
@@ -270,6 +280,11 @@ void fsdp_op_pad(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x, int64_t dim,
 void fsdp_op_sum_squares(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x) {
   require("sum_squares", out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
           "result must be an f32 scalar");
+  if (onHostCores(x)) {
+    requireHost("sum_squares", {out});
+    return queueHostSumSquares(x->type.dtype, x->data, numElements(x->type),
+                               static_cast<float *>(out->data));
+  }
   fsdp_rt_sum_squares(nullptr, x->type.dtype, x->data, numElements(x->type),
                       static_cast<float *>(out->data));
 }
@@ -321,6 +336,9 @@ void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
               typeString(param->type));
   f32Scalar("adamw", step, "step");
   f32Scalar("adamw", grad_scale, "grad_scale");
+  if (onHostCores(param))
+    requireHost("adamw", {new_param, new_exp_avg, new_exp_avg_sq, grad, exp_avg,
+                          exp_avg_sq, step, grad_scale});
   PendingAdamW update = {{new_param, new_exp_avg, new_exp_avg_sq, param, grad,
                           exp_avg, exp_avg_sq, step, grad_scale},
                          lr,
@@ -350,7 +368,8 @@ void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
              a.eps == b.eps && a.weightDecay == b.weightDecay &&
              a.tensors[4]->type.dtype == b.tensors[4]->type.dtype &&
              a.tensors[7]->data == b.tensors[7]->data &&
-             a.tensors[8]->data == b.tensors[8]->data;
+             a.tensors[8]->data == b.tensors[8]->data &&
+             a.tensors[3]->host == b.tensors[3]->host;
     };
     group.clear();
     for (size_t j = i; j < pending.size(); ++j)
@@ -358,10 +377,15 @@ void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
         group.push_back(adamwTensor(pending[j]));
         done[j] = true;
       }
-    fsdp_rt_adamw(nullptr, int64_t(group.size()), group.data(),
-                  a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2, a.eps,
-                  a.weightDecay, static_cast<const float *>(a.tensors[7]->data),
-                  static_cast<const float *>(a.tensors[8]->data));
+    const auto *step = static_cast<const float *>(a.tensors[7]->data);
+    const auto *scale = static_cast<const float *>(a.tensors[8]->data);
+    if (onHostCores(a.tensors[3]))
+      queueHostAdamW(group, a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2,
+                     a.eps, a.weightDecay, step, scale);
+    else
+      fsdp_rt_adamw(nullptr, int64_t(group.size()), group.data(),
+                    a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2, a.eps,
+                    a.weightDecay, step, scale);
   }
   for (PendingAdamW &a : pending)
     for (fsdp_tensor *t : a.tensors)
@@ -386,10 +410,19 @@ void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,
   if (new_momentum_buffer->data != momentum_buffer->data)
     fsdp_rt_copy(nullptr, FSDP_RT_F32, momentum_buffer->data, n,
                  new_momentum_buffer->data);
-  fsdp_rt_sgd(nullptr, static_cast<float *>(new_param->data),
-              momentum == 0.0 ? nullptr
-                              : static_cast<float *>(new_momentum_buffer->data),
-              grad->type.dtype, grad->data, numElements(param->type), lr,
-              momentum, weight_decay, f32Scalar("sgd", step, "step"),
-              f32Scalar("sgd", grad_scale, "grad_scale"));
+  float *buffer = momentum == 0.0
+                      ? nullptr
+                      : static_cast<float *>(new_momentum_buffer->data);
+  const float *stepCount = f32Scalar("sgd", step, "step");
+  const float *scale = f32Scalar("sgd", grad_scale, "grad_scale");
+  if (onHostCores(param)) {
+    requireHost("sgd", {new_param, new_momentum_buffer, grad, momentum_buffer,
+                        step, grad_scale});
+    return queueHostSgd(static_cast<float *>(new_param->data), buffer,
+                        grad->type.dtype, grad->data, n, lr, momentum,
+                        weight_decay, stepCount, scale);
+  }
+  fsdp_rt_sgd(nullptr, static_cast<float *>(new_param->data), buffer,
+              grad->type.dtype, grad->data, n, lr, momentum, weight_decay,
+              stepCount, scale);
 }

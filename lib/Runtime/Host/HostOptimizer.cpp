@@ -1,0 +1,124 @@
+//===- HostOptimizer.cpp - CPU offload's optimizer on the host's cores ----===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// FSDP2's CPUOffloadPolicy steps the optimizer on the CPU, over the state
+// and gradients in host memory. A backend kernel that reads pinned memory
+// could do it too, but would stream every byte of the state across the
+// host link twice per step; here the host's cores do it, and the link
+// carries only the placement copies. Each call is queued in the compute
+// stream's order (fsdp_rt_host_call), so it runs once the gradients it
+// reads have arrived, before any later copy reads the parameters it
+// writes, and the host thread that queues the step never waits.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Host.h"
+
+#include "../Common/OptimizerMath.h"
+#include "../Common/Profile.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+using namespace fsdp::host;
+using namespace fsdp::rt;
+
+namespace {
+int hostThreads = 0;
+
+int threadCount() {
+  if (hostThreads > 0)
+    return hostThreads;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+/// Calls fn over [0, n) in one piece per thread, this thread among them.
+void onThreads(int64_t n, const std::function<void(int64_t, int64_t)> &fn) {
+  int64_t pieces = std::min<int64_t>(threadCount(), n);
+  if (pieces <= 1) {
+    fn(0, n);
+    return;
+  }
+  std::vector<std::thread> workers;
+  for (int64_t c = 1; c < pieces; ++c)
+    workers.emplace_back(
+        [&fn, n, c, pieces] { fn(n * c / pieces, n * (c + 1) / pieces); });
+  fn(0, n / pieces);
+  for (std::thread &w : workers)
+    w.join();
+}
+
+struct HostWork {
+  const char *name;
+  std::function<void()> body;
+};
+
+void runWork(void *arg) {
+  auto *work = static_cast<HostWork *>(arg);
+  auto start = std::chrono::steady_clock::now();
+  work->body();
+  profileAdd(work->name, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count());
+}
+
+void releaseWork(void *arg) { delete static_cast<HostWork *>(arg); }
+
+/// Queues `body` on the compute stream, to run on the host; `name` is its
+/// row in the kernel profile.
+void queue(const char *name, std::function<void()> body) {
+  fsdp_rt_host_call(nullptr, runWork, new HostWork{name, std::move(body)},
+                    releaseWork);
+}
+} // namespace
+
+bool fsdp::host::onHostCores(const fsdp_tensor *t) {
+  return t->host && !fsdp_rt_host_addressable();
+}
+
+void fsdp::host::setHostThreads(int localRanks) {
+  if (const char *omp = std::getenv("OMP_NUM_THREADS"))
+    hostThreads = std::max(1, std::atoi(omp));
+  else
+    hostThreads = std::max<int>(1, int(std::thread::hardware_concurrency()) /
+                                       std::max(1, localRanks));
+}
+
+void fsdp::host::queueHostSumSquares(fsdp_rt_dtype dtype, const void *x,
+                                     int64_t numel, float *out) {
+  queue("sum_squares (host cores)",
+        [=] { out[0] = optimizer::sumSquares(onThreads, dtype, x, numel); });
+}
+
+void fsdp::host::queueHostAdamW(std::vector<fsdp_rt_adamw_tensor> tensors,
+                                fsdp_rt_dtype gradDtype, double lr,
+                                double beta1, double beta2, double eps,
+                                double weightDecay, const float *step,
+                                const float *gradScale) {
+  // The step count and the scale are read when the call runs: the step
+  // (the clip coefficient) may have just written them.
+  queue("adamw (host cores)", [=, tensors = std::move(tensors)] {
+    optimizer::adamw(
+        onThreads, int64_t(tensors.size()), tensors.data(), gradDtype,
+        optimizer::adamwCoefficients(lr, beta1, beta2, eps, weightDecay,
+                                     step[0], gradScale[0]));
+  });
+}
+
+void fsdp::host::queueHostSgd(float *param, float *momentumBuffer,
+                              fsdp_rt_dtype gradDtype, const void *grad,
+                              int64_t numel, double lr, double momentum,
+                              double weightDecay, const float *step,
+                              const float *gradScale) {
+  queue("sgd (host cores)", [=] {
+    optimizer::sgd(param, momentumBuffer, gradDtype, grad, numel, lr, momentum,
+                   weightDecay, step[0] == 1.0f, gradScale[0]);
+  });
+}
