@@ -181,7 +181,7 @@ llvm::Expected<Hardware> sim::parseHardware(StringRef text, StringRef file) {
   r.onlyKnown(*root, "",
               {"name", "sources", "peak_flops", "hbm_bytes_per_s", "efficiency",
                "kernel_latency_s", "gpus_per_node", "nvlink", "network",
-               "host_link"});
+               "host_link", "host_cpu"});
   auto nested = [&](StringRef key, ArrayRef<StringRef> known) {
     if (const llvm::json::Object *o = root->getObject(key))
       r.onlyKnown(*o, (key + ".").str(), known);
@@ -193,6 +193,7 @@ llvm::Expected<Hardware> sim::parseHardware(StringRef text, StringRef file) {
          {"bus_bytes_per_s", "all_reduce_bus_bytes_per_s", "latency_s"});
   nested("network", {"bytes_per_s_per_gpu", "latency_s"});
   nested("host_link", {"bytes_per_s", "latency_s"});
+  nested("host_cpu", {"bytes_per_s_per_gpu", "latency_s"});
 
   Hardware hw;
   std::optional<StringRef> name = root->getString("name");
@@ -224,6 +225,10 @@ llvm::Expected<Hardware> sim::parseHardware(StringRef text, StringRef file) {
   if (root->get("host_link")) {
     hw.hostLinkBytesPerS = r.positive(*root, "host_link.bytes_per_s");
     hw.hostLinkLatencyS = r.positive(*root, "host_link.latency_s");
+  }
+  if (root->get("host_cpu")) {
+    hw.hostCpuBytesPerS = r.positive(*root, "host_cpu.bytes_per_s_per_gpu");
+    hw.hostCpuLatencyS = r.positive(*root, "host_cpu.latency_s");
   }
   if (r.failure)
     return makeError(*r.failure);

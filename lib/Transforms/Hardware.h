@@ -57,6 +57,10 @@ struct Hardware {
   /// The GPU's link to host memory (PCIe), for CPU offload: bandwidth per
   /// direction and latency of one transfer; 0 when the model has none.
   double hostLinkBytesPerS = 0, hostLinkLatencyS = 0;
+  /// The host's cores, for CPU offload's optimizer: the memory bandwidth
+  /// one GPU's process gets (the node's share), and the latency of one
+  /// call queued on the stream; 0 when the model has none.
+  double hostCpuBytesPerS = 0, hostCpuLatencyS = 0;
 
   /// The dense peak for FLOPs in `element`.
   double peakFlops(mlir::Type element) const;
@@ -70,6 +74,10 @@ struct Hardware {
   /// The seconds moving `bytes` over the host link takes.
   double hostSeconds(double bytes) const {
     return bytes > 0 ? hostLinkLatencyS + bytes / hostLinkBytesPerS : 0;
+  }
+  /// The seconds the host's cores take to stream `bytes` of host memory.
+  double hostCpuSeconds(double bytes) const {
+    return bytes > 0 ? hostCpuLatencyS + bytes / hostCpuBytesPerS : 0;
   }
 };
 

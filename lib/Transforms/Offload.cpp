@@ -36,6 +36,7 @@ using namespace fsdp;
 namespace {
 
 constexpr StringLiteral kHost = "fsdp.host";
+constexpr StringLiteral kOffloadOptimizer = "fsdp.offload_optimizer";
 
 /// Whether `v` lives in host memory: a host argument, a host copy, or a
 /// result of an op placed on the host.
@@ -61,9 +62,16 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
               (enable == FromConfig::Config && module->hasAttr("fsdp.offload"));
     if (!on)
       return markAllAnalysesPreserved();
+    if (optimizer != "cpu" && optimizer != "gpu") {
+      module.emitError("fsdp-offload: option 'optimizer' is '")
+          << optimizer << "'; expected 'cpu' or 'gpu'";
+      return signalPassFailure();
+    }
     func::FuncOp step = lookupEntry(module, entry, "offload");
     if (!step)
       return signalPassFailure();
+    module->setAttr(kOffloadOptimizer,
+                    StringAttr::get(&getContext(), optimizer));
     Block &body = step.getBody().front();
     UnitAttr unit = UnitAttr::get(&getContext());
 

@@ -56,8 +56,11 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     pm.addPass(createSchedulePass(schedule));
   }
   // CPU offload (the config's offload_policy; otherwise nothing to do).
-  if (options.isParallel())
-    pm.addPass(createOffloadPass());
+  if (options.isParallel()) {
+    OffloadPassOptions offload;
+    offload.optimizer = options.offloadOptimizer;
+    pm.addPass(createOffloadPass(offload));
+  }
   MemoryReportPassOptions memory;
   memory.memoryPlan = options.memoryPlan;
   if (options.report) {

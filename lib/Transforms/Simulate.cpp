@@ -64,10 +64,25 @@ struct Span {
 bool isPlacementCopy(Operation *op) {
   return isa<nn::ToDeviceOp, nn::ToHostOp>(op);
 }
+/// Whether `op` runs on the host's cores under CPU offload: the optimizer
+/// and the squared sums fsdp-offload placed on the host, unless it chose
+/// kernels reading pinned memory for them (`fsdp.offload_optimizer`; the
+/// runtime queues them as host work, HostOptimizer.cpp).
+bool onHostCores(Operation *op) {
+  if (!op->hasAttr("fsdp.host") ||
+      !isa<nn::AdamWOp, nn::SGDOp, nn::SumSquaresOp>(op))
+    return false;
+  auto module = op->getParentOfType<ModuleOp>();
+  auto where = module
+                   ? module->getAttrOfType<StringAttr>("fsdp.offload_optimizer")
+                   : StringAttr();
+  return !where || where.getValue() == "cpu";
+}
 /// Whether `op` moves data over the host link under CPU offload: a
-/// placement copy, or an op fsdp-offload placed on the host.
+/// placement copy, or another op placed on the host (a kernel reading
+/// pinned memory: the scalars between the squared sums and the update).
 bool usesHostLink(Operation *op) {
-  return isPlacementCopy(op) || op->hasAttr("fsdp.host");
+  return isPlacementCopy(op) || (op->hasAttr("fsdp.host") && !onHostCores(op));
 }
 
 /// The replay's totals.
@@ -76,6 +91,8 @@ struct Totals {
   /// Time on the host link under CPU offload: the placement copies and the
   /// host ops' traffic.
   double hostLink = 0;
+  /// Time on the host's cores under CPU offload: the optimizer.
+  double hostCpu = 0;
   /// FLOPs of the ops activation checkpointing recomputes (not model FLOPs).
   double recomputed = 0;
 };
@@ -126,16 +143,27 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
     Totals totals;
     std::map<uint32_t, Stream> streams;
     std::vector<Span> spans;
-    if (!hw->hostLinkBytesPerS) {
+    // A program that offloads needs the model's host link and host cores.
+    struct Need {
+      bool (*uses)(Operation *);
+      bool has;
+      const char *field;
+    };
+    for (Need need :
+         {Need{usesHostLink, hw->hostLinkBytesPerS > 0, "host_link"},
+          Need{onHostCores, hw->hostCpuBytesPerS > 0, "host_cpu"}}) {
+      auto uses = need.uses;
+      if (need.has)
+        continue;
       Operation *offloaded = nullptr;
       step.walk([&](Operation *op) {
-        if (!offloaded && usesHostLink(op))
+        if (!offloaded && uses(op))
           offloaded = op;
       });
       if (offloaded) {
         offloaded->emitOpError("is placed in host memory (offload_policy), but "
                                "the hardware model '")
-            << hardware << "' has no host_link";
+            << hardware << "' has no " << need.field;
         return signalPassFailure();
       }
     }
@@ -242,13 +270,17 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
                             ? cast<nn::CostOpInterface>(op).getCost()
                             : nn::streamingCost(&op);
       // CPU offload: a placement copy moves its tensor over the host link
-      // once; an op placed on the host streams its bytes over it.
+      // once; the optimizer streams its bytes through the host's memory, on
+      // the stream (the next op waits for it); another op placed on the
+      // host streams its bytes over the link.
       bool copy = isPlacementCopy(&op);
       bool hostTraffic = usesHostLink(&op);
+      bool hostCpu = onHostCores(&op);
       double duration =
-          !hostTraffic ? hw.seconds(cost)
-          : copy       ? hw.hostSeconds(bytesOf(op.getResult(0).getType()))
-                       : std::max(hw.hostSeconds(cost.bytes),
+          hostCpu        ? hw.hostCpuSeconds(cost.bytes)
+          : !hostTraffic ? hw.seconds(cost)
+          : copy         ? hw.hostSeconds(bytesOf(op.getResult(0).getType()))
+                         : std::max(hw.hostSeconds(cost.bytes),
                             cost.bytes > 0 ? hw.kernelLatencyS : 0.0);
       double start = compute;
       for (Value operand : op.getOperands())
@@ -262,7 +294,9 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
         totals.recomputed += cost.flops;
       else
         totals.modelFlops += cost.modelFlops;
-      if (hostTraffic)
+      if (hostCpu)
+        totals.hostCpu += duration;
+      else if (hostTraffic)
         totals.hostLink += duration;
       else
         switch (cost.unit) {
@@ -323,6 +357,7 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
                                        {"attention_s", totals.attention},
                                        {"memory_bound_s", totals.memory},
                                        {"host_link_s", totals.hostLink},
+                                       {"host_cpu_s", totals.hostCpu},
                                        {"exposed_communication_s", exposed},
                                        {"groups", std::move(groups)},
                                        {"model_flops", totals.modelFlops},
@@ -344,6 +379,8 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
     row("compute: memory-bound ops", ms(totals.memory).str());
     if (totals.hostLink > 0)
       row("CPU offload: host link", ms(totals.hostLink).str());
+    if (totals.hostCpu > 0)
+      row("CPU offload: host cores", ms(totals.hostCpu).str());
     row("exposed communication", ms(exposed).str());
     row("model FLOPs per rank", llvm::formatv("{0:e3}", totals.modelFlops));
     if (totals.recomputed > 0)

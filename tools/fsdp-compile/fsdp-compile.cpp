@@ -121,6 +121,13 @@ static cl::opt<bool> memoryPlan(
              "--memory-plan=false allocates each buffer from the pool)"),
     cl::init(true));
 
+static cl::opt<std::string> offloadOptimizer(
+    "offload-optimizer",
+    cl::desc("Under the config's offload_policy, where the optimizer runs: "
+             "cpu (the host's cores, as FSDP2; default) or gpu (kernels "
+             "reading pinned host memory over the link)"),
+    cl::init("cpu"));
+
 static LogicalResult run() {
   std::unique_ptr<MLIRContext> context = fsdp::createContext();
   llvm::SourceMgr sourceMgr;
@@ -153,6 +160,7 @@ static LogicalResult run() {
   options.reportJson = reportJson;
   options.outlineLayers = outlineLayers;
   options.memoryPlan = memoryPlan;
+  options.offloadOptimizer = offloadOptimizer;
   options.schedule = schedule;
   options.simulate = simulate;
   options.trace = traceFile;

@@ -321,6 +321,12 @@ void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
 /// one multi-tensor update per group of equal hyperparameters
 /// (fsdp_rt_adamw).
 void fsdp_prog_defer_updates(fsdp_program *p);
+/// CPU offload's optimizer (`fsdp.offload_optimizer = "cpu"`, the
+/// default): the optimizer ops and squared sums placed on the host run on
+/// the host's cores, queued in stream order (fsdp_rt_host_call), where the
+/// backend's kernels do not run on them (CUDA). Without this call they run
+/// as backend kernels reading host memory ("gpu").
+void fsdp_prog_optimizer_on_host_cores(fsdp_program *p);
 /// The compiler's memory plan of the step: `count` (bytes, offset) pairs in
 /// `table`, one per device buffer the step allocates, in the order it
 /// allocates them. A buffer with an offset lives at that offset of one

@@ -670,12 +670,25 @@ def OffloadPass : Pass<"fsdp-offload", "mlir::ModuleOp"> {
       device before its cast and all-gather, once per use, as FSDP2 copies
       it before each all-gather.
 
-    Host ops run where the runtime's kernels run: on the CPU backend on the
-    CPU; on CUDA as kernels reading pinned host memory over the bus
-    (zero-copy), so the step still needs no host synchronization, where
-    FSDP2 runs the optimizer step on the CPU. The numbers do not change;
-    the memory report splits device and host memory. Runs after `fsdp-build-train-step` (and the schedule), before the
-    reports and the lowering.
+    Where the optimizer runs is the `optimizer` option, recorded as the
+    module attribute `fsdp.offload_optimizer`:
+
+    - `cpu` (the default, as FSDP2): the optimizer ops and the squared
+      norms run on the host's cores. On CUDA the runtime queues them on the
+      compute stream as host functions (`fsdp_rt_host_call`), so they run
+      once their gradients have arrived and the host still never waits for
+      the device; only the placement copies cross the host link.
+    - `gpu`: they run as the backend's kernels reading pinned host memory
+      over the link (zero-copy): no host cores, but every byte of the
+      state crosses the link at each step.
+
+    The scalar ops between the norms and the update (their sums, the clip
+    coefficient) run as kernels either way. On the CPU target everything
+    runs on the CPU and the two are the same. The numbers do not change;
+    the memory report splits device and host memory, and `fsdp-simulate`
+    times the optimizer on the model's `host_cpu` or `host_link`. Runs
+    after `fsdp-build-train-step` (and the schedule), before the reports
+    and the lowering.
   }];
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
@@ -689,6 +702,9 @@ def OffloadPass : Pass<"fsdp-offload", "mlir::ModuleOp"> {
           clEnumValN(fsdp::FromConfig::True, "true", "on"),
           clEnumValN(fsdp::FromConfig::False, "false", "off"))
     }]>,
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"cpu\"",
+           "Where the offloaded optimizer runs: cpu (the host's cores, as "
+           "FSDP2) or gpu (kernels reading pinned host memory)">,
   ];
   let dependentDialects = ["fsdp::nn::NNDialect"];
 }

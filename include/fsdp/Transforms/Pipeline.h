@@ -100,6 +100,13 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                      "compiler plans in one arena (the memory report "
                      "counts it)"),
       llvm::cl::init(true)};
+  Option<std::string> offloadOptimizer{
+      *this, "offload-optimizer",
+      llvm::cl::desc("Under the config's offload_policy, where the optimizer "
+                     "runs: cpu (the host's cores, as FSDP2) or gpu (kernels "
+                     "reading pinned host memory); fsdp-offload's "
+                     "`optimizer`"),
+      llvm::cl::init("cpu")};
   Option<bool> lower{
       *this, "lower",
       llvm::cl::desc("Lower to runtime calls (EmitC), ready for the C++ "

@@ -166,6 +166,9 @@ struct fsdp_program {
   /// AdamW calls queue in pendingAdamW: until applyDeferredUpdates after the
   /// step under fsdp_prog_defer_updates, else each runs as it is queued.
   bool deferUpdates = false;
+  /// fsdp_prog_optimizer_on_host_cores: offloaded optimizer ops run on the
+  /// host's cores (onHostCores).
+  bool optimizerOnHostCores = false;
   std::vector<fsdp::host::PendingAdamW> pendingAdamW;
   fsdp::host::MemoryPlan memoryPlan;
   std::vector<uint32_t> groupMasks;
@@ -396,13 +399,14 @@ void applyDeferredUpdates(fsdp_program &p);
 void printReport(const fsdp_program &p);
 
 /// CPU offload's optimizer on the host's cores (HostOptimizer.cpp). When
-/// the backend's buffers are not host memory (CUDA; the CPU backend under
-/// FSDP_RT_HOST_ADDRESSABLE=0), an optimizer op or squared sum placed on
-/// the host does not run as a backend kernel reading host memory: its
+/// the program asks for it (fsdp_prog_optimizer_on_host_cores) and the
+/// backend's buffers are not host memory (CUDA; the CPU backend under
+/// FSDP_RT_HOST_ADDRESSABLE=0), an optimizer op or squared sum over host
+/// tensor `t` does not run as a backend kernel reading host memory: its
 /// arithmetic (Common/OptimizerMath.h) runs on this process's share of the
 /// cores, queued in stream order through fsdp_rt_host_call, so the host
 /// still never waits for the device.
-bool onHostCores(const fsdp_tensor *t);
+bool onHostCores(const fsdp_program &p, const fsdp_tensor *t);
 /// Shares the cores among the node's `localRanks` processes (OMP_NUM_THREADS
 /// sets the count instead, as for the CPU backend).
 void setHostThreads(int localRanks);

@@ -79,8 +79,8 @@ void queue(const char *name, std::function<void()> body) {
 }
 } // namespace
 
-bool fsdp::host::onHostCores(const fsdp_tensor *t) {
-  return t->host && !fsdp_rt_host_addressable();
+bool fsdp::host::onHostCores(const fsdp_program &p, const fsdp_tensor *t) {
+  return p.optimizerOnHostCores && t->host && !fsdp_rt_host_addressable();
 }
 
 void fsdp::host::setHostThreads(int localRanks) {

@@ -341,6 +341,10 @@ void fsdp_prog_output_update(fsdp_program *p, int64_t output_index,
 
 void fsdp_prog_defer_updates(fsdp_program *p) { p->deferUpdates = true; }
 
+void fsdp_prog_optimizer_on_host_cores(fsdp_program *p) {
+  p->optimizerOnHostCores = true;
+}
+
 void fsdp_prog_output_name(fsdp_program *p, const char *name) {
   p->outputNames.push_back(name);
   p->outputs.push_back(nullptr);

@@ -277,10 +277,10 @@ void fsdp_op_pad(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x, int64_t dim,
               int32(x->type.rank), int32(dim), before, after, out->data);
 }
 
-void fsdp_op_sum_squares(fsdp_program *, fsdp_tensor *out, fsdp_tensor *x) {
+void fsdp_op_sum_squares(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *x) {
   require("sum_squares", out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
           "result must be an f32 scalar");
-  if (onHostCores(x)) {
+  if (onHostCores(*p, x)) {
     requireHost("sum_squares", {out});
     return queueHostSumSquares(x->type.dtype, x->data, numElements(x->type),
                                static_cast<float *>(out->data));
@@ -336,7 +336,7 @@ void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
               typeString(param->type));
   f32Scalar("adamw", step, "step");
   f32Scalar("adamw", grad_scale, "grad_scale");
-  if (onHostCores(param))
+  if (onHostCores(*p, param))
     requireHost("adamw", {new_param, new_exp_avg, new_exp_avg_sq, grad, exp_avg,
                           exp_avg_sq, step, grad_scale});
   PendingAdamW update = {{new_param, new_exp_avg, new_exp_avg_sq, param, grad,
@@ -379,7 +379,7 @@ void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
       }
     const auto *step = static_cast<const float *>(a.tensors[7]->data);
     const auto *scale = static_cast<const float *>(a.tensors[8]->data);
-    if (onHostCores(a.tensors[3]))
+    if (onHostCores(p, a.tensors[3]))
       queueHostAdamW(group, a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2,
                      a.eps, a.weightDecay, step, scale);
     else
@@ -392,7 +392,7 @@ void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
       fsdp_release(t);
 }
 
-void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,
+void fsdp_op_sgd(fsdp_program *p, fsdp_tensor *new_param,
                  fsdp_tensor *new_momentum_buffer, fsdp_tensor *param,
                  fsdp_tensor *grad, fsdp_tensor *momentum_buffer,
                  fsdp_tensor *step, fsdp_tensor *grad_scale, double lr,
@@ -415,7 +415,7 @@ void fsdp_op_sgd(fsdp_program *, fsdp_tensor *new_param,
                       : static_cast<float *>(new_momentum_buffer->data);
   const float *stepCount = f32Scalar("sgd", step, "step");
   const float *scale = f32Scalar("sgd", grad_scale, "grad_scale");
-  if (onHostCores(param)) {
+  if (onHostCores(*p, param)) {
     requireHost("sgd", {new_param, new_momentum_buffer, grad, momentum_buffer,
                         step, grad_scale});
     return queueHostSgd(static_cast<float *>(new_param->data), buffer,

@@ -90,6 +90,11 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
     return expect(s && llvm::is_contained({"full", "selective"}, s.getValue()),
                   "\"full\" or \"selective\"");
   }
+  if (name == "fsdp.offload_optimizer") {
+    auto s = dyn_cast<StringAttr>(value);
+    return expect(s && llvm::is_contained({"cpu", "gpu"}, s.getValue()),
+                  "\"cpu\" or \"gpu\"");
+  }
   if (name == "fsdp.defer_grad_sync")
     return expect(isa<BoolAttr>(value), "true or false");
   if (name == "fsdp.prefetch") {

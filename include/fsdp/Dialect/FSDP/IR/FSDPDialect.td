@@ -28,6 +28,7 @@ def FSDP_Dialect : Dialect {
     | `fsdp.activation_checkpointing` | the module | `full` or `selective` |
     | `fsdp.async_tp` | the module | unit: fsdp-async-tp decomposes the tp collectives |
     | `fsdp.offload` | the module | unit: CPU offload (`offload_policy`), which fsdp-offload applies |
+    | `fsdp.offload_optimizer` | the module | `"cpu"` or `"gpu"`: where fsdp-offload's optimizer runs (the host's cores, or kernels reading pinned memory) |
     | `fsdp.host` | an op, or an argument of the step | unit: placed in host memory by fsdp-offload (the op runs on the host; its results are host buffers) |
     | `fsdp.activation_memory_budget` | the module | bytes per rank, or a fraction (<= 1) |
     | `fsdp.mp_policy` | the module | `#fsdp.mp_policy<param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>` |
