@@ -14,7 +14,9 @@
 #                          optimizer=none, f32 and bf16 (mp_policy); the CPU
 #                          runtime's dumps of the same steps are in ref/
 #   small-offload          the same with AdamW (clip 0.5) and CPU offload, 4
-#                          steps, f32
+#                          steps, f32; the optimizer on the host's cores
+#   small-offload-gpu      the same, the optimizer as kernels reading pinned
+#                          memory (--offload-optimizer=gpu)
 #   llama1b-grad           Llama-3.2-1B (16 layers, hidden 2048, vocab
 #                          128256, tied), bf16 params and f32 masters,
 #                          batch 1 x 2048, optimizer=none, for transformers
@@ -81,12 +83,16 @@ compile() {
     args=(--parallel "$work/mp.json")
   fi
   local passes="fsdp-build-train-step{optimizer=$optimizer lr=1e-4}"
+  if [[ $precision == offload-gpu ]]; then
+    args=(--offload-optimizer=gpu)
+    precision=offload
+  fi
   if [[ $precision == offload || $precision == train ]]; then
     local policy=
     [[ $precision == offload ]] && policy=', "offload_policy": {}'
     echo '{"mp_policy": {"param_dtype": "fp32", "reduce_dtype": "fp32",
            "output_dtype": "fp32"}'"$policy}" >"$work/$precision.json"
-    args=(--parallel "$work/$precision.json")
+    args+=(--parallel "$work/$precision.json")
     passes="fsdp-build-train-step{optimizer=$optimizer lr=1e-3 max-grad-norm=0.5}"
   fi
   "$bin/fsdp-compile" "$graph" "${args[@]}" --passes="$passes" \
@@ -108,6 +114,7 @@ SEQ=128 compile small-f32 "$src/test/device/llama-3.2-1b-small.json" 2 none
 SEQ=128 compile small-bf16 "$src/test/device/llama-3.2-1b-small.json" 2 none bf16
 SEQ=128 compile small-adamw "$src/test/device/llama-3.2-1b-small.json" 2 adamw train
 SEQ=128 compile small-offload "$src/test/device/llama-3.2-1b-small.json" 2 adamw offload
+SEQ=128 compile small-offload-gpu "$src/test/device/llama-3.2-1b-small.json" 2 adamw offload-gpu
 compile llama1b-grad "$out/configs/llama-3.2-1b.json" 1 none bf16
 compile llama1b-train "$out/configs/llama-3.2-1b.json" "$batch" adamw bf16
 

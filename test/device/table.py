@@ -175,6 +175,25 @@ def loss_rows(bundle, results, name, run, label):
         replay_row(text, label)
 
 
+def offload_speed_row(results):
+    """A row for the offloaded step's time with the optimizer on the host's
+    cores against as GPU kernels reading pinned memory (steps after the
+    first), a measurement for --offload-optimizer's default."""
+    times = []
+    for run in ("small-offload-run", "small-offload-gpu-run"):
+        text, rc = read(results, run)
+        t = [float(x) for x in re.findall(r"^step [1-9]\d* loss \S+ time (\S+) ms",
+                                          text or "", re.M)]
+        times.append(sum(t) / len(t) if rc == 0 and t else None)
+    if None in times:
+        row("CPU offload step: host cores vs GPU kernels", "not measured", "",
+            "FAIL")
+        return
+    row("CPU offload step: host cores vs GPU kernels",
+        f"{times[0]:.2f} ms vs {times[1]:.2f} ms ({times[1] / times[0]:.2f}x)",
+        "(measured)", "")
+
+
 def replay_row(text, label):
     """A row for how many steps a --cuda-graph --report run replayed: all
     but the first, which runs as calls."""
@@ -324,6 +343,9 @@ def main():
         transformers_rows(results, f"small-{v}-vs-hf", f"small {v} step")
     loss_rows(bundle, results, "small-offload", "small-offload",
               "small f32 AdamW + CPU offload")
+    loss_rows(bundle, results, "small-offload-gpu", "small-offload-gpu",
+              "small f32 AdamW + CPU offload, optimizer as GPU kernels")
+    offload_speed_row(results)
     loss_rows(bundle, results, "small-adamw", "small-adamw-calls",
               "small f32 AdamW")
     loss_rows(bundle, results, "small-adamw", "small-adamw-graph",
