@@ -36,7 +36,6 @@ using namespace fsdp;
 namespace {
 
 constexpr StringLiteral kHost = "fsdp.host";
-constexpr StringLiteral kOffloadOptimizer = "fsdp.offload_optimizer";
 
 /// Whether `v` lives in host memory: a host argument, a host copy, or a
 /// result of an op placed on the host.
@@ -70,7 +69,7 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
     func::FuncOp step = lookupEntry(module, entry, "offload");
     if (!step)
       return signalPassFailure();
-    module->setAttr(kOffloadOptimizer,
+    module->setAttr(kOffloadOptimizerAttr,
                     StringAttr::get(&getContext(), optimizer));
     Block &body = step.getBody().front();
     UnitAttr unit = UnitAttr::get(&getContext());

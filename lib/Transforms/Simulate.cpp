@@ -64,26 +64,25 @@ struct Span {
 bool isPlacementCopy(Operation *op) {
   return isa<nn::ToDeviceOp, nn::ToHostOp>(op);
 }
-/// Whether `op` runs on the host's cores under CPU offload: the optimizer
-/// and the squared sums fsdp-offload placed on the host, unless it chose
-/// kernels reading pinned memory for them (`fsdp.offload_optimizer`; the
-/// runtime queues them as host work, HostOptimizer.cpp).
-bool onHostCores(Operation *op) {
-  if (!op->hasAttr("fsdp.host") ||
-      !isa<nn::AdamWOp, nn::SGDOp, nn::SumSquaresOp>(op))
-    return false;
-  auto module = op->getParentOfType<ModuleOp>();
-  auto where = module
-                   ? module->getAttrOfType<StringAttr>("fsdp.offload_optimizer")
-                   : StringAttr();
-  return !where || where.getValue() == "cpu";
-}
-/// Whether `op` moves data over the host link under CPU offload: a
-/// placement copy, or another op placed on the host (a kernel reading
-/// pinned memory: the scalars between the squared sums and the update).
-bool usesHostLink(Operation *op) {
-  return isPlacementCopy(op) || (op->hasAttr("fsdp.host") && !onHostCores(op));
-}
+
+/// Where CPU offload's host ops run, for a module whose optimizer is on the
+/// host's cores or not (optimizerOnHostCores).
+struct HostPlacement {
+  bool optimizerOnCores;
+
+  /// Whether `op` runs on the host's cores: an optimizer op or squared sum
+  /// placed on the host (the runtime queues it as host work,
+  /// HostOptimizer.cpp).
+  bool onCores(Operation *op) const {
+    return optimizerOnCores && op->hasAttr("fsdp.host") &&
+           isa<nn::AdamWOp, nn::SGDOp, nn::SumSquaresOp>(op);
+  }
+  /// Whether `op` moves data over the host link: a placement copy, or
+  /// another op placed on the host (a kernel reading pinned memory).
+  bool onLink(Operation *op) const {
+    return isPlacementCopy(op) || (op->hasAttr("fsdp.host") && !onCores(op));
+  }
+};
 
 /// The replay's totals.
 struct Totals {
@@ -144,26 +143,20 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
     std::map<uint32_t, Stream> streams;
     std::vector<Span> spans;
     // A program that offloads needs the model's host link and host cores.
-    struct Need {
-      bool (*uses)(Operation *);
-      bool has;
-      const char *field;
-    };
-    for (Need need :
-         {Need{usesHostLink, hw->hostLinkBytesPerS > 0, "host_link"},
-          Need{onHostCores, hw->hostCpuBytesPerS > 0, "host_cpu"}}) {
-      auto uses = need.uses;
-      if (need.has)
+    placement = HostPlacement{optimizerOnHostCores(module)};
+    for (bool cores : {false, true}) {
+      if (cores ? hw->hostCpuBytesPerS > 0 : hw->hostLinkBytesPerS > 0)
         continue;
       Operation *offloaded = nullptr;
       step.walk([&](Operation *op) {
-        if (!offloaded && uses(op))
+        if (!offloaded &&
+            (cores ? placement.onCores(op) : placement.onLink(op)))
           offloaded = op;
       });
       if (offloaded) {
         offloaded->emitOpError("is placed in host memory (offload_policy), but "
                                "the hardware model '")
-            << hardware << "' has no " << need.field;
+            << hardware << "' has no " << (cores ? "host_cpu" : "host_link");
         return signalPassFailure();
       }
     }
@@ -209,6 +202,9 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
 
   /// Runs `body` on the streams: an op starts when its stream is free and
   /// its operands are ready.
+  /// Where the module's host ops run; set before the replay.
+  HostPlacement placement{false};
+
   void replay(Block &body, const Hardware &hw, dist::MeshOp mesh,
               ArrayRef<int64_t> sizes, Totals &totals,
               std::map<uint32_t, Stream> &streams, std::vector<Span> &spans) {
@@ -274,8 +270,8 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
       // the stream (the next op waits for it); another op placed on the
       // host streams its bytes over the link.
       bool copy = isPlacementCopy(&op);
-      bool hostTraffic = usesHostLink(&op);
-      bool hostCpu = onHostCores(&op);
+      bool hostTraffic = placement.onLink(&op);
+      bool hostCpu = placement.onCores(&op);
       double duration =
           hostCpu        ? hw.hostCpuSeconds(cost.bytes)
           : !hostTraffic ? hw.seconds(cost)

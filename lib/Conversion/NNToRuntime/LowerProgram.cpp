@@ -295,11 +295,9 @@ LogicalResult Describer::emitDescribe(Location loc, bool memoryPlan) {
           .emit(builder, loc);
   if (defersUpdates(entry))
     call("fsdp_prog_defer_updates").emit(builder, loc);
-  if (auto module = entry->getParentOfType<ModuleOp>())
-    if (auto where =
-            module->getAttrOfType<StringAttr>("fsdp.offload_optimizer"))
-      if (where.getValue() == "cpu")
-        call("fsdp_prog_optimizer_on_host_cores").emit(builder, loc);
+  if (auto module = entry->getParentOfType<ModuleOp>();
+      module && optimizerOnHostCores(module))
+    call("fsdp_prog_optimizer_on_host_cores").emit(builder, loc);
   if (memoryPlan)
     emitMemoryPlan(loc);
   for (uint32_t mask : state.groups)

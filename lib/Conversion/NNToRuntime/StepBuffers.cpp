@@ -24,6 +24,11 @@ bool fsdp::resultsOnHost(Operation *op) {
          (op->hasAttr("fsdp.host") && !isa<nn::ToDeviceOp>(op));
 }
 
+bool fsdp::optimizerOnHostCores(ModuleOp module) {
+  auto where = module->getAttrOfType<StringAttr>(kOffloadOptimizerAttr);
+  return where && where.getValue() == "cpu";
+}
+
 int64_t fsdp::bytesOf(Type type) {
   if (auto future = dyn_cast<dist::FutureType>(type))
     type = future.getValueType();

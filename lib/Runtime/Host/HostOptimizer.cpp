@@ -23,7 +23,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <thread>
 

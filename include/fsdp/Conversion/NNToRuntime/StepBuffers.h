@@ -29,6 +29,14 @@ namespace fsdp {
 /// the memory replay and the runtime follow this one rule.
 bool resultsOnHost(mlir::Operation *op);
 
+/// The module attribute where fsdp-offload records where its optimizer
+/// runs: "cpu" (the host's cores) or "gpu" (kernels reading host memory).
+constexpr llvm::StringLiteral kOffloadOptimizerAttr = "fsdp.offload_optimizer";
+/// Whether the optimizer ops and squared sums `module` places on the host
+/// run on the host's cores (kOffloadOptimizerAttr is "cpu"). The lowering
+/// (fsdp_prog_optimizer_on_host_cores) and the simulator follow this rule.
+bool optimizerOnHostCores(mlir::ModuleOp module);
+
 /// The bytes of a ranked tensor, or of the one a future holds (0 for any
 /// other type).
 int64_t bytesOf(mlir::Type type);
