@@ -668,10 +668,11 @@ void reduceSumToCase(Writer &w, const char *name, fsdp_rt_dtype dt,
 /// one CUDA launch takes): elementwise, the result is the one-tensor
 /// update's, which is what is recorded.
 void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
-                   fsdp_rt_dtype gradType, int pieces = 1) {
+                   fsdp_rt_dtype gradType, int pieces = 1,
+                   int64_t single = 37) {
   std::vector<int64_t> sizes;
   for (int k = 0; k < pieces; ++k)
-    sizes.push_back(pieces == 1 ? 37
+    sizes.push_back(pieces == 1 ? single
                     : k == 0    ? 5000
                     : k == 1    ? 0
                     : k == 2    ? 1
@@ -862,6 +863,10 @@ void runGrad(Writer &w) {
   optimizerCase(w, "adamw_multi_bf16_grad", true, 0, bf16, 45);
   optimizerCase(w, "sgd_momentum", false, 0.9, f32);
   optimizerCase(w, "sgd", false, 0, f32);
+  // Pieces of the parallel loop (OptimizerMath.h's kSgdPiece), the last
+  // one short, and the gradient converted in chunks.
+  optimizerCase(w, "sgd_momentum_bf16_grad_pieces", false, 0.9, bf16, 1,
+                150001);
 
   // The flash kernels' shapes, last as above.
   attentionGradCase(w, "attention_grad_flash_bf16", bf16, true, 0, 4, 2, 64,

@@ -51,8 +51,9 @@ void fsdp_rt_sgd(fsdp_rt_stream, float *param, float *momentum_buffer,
                  double lr, double momentum, double weight_decay,
                  const float *step, const float *grad_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
-  optimizer::sgd(param, momentum_buffer, grad_dtype, grad, numel, lr, momentum,
-                 weight_decay, step[0] == 1.0f, grad_scale[0]);
+  optimizer::sgd(optimizerThreads, param, momentum_buffer, grad_dtype, grad,
+                 numel,
+                 {lr, momentum, weight_decay, grad_scale[0], step[0] == 1.0f});
 }
 
 void fsdp_rt_count_labels(fsdp_rt_stream, fsdp_rt_dtype labels_dtype,

@@ -113,24 +113,27 @@ double fsdp::rt::optimizer::sumSquaresBlock(fsdp_rt_dtype dtype, const void *x,
   return sumSquaresF32(scratch.data(), len);
 }
 
-void fsdp::rt::optimizer::sgd(float *param, float *momentumBuffer,
-                              fsdp_rt_dtype gradDtype, const void *grad,
-                              int64_t numel, double lr, double momentum,
-                              double weightDecay, bool firstStep,
-                              double gradScale) {
-  std::vector<float> converted;
-  const float *g = static_cast<const float *>(grad);
-  if (gradDtype != FSDP_RT_F32) {
-    converted.resize(size_t(numel));
-    toFloat(gradDtype, grad, numel, converted.data());
-    g = converted.data();
-  }
-  for (int64_t i = 0; i < numel; ++i) {
-    double gi = gradScale * g[i] + weightDecay * param[i];
-    if (momentum != 0.0) {
-      gi = firstStep ? gi : momentum * momentumBuffer[i] + gi;
-      momentumBuffer[i] = float(gi);
+void fsdp::rt::optimizer::sgdRange(float *param, float *momentumBuffer,
+                                   fsdp_rt_dtype gradDtype, const void *grad,
+                                   int64_t begin, int64_t end,
+                                   const SgdCoefficients &c) {
+  float scratch[kConvert];
+  for (int64_t b = begin; b < end; b += kConvert) {
+    int64_t len = std::min(kConvert, end - b);
+    const float *g = static_cast<const float *>(grad) + b;
+    if (gradDtype != FSDP_RT_F32) {
+      toFloat(gradDtype, static_cast<const uint16_t *>(grad) + b, len, scratch);
+      g = scratch;
     }
-    param[i] = float(param[i] - lr * gi);
+    for (int64_t i = 0; i < len; ++i) {
+      float &p = param[b + i];
+      double gi = c.gradScale * g[i] + c.weightDecay * p;
+      if (c.momentum != 0.0) {
+        float &buffer = momentumBuffer[b + i];
+        gi = c.firstStep ? gi : c.momentum * buffer + gi;
+        buffer = float(gi);
+      }
+      p = float(p - c.lr * gi);
+    }
   }
 }

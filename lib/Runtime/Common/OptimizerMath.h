@@ -54,10 +54,19 @@ constexpr int64_t kSquaresBlock = 1 << 16;
 double sumSquaresBlock(fsdp_rt_dtype dtype, const void *x, int64_t numel,
                        int64_t b);
 
-/// torch.optim.SGD on `numel` elements, in double stored as f32.
-void sgd(float *param, float *momentumBuffer, fsdp_rt_dtype gradDtype,
-         const void *grad, int64_t numel, double lr, double momentum,
-         double weightDecay, bool firstStep, double gradScale);
+/// torch.optim.SGD's constants for one step.
+struct SgdCoefficients {
+  double lr, momentum, weightDecay, gradScale;
+  /// The momentum buffer starts as the first step's gradient.
+  bool firstStep;
+};
+
+/// torch.optim.SGD on elements [begin, end), in double stored as f32.
+void sgdRange(float *param, float *momentumBuffer, fsdp_rt_dtype gradDtype,
+              const void *grad, int64_t begin, int64_t end,
+              const SgdCoefficients &c);
+/// Elements per piece of SGD's parallel loop.
+constexpr int64_t kSgdPiece = 1 << 16;
 
 /// fsdp_rt_adamw's arithmetic, on `parallelFor`'s threads.
 template <typename ParallelFor>
@@ -71,6 +80,19 @@ void adamw(ParallelFor &&parallelFor, int64_t count,
       adamwRange(tensors[t], gradDtype, start,
                  std::min(start + kAdamWPiece, tensors[t].numel), c);
     }
+  });
+}
+
+/// fsdp_rt_sgd's arithmetic on `numel` elements, on `parallelFor`'s
+/// threads.
+template <typename ParallelFor>
+void sgd(ParallelFor &&parallelFor, float *param, float *momentumBuffer,
+         fsdp_rt_dtype gradDtype, const void *grad, int64_t numel,
+         const SgdCoefficients &c) {
+  int64_t pieces = (numel + kSgdPiece - 1) / kSgdPiece;
+  parallelFor(pieces, [&](int64_t first, int64_t last) {
+    sgdRange(param, momentumBuffer, gradDtype, grad, first * kSgdPiece,
+             std::min(last * kSgdPiece, numel), c);
   });
 }
 

@@ -22,8 +22,10 @@
 #include "../Common/Profile.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 using namespace fsdp::host;
@@ -38,6 +40,62 @@ int threadCount() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+/// Threads that stay for the process and take the pieces of one call at a
+/// time, the calling thread among them: a step queues a host call per
+/// optimizer tensor, and starting a team of threads per call would cost
+/// more than a small tensor's work. Calls come from one thread at a time
+/// (the stream's host-function thread, or the step's on a backend whose
+/// host calls run at once); a mutex keeps a second caller waiting.
+class Team {
+public:
+  /// Calls piece(c) for c in [0, pieces): piece 0 on this thread, the
+  /// others on the team's; returns when all are done.
+  void run(int64_t pieces, const std::function<void(int64_t)> &piece) {
+    std::lock_guard<std::mutex> call(callMutex);
+    while (int64_t(size) < pieces - 1)
+      std::thread(&Team::work, this, ++size).detach();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      job = &piece;
+      taking = pieces;
+      pending = pieces - 1;
+      ++generation;
+    }
+    start.notify_all();
+    piece(0);
+    std::unique_lock<std::mutex> lock(mutex);
+    done.wait(lock, [&] { return pending == 0; });
+  }
+
+private:
+  /// Thread `index` (from 1) takes piece `index` of every call that has
+  /// that many.
+  void work(int64_t index) {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      start.wait(lock, [&] { return generation != seen; });
+      seen = generation;
+      if (index >= taking)
+        continue;
+      const std::function<void(int64_t)> &piece = *job;
+      lock.unlock();
+      piece(index);
+      lock.lock();
+      if (--pending == 0)
+        done.notify_one();
+    }
+  }
+
+  std::mutex callMutex, mutex;
+  std::condition_variable start, done;
+  /// Threads started so far, besides the caller's.
+  int64_t size = 0;
+  const std::function<void(int64_t)> *job = nullptr;
+  uint64_t generation = 0;
+  int64_t taking = 0, pending = 0;
+};
+
 /// Calls fn over [0, n) in one piece per thread, this thread among them.
 void onThreads(int64_t n, const std::function<void(int64_t, int64_t)> &fn) {
   int64_t pieces = std::min<int64_t>(threadCount(), n);
@@ -45,13 +103,10 @@ void onThreads(int64_t n, const std::function<void(int64_t, int64_t)> &fn) {
     fn(0, n);
     return;
   }
-  std::vector<std::thread> workers;
-  for (int64_t c = 1; c < pieces; ++c)
-    workers.emplace_back(
-        [&fn, n, c, pieces] { fn(n * c / pieces, n * (c + 1) / pieces); });
-  fn(0, n / pieces);
-  for (std::thread &w : workers)
-    w.join();
+  // Never destroyed: its threads wait for work until the process exits.
+  static Team *team = new Team;
+  team->run(pieces,
+            [&](int64_t c) { fn(n * c / pieces, n * (c + 1) / pieces); });
 }
 
 struct HostWork {
@@ -117,7 +172,7 @@ void fsdp::host::queueHostSgd(float *param, float *momentumBuffer,
                               double weightDecay, const float *step,
                               const float *gradScale) {
   queue("sgd (host cores)", [=] {
-    optimizer::sgd(param, momentumBuffer, gradDtype, grad, numel, lr, momentum,
-                   weightDecay, step[0] == 1.0f, gradScale[0]);
+    optimizer::sgd(onThreads, param, momentumBuffer, gradDtype, grad, numel,
+                   {lr, momentum, weightDecay, gradScale[0], step[0] == 1.0f});
   });
 }
