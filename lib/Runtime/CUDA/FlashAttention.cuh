@@ -22,7 +22,9 @@
 //   its keys. It computes Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, Pᵀ = exp(scale·Sᵀ -
 //   lse), dSᵀ = scale·Pᵀ∘(dPᵀ - Δ), accumulates dV += Pᵀ·dO and dK += dSᵀ·Q
 //   in registers, stages dSᵀ in shared memory and adds its share of
-//   dQ += dS·K to an f32 buffer with atomics; a last kernel casts dQ.
+//   dQ += dS·K to an f32 buffer with atomics; a last kernel casts dQ. At
+//   head dim 128 a warp takes each query tile in two halves of 32, so that
+//   the scores fit in the registers beside dK and dV.
 //
 // The mask is the runtime's rule (AttentionGemm.cuh): query i sees keys
 // [i - W + 1, i + 1) when causal with window W, and so on. Tensors are
@@ -333,6 +335,7 @@ template <typename E, int D>
 PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
   using T = typename E::T;
   constexpr int ld = D + kPad, lds = kTile + kPad;
+  constexpr int kSplit = D > 64 ? 2 : 1, kPart = kTile / kSplit;
   PORTABLE_SHARED(shared);
   T *ks = reinterpret_cast<T *>(shared);
   T *vs = ks + kTile * ld, *qs = vs + kTile * ld, *dos = qs + kTile * ld,
@@ -371,55 +374,62 @@ PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
       if (active) {
         bool full = i0 + kTile <= p.s && i0 >= p.firstQuery(wLast) &&
                     i0 + kTile <= p.endQuery(w0);
-        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for the warp's 16 keys.
-        float sc[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
-        PORTABLE_UNROLL
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t ka[4], va[4];
-          fragA(ks, ld, 16 * warp, kk * 16, ka);
-          fragA(vs, ld, 16 * warp, kk * 16, va);
+        // The query tile in kSplit parts of kPart queries, one after the
+        // other, so that a part's scores and the dK/dV accumulators fit in
+        // the registers together (at D = 128 they spilled).
+        PORTABLE_NO_UNROLL
+        for (int part = 0; part < kSplit; ++part) {
+          int c0 = part * kPart;
+          // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for the warp's 16 keys.
+          float sc[kPart / 8][4] = {}, dp[kPart / 8][4] = {};
           PORTABLE_UNROLL
-          for (int nt = 0; nt < kTile / 8; ++nt) {
-            uint32_t b[2];
-            fragBRows(qs, ld, nt * 8, kk * 16, b);
-            mma<E>(sc[nt], ka, b);
-            fragBRows(dos, ld, nt * 8, kk * 16, b);
-            mma<E>(dp[nt], va, b);
+          for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t ka[4], va[4];
+            fragA(ks, ld, 16 * warp, kk * 16, ka);
+            fragA(vs, ld, 16 * warp, kk * 16, va);
+            PORTABLE_UNROLL
+            for (int nt = 0; nt < kPart / 8; ++nt) {
+              uint32_t b[2];
+              fragBRows(qs, ld, c0 + nt * 8, kk * 16, b);
+              mma<E>(sc[nt], ka, b);
+              fragBRows(dos, ld, c0 + nt * 8, kk * 16, b);
+              mma<E>(dp[nt], va, b);
+            }
           }
+          // Pᵀ into sc, dSᵀ into dp.
+          PORTABLE_UNROLL
+          for (int nt = 0; nt < kPart / 8; ++nt)
+            PORTABLE_UNROLL
+            for (int x = 0; x < 4; ++x) {
+              int col = c0 + nt * 8 + 2 * t + x % 2;
+              float pr = 0.0f;
+              if (full || p.visible(i0 + col, keys[x / 2]))
+                pr = exp2f(sc[nt][x] * p.scaleLog2 - lses[col]);
+              sc[nt][x] = pr;
+              dp[nt][x] = p.scale * pr * (dp[nt][x] - dls[col]);
+            }
+          // dV += Pᵀ·dO, dK += dSᵀ·Q.
+          PORTABLE_UNROLL
+          for (int kk = 0; kk < kPart / 16; ++kk) {
+            uint32_t pa[4], sa[4];
+            accToA<E>(sc[2 * kk], sc[2 * kk + 1], pa);
+            accToA<E>(dp[2 * kk], dp[2 * kk + 1], sa);
+            PORTABLE_UNROLL
+            for (int dt = 0; dt < D / 8; ++dt) {
+              uint32_t b[2];
+              fragBCols(dos, ld, c0 + kk * 16, dt * 8, b);
+              mma<E>(dv[dt], pa, b);
+              fragBCols(qs, ld, c0 + kk * 16, dt * 8, b);
+              mma<E>(dk[dt], sa, b);
+            }
+          }
+          PORTABLE_UNROLL
+          for (int nt = 0; nt < kPart / 8; ++nt)
+            PORTABLE_UNROLL
+            for (int r = 0; r < 2; ++r)
+              store2(dss + (16 * warp + g + 8 * r) * lds + c0 + nt * 8 + 2 * t,
+                     pack<E>(dp[nt][2 * r], dp[nt][2 * r + 1]));
         }
-        // Pᵀ into sc, dSᵀ into dp.
-        PORTABLE_UNROLL
-        for (int nt = 0; nt < kTile / 8; ++nt)
-          PORTABLE_UNROLL
-          for (int x = 0; x < 4; ++x) {
-            int col = nt * 8 + 2 * t + x % 2;
-            float pr = 0.0f;
-            if (full || p.visible(i0 + col, keys[x / 2]))
-              pr = exp2f(sc[nt][x] * p.scaleLog2 - lses[col]);
-            sc[nt][x] = pr;
-            dp[nt][x] = p.scale * pr * (dp[nt][x] - dls[col]);
-          }
-        // dV += Pᵀ·dO, dK += dSᵀ·Q.
-        PORTABLE_UNROLL
-        for (int kk = 0; kk < kTile / 16; ++kk) {
-          uint32_t pa[4], sa[4];
-          accToA<E>(sc[2 * kk], sc[2 * kk + 1], pa);
-          accToA<E>(dp[2 * kk], dp[2 * kk + 1], sa);
-          PORTABLE_UNROLL
-          for (int dt = 0; dt < D / 8; ++dt) {
-            uint32_t b[2];
-            fragBCols(dos, ld, kk * 16, dt * 8, b);
-            mma<E>(dv[dt], pa, b);
-            fragBCols(qs, ld, kk * 16, dt * 8, b);
-            mma<E>(dk[dt], sa, b);
-          }
-        }
-        PORTABLE_UNROLL
-        for (int nt = 0; nt < kTile / 8; ++nt)
-          PORTABLE_UNROLL
-          for (int r = 0; r < 2; ++r)
-            store2(dss + (16 * warp + g + 8 * r) * lds + nt * 8 + 2 * t,
-                   pack<E>(dp[nt][2 * r], dp[nt][2 * r + 1]));
       } else {
         PORTABLE_UNROLL
         for (int nt = 0; nt < kTile / 8; ++nt)

@@ -35,6 +35,7 @@
 #define PORTABLE_DEVICE inline
 #define PORTABLE_HOST_DEVICE inline
 #define PORTABLE_UNROLL
+#define PORTABLE_NO_UNROLL
 #define PORTABLE_SHARED(name) char *name = ::emu::sharedMemory()
 // Blocks run one at a time on the emulator, so a static is the block's.
 #define PORTABLE_SHARED_ARRAY(type, name, n) static type name[n]
@@ -45,6 +46,9 @@
 /// Loops over register arrays are unrolled so that the arrays stay in
 /// registers (no-local-memory.test checks).
 #define PORTABLE_UNROLL _Pragma("unroll")
+/// A loop kept rolled, so that the compiler does not keep values of one
+/// trip in registers for the next.
+#define PORTABLE_NO_UNROLL _Pragma("unroll 1")
 #define PORTABLE_SHARED(name)                                                  \
   extern __shared__ __align__(16) char portableShared[];                       \
   char *name = portableShared
