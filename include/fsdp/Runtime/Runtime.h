@@ -122,6 +122,11 @@ void fsdp_rt_graph_end(void);
 /// recording allocated and did not free are freed and allocated again at
 /// the same addresses, so the previous replay's results must be read first.
 void fsdp_rt_graph_launch(void);
+/// Waits for the device and frees the recording, if there is one (a no-op
+/// otherwise); fsdp_rt_graph_launch fails after it. Called before the
+/// communicators are destroyed: NCCL does not destroy a communicator while
+/// a recording of its collectives lives.
+void fsdp_rt_graph_destroy(void);
 
 /// 1 when runtime buffers are host memory the host layer may read directly
 /// (the CPU backend), 0 when they are device memory (CUDA): then the host
@@ -132,12 +137,15 @@ int fsdp_rt_host_addressable(void);
 /// order on `stream`.
 void fsdp_rt_zero(fsdp_rt_stream stream, void *ptr, size_t bytes);
 /// Copies `bytes` from host memory into a runtime buffer, in order on
-/// `stream`. On the CPU backend runtime buffers are host memory and this is a
-/// copy; on CUDA it is an asynchronous host-to-device transfer.
+/// `stream`; the caller may reuse `host_src` on return. On the CPU backend
+/// runtime buffers are host memory and this is a copy; on CUDA it is an
+/// asynchronous host-to-device transfer, or, into fsdp_rt_host_alloc
+/// memory, a host function (a large one waits for the stream instead).
 void fsdp_rt_copy_to_device(fsdp_rt_stream stream, void *dst,
                             const void *host_src, size_t bytes);
 /// Copies `bytes` from a runtime buffer into host memory, in order on
-/// `stream`; the host data is complete after fsdp_rt_stream_synchronize.
+/// `stream` (after the work queued before it has written the buffer); the
+/// host data is complete after fsdp_rt_stream_synchronize.
 void fsdp_rt_copy_to_host(fsdp_rt_stream stream, void *host_dst,
                           const void *src, size_t bytes);
 
@@ -418,7 +426,8 @@ void fsdp_rt_concat(fsdp_rt_stream stream, fsdp_rt_dtype dtype, int num_inputs,
                     const int64_t *out_shape, int rank, int dim, void *out);
 /// Copies `rows` rows of `width` bytes from `src` (rows `src_pitch` bytes
 /// apart) to `dst` (rows `dst_pitch` bytes apart): a strided block copy
-/// between runtime buffers (cudaMemcpy2DAsync on CUDA).
+/// between runtime buffers (cudaMemcpy2DAsync on CUDA; a host function
+/// between two fsdp_rt_host_alloc buffers, in stream order).
 void fsdp_rt_copy_2d(fsdp_rt_stream stream, void *dst, size_t dst_pitch,
                      const void *src, size_t src_pitch, size_t width,
                      size_t rows);

@@ -185,6 +185,7 @@ int fsdp_rt_graph_supported(void) { return 0; }
 void fsdp_rt_graph_begin(void) { noGraphs("fsdp_rt_graph_begin"); }
 void fsdp_rt_graph_end(void) { noGraphs("fsdp_rt_graph_end"); }
 void fsdp_rt_graph_launch(void) { noGraphs("fsdp_rt_graph_launch"); }
+void fsdp_rt_graph_destroy(void) {}
 
 //===----------------------------------------------------------------------===//
 // Counters

@@ -165,20 +165,28 @@ void fsdp_rt_concat(fsdp_rt_stream stream, fsdp_rt_dtype dtype, int num_inputs,
 void fsdp_rt_copy(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                   int64_t numel, void *out) {
   KernelScope scope(FSDP_RT_KERNEL_DATA_MOVEMENT, stream, "fsdp_rt_copy");
-  if (numel > 0)
-    check(cudaMemcpyAsync(out, x, size_t(numel) * fsdp_rt_dtype_size(dtype),
-                          cudaMemcpyDefault, scope.stream()),
-          scope.name());
+  if (numel <= 0)
+    return;
+  size_t bytes = size_t(numel) * fsdp_rt_dtype_size(dtype);
+  if (hostMemory(x) && hostMemory(out))
+    return queueHostCopy(stream, out, bytes, x, bytes, bytes, 1,
+                         /*snapshot=*/false);
+  check(cudaMemcpyAsync(out, x, bytes, cudaMemcpyDefault, scope.stream()),
+        scope.name());
 }
 
 void fsdp_rt_copy_2d(fsdp_rt_stream stream, void *dst, size_t dst_pitch,
                      const void *src, size_t src_pitch, size_t width,
                      size_t rows) {
   KernelScope scope(FSDP_RT_KERNEL_DATA_MOVEMENT, stream, "fsdp_rt_copy_2d");
-  if (width > 0 && rows > 0)
-    check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
-                            cudaMemcpyDefault, scope.stream()),
-          scope.name());
+  if (width == 0 || rows == 0)
+    return;
+  if (hostMemory(src) && hostMemory(dst))
+    return queueHostCopy(stream, dst, dst_pitch, src, src_pitch, width, rows,
+                         /*snapshot=*/false);
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                          cudaMemcpyDefault, scope.stream()),
+        scope.name());
 }
 
 void fsdp_rt_cast(fsdp_rt_stream stream, fsdp_rt_dtype src_dtype, const void *x,

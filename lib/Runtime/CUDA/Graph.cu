@@ -73,6 +73,20 @@ void fsdp_rt_graph_end(void) {
   check(cudaGraphUpload(g.exec, streamOf(nullptr)), "fsdp_rt_graph_end");
 }
 
+void fsdp_rt_graph_destroy(void) {
+  StepGraph &g = stepGraph();
+  if (g.recording)
+    fail("fsdp_rt_graph_destroy", "the step is being recorded");
+  if (!g.exec)
+    return;
+  countHostSync();
+  check(cudaStreamSynchronize(streamOf(nullptr)), "fsdp_rt_graph_destroy");
+  check(cudaGraphExecDestroy(g.exec), "fsdp_rt_graph_destroy");
+  check(cudaGraphDestroy(g.graph), "fsdp_rt_graph_destroy");
+  g.exec = nullptr;
+  g.graph = nullptr;
+}
+
 void fsdp_rt_graph_launch(void) {
   StepGraph &g = stepGraph();
   if (!g.exec)

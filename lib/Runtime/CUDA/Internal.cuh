@@ -125,6 +125,18 @@ bool recordingGraph();
 /// Returns the memory pool's free memory to the device (after a wait).
 void trimPool();
 
+/// Whether `ptr` points into a runtime buffer in host memory (one from
+/// fsdp_rt_host_alloc), not into device memory or the caller's memory.
+bool hostMemory(const void *ptr);
+/// Copies `rows` rows of `width` bytes between two host buffers in
+/// `stream`'s order, as a host function: the driver runs a host-to-host
+/// cudaMemcpyAsync when it is called, not when the stream reaches it. With
+/// `snapshot` the source is read now (the caller may reuse it at once);
+/// otherwise when the copy runs.
+void queueHostCopy(fsdp_rt_stream stream, void *dst, size_t dstPitch,
+                   const void *src, size_t srcPitch, size_t width, size_t rows,
+                   bool snapshot);
+
 //===----------------------------------------------------------------------===//
 // Launch geometry
 //===----------------------------------------------------------------------===//

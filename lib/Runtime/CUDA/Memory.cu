@@ -19,6 +19,7 @@
 #include "Internal.cuh"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -150,13 +151,28 @@ public:
     return ptr;
   }
 
+  /// Whether `ptr` points into a block that is handed out.
+  bool contains(const void *ptr) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = sizes.upper_bound(const_cast<void *>(ptr));
+    if (it == sizes.begin())
+      return false;
+    --it;
+    return static_cast<const char *>(ptr) <
+           static_cast<const char *>(it->first) + it->second;
+  }
+
   void give(void *ptr) {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = sizes.find(ptr);
     if (it == sizes.end())
       fail("fsdp_rt_host_free",
            "the pointer does not come from fsdp_rt_host_alloc");
-    spare.emplace(it->second, ptr);
+    // A block freed while a step is recorded stays the recording's: its
+    // copies, memsets and host functions write it again at every replay,
+    // so it is never handed out again.
+    if (!recordingGraph())
+      spare.emplace(it->second, ptr);
     sizes.erase(it);
   }
 
@@ -166,12 +182,17 @@ private:
   }
   std::mutex mutex;
   std::unordered_multimap<size_t, void *> spare;
-  std::unordered_map<void *, size_t> sizes;
+  /// The blocks handed out, by address.
+  std::map<void *, size_t> sizes;
 };
 } // namespace
 
 void *fsdp_rt_host_alloc(size_t bytes) {
   return PinnedCache::get().take(bytes);
+}
+
+bool fsdp::rt::cuda::hostMemory(const void *ptr) {
+  return PinnedCache::get().contains(ptr);
 }
 
 void fsdp_rt_host_free(void *ptr) {
@@ -196,8 +217,8 @@ int64_t fsdp_rt_memory_reserved_peak(void) {
   // A recorded step's buffers come from the graph's memory, not the pool.
   int device = 0;
   check(cudaGetDevice(&device), "fsdp_rt_memory_reserved_peak");
-  check(cudaDeviceGetGraphMemAttribute(
-            device, cudaGraphMemAttrReservedMemHigh, &graphHigh),
+  check(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrReservedMemHigh,
+                                       &graphHigh),
         "fsdp_rt_memory_reserved_peak");
   return int64_t(high + graphHigh);
 }

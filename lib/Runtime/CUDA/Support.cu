@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -226,6 +227,41 @@ void fsdp_rt_host_call(fsdp_rt_stream stream, void (*fn)(void *), void *arg,
 
 int fsdp_rt_host_addressable(void) { return 0; }
 
+namespace {
+struct HostCopy {
+  void *dst;
+  const void *src;
+  size_t dstPitch, srcPitch, width, rows;
+  /// The source as it was when the copy was queued, for a snapshot.
+  std::vector<char> source;
+};
+
+void runHostCopy(void *arg) {
+  auto *c = static_cast<const HostCopy *>(arg);
+  for (size_t r = 0; r < c->rows; ++r)
+    std::memcpy(static_cast<char *>(c->dst) + r * c->dstPitch,
+                static_cast<const char *>(c->src) + r * c->srcPitch, c->width);
+}
+
+void releaseHostCopy(void *arg) { delete static_cast<HostCopy *>(arg); }
+} // namespace
+
+void fsdp::rt::cuda::queueHostCopy(fsdp_rt_stream stream, void *dst,
+                                   size_t dstPitch, const void *src,
+                                   size_t srcPitch, size_t width, size_t rows,
+                                   bool snapshot) {
+  auto *c = new HostCopy{dst, src, dstPitch, srcPitch, width, rows, {}};
+  if (snapshot) {
+    c->source.resize(width * rows);
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(c->source.data() + r * width,
+                  static_cast<const char *>(src) + r * srcPitch, width);
+    c->src = c->source.data();
+    c->srcPitch = width;
+  }
+  fsdp_rt_host_call(stream, runHostCopy, c, releaseHostCopy);
+}
+
 //===----------------------------------------------------------------------===//
 // Host/device copies
 //===----------------------------------------------------------------------===//
@@ -234,14 +270,32 @@ int fsdp_rt_host_addressable(void) { return 0; }
 // (unified addressing), so a host layer that copies between two runtime
 // buffers through these functions still gets a correct copy.
 
+/// The largest copy into host memory queued with a snapshot of its source.
+static constexpr size_t kHostSnapshotBytes = size_t(1) << 20;
+
 void fsdp_rt_copy_to_device(fsdp_rt_stream stream, void *dst,
                             const void *host_src, size_t bytes) {
   // From pageable memory the driver stages the source before returning, so
-  // the caller may reuse it at once, as on the CPU backend.
-  if (bytes)
-    check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyDefault,
-                          streamOf(stream)),
-          "fsdp_rt_copy_to_device");
+  // the caller may reuse it at once, as on the CPU backend. A runtime
+  // buffer in host memory (CPU offload's) is written in stream order, after
+  // the work that may still read it (the last step's optimizer).
+  // A small copy (a step's inputs) is queued with a snapshot of its source;
+  // a large one (a parameter's initial values, before the first step)
+  // waits for the stream rather than hold a second copy of the source.
+  if (!bytes)
+    return;
+  if (hostMemory(dst)) {
+    if (bytes <= kHostSnapshotBytes)
+      return queueHostCopy(stream, dst, bytes, host_src, bytes, bytes, 1,
+                           /*snapshot=*/true);
+    countHostSync();
+    check(cudaStreamSynchronize(streamOf(stream)), "fsdp_rt_copy_to_device");
+    std::memcpy(dst, host_src, bytes);
+    return;
+  }
+  check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyDefault,
+                        streamOf(stream)),
+        "fsdp_rt_copy_to_device");
 }
 
 void fsdp_rt_copy_to_host(fsdp_rt_stream stream, void *host_dst,
@@ -250,12 +304,17 @@ void fsdp_rt_copy_to_host(fsdp_rt_stream stream, void *host_dst,
   // makes the data complete on return for pinned memory too, which is
   // stronger than the documented contract (complete after
   // fsdp_rt_stream_synchronize) and counts as the host sync it is.
+  // A runtime buffer in host memory is read once the work queued before
+  // has written it (the last step's optimizer, on the host's cores).
   cudaStream_t s = streamOf(stream);
-  if (bytes)
+  bool fromHost = bytes && hostMemory(src);
+  if (bytes && !fromHost)
     check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDefault, s),
           "fsdp_rt_copy_to_host");
   countHostSync();
   check(cudaStreamSynchronize(s), "fsdp_rt_copy_to_host");
+  if (fromHost)
+    std::memcpy(host_dst, src, bytes);
 }
 
 //===----------------------------------------------------------------------===//

@@ -430,6 +430,9 @@ int main(int argc, char **argv) {
 
   for (fsdp_tensor *t : recordedOutputs)
     fsdp_release(t);
+  // Before the communicators go: NCCL's destroy waits for every recording
+  // that holds one of their collectives.
+  fsdp_rt_graph_destroy();
   for (Param &param : p.params) {
     param.tensor->borrowed = false;
     fsdp_release(param.tensor);
