@@ -285,6 +285,10 @@ void fsdp_rt_copy_to_device(fsdp_rt_stream stream, void *dst,
   if (!bytes)
     return;
   if (hostMemory(dst)) {
+    if (recordingGraph())
+      fail("fsdp_rt_copy_to_device",
+           "a copy into host memory cannot be recorded in a step graph: "
+           "each replay would write the source as it was when recorded");
     if (bytes <= kHostSnapshotBytes)
       return queueHostCopy(stream, dst, bytes, host_src, bytes, bytes, 1,
                            /*snapshot=*/true);
