@@ -24,6 +24,24 @@ namespace {
 /// Elements converted to f32 at a time.
 constexpr int64_t kConvert = 1024;
 
+/// Calls fn(b, len, g) over elements [begin, end) of the gradient `grad` in
+/// runs of at most kConvert, g the run's values in f32 (converted into a
+/// scratch buffer when the gradient is bf16/f16).
+template <typename Fn>
+void gradientRuns(fsdp_rt_dtype gradDtype, const void *grad, int64_t begin,
+                  int64_t end, Fn &&fn) {
+  float scratch[kConvert];
+  for (int64_t b = begin; b < end; b += kConvert) {
+    int64_t len = std::min(kConvert, end - b);
+    const float *g = static_cast<const float *>(grad) + b;
+    if (gradDtype != FSDP_RT_F32) {
+      toFloat(gradDtype, static_cast<const uint16_t *>(grad) + b, len, scratch);
+      g = scratch;
+    }
+    fn(b, len, g);
+  }
+}
+
 /// Σ x² over `n` elements in double, in independent lanes.
 FSDP_VECTORIZE double sumSquaresF32(const float *x, int64_t n) {
   constexpr int64_t lanes = 8;
@@ -77,18 +95,12 @@ fsdp::rt::optimizer::adamwCoefficients(double lr, double beta1, double beta2,
 void fsdp::rt::optimizer::adamwRange(const fsdp_rt_adamw_tensor &x,
                                      fsdp_rt_dtype gradDtype, int64_t begin,
                                      int64_t end, const AdamWCoefficients &c) {
-  float scratch[kConvert];
-  for (int64_t b = begin; b < end; b += kConvert) {
-    int64_t len = std::min(kConvert, end - b);
-    const float *g = static_cast<const float *>(x.grad) + b;
-    if (gradDtype != FSDP_RT_F32) {
-      toFloat(gradDtype, static_cast<const uint16_t *>(x.grad) + b, len,
-              scratch);
-      g = scratch;
-    }
-    adamwBlock(x.param + b, x.exp_avg + b, x.exp_avg_sq + b, g, x.new_param + b,
-               x.new_exp_avg + b, x.new_exp_avg_sq + b, len, c);
-  }
+  gradientRuns(gradDtype, x.grad, begin, end,
+               [&](int64_t b, int64_t len, const float *g) {
+                 adamwBlock(x.param + b, x.exp_avg + b, x.exp_avg_sq + b, g,
+                            x.new_param + b, x.new_exp_avg + b,
+                            x.new_exp_avg_sq + b, len, c);
+               });
 }
 
 std::vector<std::pair<int64_t, int64_t>>
@@ -117,23 +129,17 @@ void fsdp::rt::optimizer::sgdRange(float *param, float *momentumBuffer,
                                    fsdp_rt_dtype gradDtype, const void *grad,
                                    int64_t begin, int64_t end,
                                    const SgdCoefficients &c) {
-  float scratch[kConvert];
-  for (int64_t b = begin; b < end; b += kConvert) {
-    int64_t len = std::min(kConvert, end - b);
-    const float *g = static_cast<const float *>(grad) + b;
-    if (gradDtype != FSDP_RT_F32) {
-      toFloat(gradDtype, static_cast<const uint16_t *>(grad) + b, len, scratch);
-      g = scratch;
-    }
-    for (int64_t i = 0; i < len; ++i) {
-      float &p = param[b + i];
-      double gi = c.gradScale * g[i] + c.weightDecay * p;
-      if (c.momentum != 0.0) {
-        float &buffer = momentumBuffer[b + i];
-        gi = c.firstStep ? gi : c.momentum * buffer + gi;
-        buffer = float(gi);
-      }
-      p = float(p - c.lr * gi);
-    }
-  }
+  gradientRuns(gradDtype, grad, begin, end,
+               [&](int64_t b, int64_t len, const float *g) {
+                 for (int64_t i = 0; i < len; ++i) {
+                   float &p = param[b + i];
+                   double gi = c.gradScale * g[i] + c.weightDecay * p;
+                   if (c.momentum != 0.0) {
+                     float &buffer = momentumBuffer[b + i];
+                     gi = c.firstStep ? gi : c.momentum * buffer + gi;
+                     buffer = float(gi);
+                   }
+                   p = float(p - c.lr * gi);
+                 }
+               });
 }

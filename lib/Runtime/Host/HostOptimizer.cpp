@@ -52,7 +52,7 @@ public:
   /// others on the team's; returns when all are done.
   void run(int64_t pieces, const std::function<void(int64_t)> &piece) {
     std::lock_guard<std::mutex> call(callMutex);
-    while (int64_t(size) < pieces - 1)
+    while (size < pieces - 1)
       std::thread(&Team::work, this, ++size).detach();
     {
       std::lock_guard<std::mutex> lock(mutex);
