@@ -31,7 +31,9 @@ llvm_config.add_tool_substitutions(
      "fsdp-embed-pipeline",
      "fsdp-runtime-kernel-test", "fsdp-runtime-collectives-program",
      "fsdp-runtime-program-basics", "fsdp-runtime-kernel-test-cuda",
-     "fsdp-runtime-collectives-program-cuda", "fsdp-emulated-kernels"],
+     "fsdp-runtime-collectives-program-cuda", "fsdp-emulated-kernels",
+     "fsdp-runtime-kernel-test-sanitized",
+     "fsdp-runtime-collectives-program-sanitized"],
     [config.fsdp_tools_dir, config.llvm_tools_dir])
 
 # Runtime tests launch several ranks; the tests run as root in containers and
@@ -58,6 +60,11 @@ if config.fsdp_cuda_runtime_lib:
                                 text=True)
         if listed.returncode == 0 and "GPU" in listed.stdout:
             config.available_features.add("cuda-gpu")
+
+# `sanitized-runtime`: fsdp-compile --sanitize links programs against the
+# CPU runtime built with ASan and UBSan.
+if config.fsdp_sanitized_runtime_lib:
+    config.available_features.add("sanitized-runtime")
 
 # The interpreter of the test scripts: Debian's python3, which has the torch
 # and numpy that .ci/setup installs (FSDP_PYTHON overrides it), in place of

@@ -83,6 +83,10 @@ struct CompileOptions {
   bool mpi = true;
   /// The C++ compiler, an MPI wrapper (empty: the one the build found).
   std::string hostCompiler;
+  /// Link the CPU runtime built with AddressSanitizer and
+  /// UndefinedBehaviorSanitizer, and instrument the program the same way:
+  /// the first report ends the run (cpu only).
+  bool sanitize = false;
   /// When set, the host compiler's command line is printed here.
   llvm::raw_ostream *commandLog = nullptr;
   /// The program errors outside the IR name first ("fsdp-compile: error:

@@ -166,6 +166,15 @@ LogicalResult checkTarget(const fsdp::CompileOptions &options,
   if (!cuda && !options.mpi)
     return reportError("--no-mpi needs --target cuda (the CPU runtime's "
                        "collectives are MPI)");
+  if (options.sanitize && cuda)
+    return reportError("--sanitize needs --target cpu (the sanitized runtime "
+                       "is the CPU one)");
+#ifndef FSDP_RUNTIME_SANITIZED_LIB
+  if (options.sanitize)
+    return reportError("--sanitize: this fsdp-mlir was built without the "
+                       "sanitized runtime (configure with "
+                       "-DFSDP_SANITIZED_RUNTIME=ON)");
+#endif
 #ifndef FSDP_RUNTIME_CUDA_HOST_LIB
   if (cuda)
     return reportError("--target cuda: this fsdp-mlir was built without the "
@@ -196,7 +205,15 @@ LogicalResult fsdp::linkProgram(StringRef source, const CompileOptions &options,
     return reportError("cannot find the C++ compiler '" + compiler + "'");
   SmallVector<std::string> args = {*cxx, "-std=c++17", "-O0",
                                    "-I" FSDP_RUNTIME_INCLUDE_DIR, source.str()};
-  if (!cuda) {
+  if (options.sanitize) {
+#ifdef FSDP_RUNTIME_SANITIZED_LIB
+    // The flags FSDPRuntimeSanitized is built with (lib/Runtime/Host).
+    args.append({"-g", "-fno-omit-frame-pointer",
+                 "-fsanitize=address,undefined,float-cast-overflow",
+                 "-fno-sanitize-recover=all", FSDP_RUNTIME_SANITIZED_LIB,
+                 "-ldnnl", "-fopenmp"});
+#endif
+  } else if (!cuda) {
     args.append({FSDP_RUNTIME_MAIN_LIB, FSDP_RUNTIME_HOST_LIB,
                  FSDP_RUNTIME_CPU_LIB, FSDP_RUNTIME_FLOAT_LIB, "-ldnnl",
                  "-fopenmp"});

@@ -107,6 +107,11 @@ static cl::opt<bool>
     noMpi("no-mpi", cl::cat(category),
           cl::desc("With --target cuda: a one-process program that needs "
                    "no MPI library or mpirun"));
+static cl::opt<bool>
+    sanitize("sanitize", cl::cat(category),
+             cl::desc("Build the program against the CPU runtime compiled "
+                      "with AddressSanitizer and UndefinedBehaviorSanitizer; "
+                      "the first report ends the run"));
 static cl::opt<bool> verbose("v", cl::cat(category),
                              cl::desc("Print the compiler command"));
 static cl::opt<bool> schedule(
@@ -149,6 +154,7 @@ static LogicalResult run() {
   compile.hostCompiler = hostCompiler;
   compile.target = target;
   compile.mpi = !noMpi;
+  compile.sanitize = sanitize;
   if (verbose)
     compile.commandLog = &llvm::errs();
   compile.programName = "fsdp-compile";

@@ -48,10 +48,14 @@ template <typename Fn> void parallelFor(int64_t n, int64_t grain, Fn &&fn) {
 /// e^x in f32 within 2 ulp for x <= 88 (Cephes' polynomial on x - n·ln 2),
 /// 0 below -87.3: branch-free, so loops over it vectorize (n is rounded by
 /// adding and subtracting 1.5 · 2^23, which needs no rounding instruction).
+/// NaN stays NaN. 2^n is built from the bits of t + 1.5 · 2^23, whose low
+/// mantissa bits hold n, in unsigned arithmetic: converting a NaN to an
+/// integer, or shifting a negative one, would be undefined behaviour.
 inline float fastExp(float x) {
   float clamped = std::min(std::max(x, -87.3f), 88.0f);
   float t = clamped * 1.44269504088896341f;
-  float n = (t + 12582912.0f) - 12582912.0f;
+  float rounded = t + 12582912.0f;
+  float n = rounded - 12582912.0f;
   float r = clamped - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -61,7 +65,10 @@ inline float fastExp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t bits = (int32_t(n) + 127) << 23;
+  uint32_t roundedBits;
+  std::memcpy(&roundedBits, &rounded, 4);
+  // 0x4B400000 is 1.5 · 2^23; n + 127 is in [1, 254] after the clamp.
+  uint32_t bits = (roundedBits - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
   return x < -87.3f ? 0.0f : p * scale;

@@ -33,6 +33,16 @@
 
 using namespace fsdp::host;
 
+#ifdef FSDP_SANITIZED
+// A program built with fsdp-compile --sanitize (FSDPRuntimeSanitized). Open
+// MPI keeps memory until exit that leak checking would report; every other
+// report stops the program with its stack.
+extern "C" const char *__asan_default_options() { return "detect_leaks=0"; }
+extern "C" const char *__ubsan_default_options() {
+  return "print_stacktrace=1";
+}
+#endif
+
 namespace {
 
 struct Options {
