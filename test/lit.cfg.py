@@ -33,7 +33,8 @@ llvm_config.add_tool_substitutions(
      "fsdp-runtime-program-basics", "fsdp-runtime-kernel-test-cuda",
      "fsdp-runtime-collectives-program-cuda", "fsdp-emulated-kernels",
      "fsdp-runtime-kernel-test-sanitized",
-     "fsdp-runtime-collectives-program-sanitized"],
+     "fsdp-runtime-collectives-program-sanitized",
+     "fsdp-emulated-kernels-sanitized"],
     [config.fsdp_tools_dir, config.llvm_tools_dir])
 
 # Runtime tests launch several ranks; the tests run as root in containers and
