@@ -21,8 +21,11 @@
 
 // Hot loops are compiled once per x86-64 level (AVX-512, AVX2+FMA, baseline)
 // and the loader picks the best the CPU has, so the shipped library runs
-// everywhere and vectorizes where it can.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// everywhere and vectorizes where it can. Not under ThreadSanitizer: the
+// loader runs the clones' resolvers before the TSan runtime is set up, and
+// an instrumented resolver crashes there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    !defined(__SANITIZE_THREAD__)
 #define FSDP_VECTORIZE                                                         \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
