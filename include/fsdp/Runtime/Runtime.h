@@ -232,7 +232,8 @@ int64_t fsdp_rt_host_syncs(void);
 void fsdp_rt_counters_reset(void);
 
 /// Shares the cores among the `local_ranks` processes of this node: each
-/// runs its kernels on cores / local_ranks threads (at least one), unless
+/// runs its kernels on cores / local_ranks threads, no more than the cores
+/// its affinity mask holds (a launcher's binding) and at least one, unless
 /// OMP_NUM_THREADS sets the count.
 void fsdp_rt_set_threads(int local_ranks);
 

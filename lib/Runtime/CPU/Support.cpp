@@ -8,6 +8,7 @@
 #include "Internal.h"
 
 #include "../Common/Profile.h"
+#include "../Common/Threads.h"
 
 #include <atomic>
 #include <cmath>
@@ -22,8 +23,7 @@ using namespace fsdp::rt;
 void fsdp_rt_set_threads(int local_ranks) {
   if (std::getenv("OMP_NUM_THREADS"))
     return;
-  omp_set_num_threads(
-      std::max(1, omp_get_num_procs() / std::max(1, local_ranks)));
+  omp_set_num_threads(threadsPerRank(local_ranks));
 }
 
 std::vector<int64_t> fsdp::rt::stridesOf(const int64_t *shape, int rank) {

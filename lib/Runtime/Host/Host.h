@@ -407,9 +407,12 @@ void printReport(const fsdp_program &p);
 /// cores, queued in stream order through fsdp_rt_host_call, so the host
 /// still never waits for the device.
 bool onHostCores(const fsdp_program &p, const fsdp_tensor *t);
-/// Shares the cores among the node's `localRanks` processes (OMP_NUM_THREADS
-/// sets the count instead, as for the CPU backend).
+/// Shares the cores among the node's `localRanks` processes, within this
+/// process's affinity mask (Common/Threads.h; OMP_NUM_THREADS sets the count
+/// instead, as for the CPU backend).
 void setHostThreads(int localRanks);
+/// The threads a host call runs on (the report prints it).
+int hostThreadCount();
 /// fsdp_rt_sum_squares on the host's cores.
 void queueHostSumSquares(fsdp_rt_dtype dtype, const void *x, int64_t numel,
                          float *out);

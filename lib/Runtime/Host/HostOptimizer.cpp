@@ -20,6 +20,7 @@
 
 #include "../Common/OptimizerMath.h"
 #include "../Common/Profile.h"
+#include "../Common/Threads.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -37,7 +38,7 @@ int hostThreads = 0;
 int threadCount() {
   if (hostThreads > 0)
     return hostThreads;
-  return std::max(1u, std::thread::hardware_concurrency());
+  return threadsPerRank(1);
 }
 
 /// Threads that stay for the process and take the pieces of one call at a
@@ -141,9 +142,10 @@ void fsdp::host::setHostThreads(int localRanks) {
   if (const char *omp = std::getenv("OMP_NUM_THREADS"))
     hostThreads = std::max(1, std::atoi(omp));
   else
-    hostThreads = std::max<int>(1, int(std::thread::hardware_concurrency()) /
-                                       std::max(1, localRanks));
+    hostThreads = threadsPerRank(localRanks);
 }
+
+int fsdp::host::hostThreadCount() { return threadCount(); }
 
 void fsdp::host::queueHostSumSquares(fsdp_rt_dtype dtype, const void *x,
                                      int64_t numel, float *out) {

@@ -122,6 +122,10 @@ void fsdp::host::printReport(const fsdp_program &p) {
                                           "permute",    "broadcast"};
   std::printf("== report (rank %d of %d, mesh %s) ==\n", p.worldRank,
               p.worldSize, meshString(p).c_str());
+  std::printf("host threads per rank: %d (OMP_NUM_THREADS, or the node's "
+              "processors over its %d local ranks within the affinity "
+              "mask)\n",
+              hostThreadCount(), p.localRanks);
   std::printf("memory: current %lld bytes, peak %lld bytes\n",
               (long long)fsdp_rt_memory_current(),
               (long long)fsdp_rt_memory_peak());
