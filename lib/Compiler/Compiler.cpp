@@ -208,10 +208,11 @@ LogicalResult fsdp::linkProgram(StringRef source, const CompileOptions &options,
   if (options.sanitize) {
 #ifdef FSDP_RUNTIME_SANITIZED_LIB
     // The flags FSDPRuntimeSanitized is built with (lib/Runtime/Host).
-    args.append({"-g", "-fno-omit-frame-pointer",
-                 "-fsanitize=address,undefined,float-cast-overflow",
-                 "-fno-sanitize-recover=all", FSDP_RUNTIME_SANITIZED_LIB,
-                 "-ldnnl", "-fopenmp"});
+    SmallVector<StringRef> flags;
+    StringRef(FSDP_RUNTIME_SANITIZE_FLAGS).split(flags, ' ');
+    for (StringRef flag : flags)
+      args.push_back(flag.str());
+    args.append({FSDP_RUNTIME_SANITIZED_LIB, "-ldnnl", "-fopenmp"});
 #endif
   } else if (!cuda) {
     args.append({FSDP_RUNTIME_MAIN_LIB, FSDP_RUNTIME_HOST_LIB,

@@ -35,12 +35,6 @@ using namespace fsdp::rt;
 namespace {
 int hostThreads = 0;
 
-int threadCount() {
-  if (hostThreads > 0)
-    return hostThreads;
-  return threadsPerRank(1);
-}
-
 /// Threads that stay for the process and take the pieces of one call at a
 /// time, the calling thread among them: a step queues a host call per
 /// optimizer tensor, and starting a team of threads per call would cost
@@ -99,7 +93,7 @@ private:
 
 /// Calls fn over [0, n) in one piece per thread, this thread among them.
 void onThreads(int64_t n, const std::function<void(int64_t, int64_t)> &fn) {
-  int64_t pieces = std::min<int64_t>(threadCount(), n);
+  int64_t pieces = std::min<int64_t>(hostThreadCount(), n);
   if (pieces <= 1) {
     fn(0, n);
     return;
@@ -145,7 +139,9 @@ void fsdp::host::setHostThreads(int localRanks) {
     hostThreads = threadsPerRank(localRanks);
 }
 
-int fsdp::host::hostThreadCount() { return threadCount(); }
+int fsdp::host::hostThreadCount() {
+  return hostThreads > 0 ? hostThreads : threadsPerRank(1);
+}
 
 void fsdp::host::queueHostSumSquares(fsdp_rt_dtype dtype, const void *x,
                                      int64_t numel, float *out) {
