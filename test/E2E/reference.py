@@ -30,6 +30,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+# Every script that imports this module computes its CPU references on one
+# intra-op thread. With two, about 1 process in 100 (torch 2.11 from PyPI,
+# MKL's vector math) got the first float32 cos of the process wrong in the
+# calling thread's half of the tensor: transformers' rotary-embedding cos
+# off by up to 1.5e-4, which moved q_proj and k_proj gradients by 1.3e-4
+# against the 1e-5 tolerance. Later calls in the same process were exact,
+# and 300 processes of the same step on one thread were all exact.
+torch.set_num_threads(1)
+
 INPUTS = ("input_ids", "position_ids", "labels")
 OUTPUTS = ("loss", "logits")
 FLOAT_DTYPES = {"f32", "bf16", "f16"}
