@@ -165,8 +165,9 @@ void mapBinary(fsdp_rt_dtype dtype, const void *x, const void *dy, int64_t n,
 static void binary(BinaryKind kind, fsdp_rt_dtype dtype, const void *x,
                    const int64_t *xShape, int xRank, const void *y,
                    const int64_t *yShape, int yRank, const int64_t *outShape,
-                   int outRank, void *out) {
-  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
+                   int outRank, void *out,
+                   const char *name = __builtin_FUNCTION()) {
+  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE, name);
   Operand a(dtype, x, xShape, xRank, outShape, outRank),
       b(dtype, y, yShape, yRank, outShape, outRank);
   const Operand *const inputs[2] = {&a, &b};
@@ -229,19 +230,21 @@ void fsdp_rt_fill(fsdp_rt_stream, fsdp_rt_dtype dtype, int64_t numel,
               static_cast<char *>(out) + b * fsdp_rt_dtype_size(dtype));
 }
 
-/// Applies `fn` to each of `n` elements in f32.
+/// Applies `fn` to each of `n` elements in f32; the profile counts the time
+/// under the calling function's name, as for the helpers below.
 template <typename Fn>
 static void unary(fsdp_rt_dtype dtype, const void *x, int64_t n, void *out,
-                  Fn fn) {
-  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
+                  Fn fn, const char *name = __builtin_FUNCTION()) {
+  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE, name);
   mapUnary(dtype, x, n, out, fn);
 }
 
 /// Applies `fn(x, dy)` to each of `n` element pairs in f32.
 template <typename Fn>
 static void unaryGrad(fsdp_rt_dtype dtype, const void *x, const void *dy,
-                      int64_t n, void *dx, Fn fn) {
-  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE);
+                      int64_t n, void *dx, Fn fn,
+                      const char *name = __builtin_FUNCTION()) {
+  KernelTimer timer(FSDP_RT_KERNEL_ELEMENTWISE, name);
   mapBinary(dtype, x, dy, n, dx, fn);
 }
 

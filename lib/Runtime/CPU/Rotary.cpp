@@ -16,8 +16,9 @@ using namespace fsdp::rt;
 static void rotate(fsdp_rt_dtype dtype, const void *x,
                    fsdp_rt_dtype positionsDtype, const void *positions,
                    int64_t b, int64_t s, int64_t heads, int64_t d, double theta,
-                   const double *freq, double scaling, double sign, void *out) {
-  KernelTimer timer(FSDP_RT_KERNEL_ROTARY);
+                   const double *freq, double scaling, double sign, void *out,
+                   const char *name = __builtin_FUNCTION()) {
+  KernelTimer timer(FSDP_RT_KERNEL_ROTARY, name);
   int64_t n = b * s * heads * d, half = d / 2;
   FloatInput fx(dtype, x, n);
   FloatOutput fo(dtype, out, n);

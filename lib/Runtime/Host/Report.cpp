@@ -163,10 +163,10 @@ void fsdp::host::printReport(const fsdp_program &p) {
   int64_t calls[kTop], nanos[kTop];
   int ran = fsdp_rt_kernel_profile(kTop, names, calls, nanos);
   if (ran > 0) {
-    std::printf("%-32s %10s %12s (top %d of %d)\n", "kernel function", "calls",
+    std::printf("%-34s %10s %12s (top %d of %d)\n", "kernel function", "calls",
                 "time (ms)", std::min(ran, kTop), ran);
     for (int i = 0; i < std::min(ran, kTop); ++i)
-      std::printf("%-32s %10lld %12.3f\n", names[i], (long long)calls[i],
+      std::printf("%-34s %10lld %12.3f\n", names[i], (long long)calls[i],
                   double(nanos[i]) / 1e6);
   }
   // How long collectives were in flight and how long the rank waited for
