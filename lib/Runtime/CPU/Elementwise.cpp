@@ -231,7 +231,7 @@ void fsdp_rt_fill(fsdp_rt_stream, fsdp_rt_dtype dtype, int64_t numel,
 }
 
 /// Applies `fn` to each of `n` elements in f32; the profile counts the time
-/// under the calling function's name, as for the helpers below.
+/// under the calling ABI function's name, as binary and unaryGrad do.
 template <typename Fn>
 static void unary(fsdp_rt_dtype dtype, const void *x, int64_t n, void *out,
                   Fn fn, const char *name = __builtin_FUNCTION()) {
