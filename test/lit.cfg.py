@@ -32,7 +32,7 @@ llvm_config.add_tool_substitutions(
      "fsdp-runtime-kernel-test", "fsdp-runtime-collectives-program",
      "fsdp-runtime-program-basics", "fsdp-runtime-kernel-test-cuda",
      "fsdp-runtime-collectives-program-cuda", "fsdp-emulated-kernels",
-     "fsdp-runtime-kernel-test-sanitized",
+     "fsdp-runtime-kernel-test-sanitized", "fsdp-runtime-kernel-test-avx2",
      "fsdp-runtime-collectives-program-sanitized",
      "fsdp-emulated-kernels-sanitized"],
     [config.fsdp_tools_dir, config.llvm_tools_dir])
@@ -66,6 +66,14 @@ if config.fsdp_cuda_runtime_lib:
 # CPU runtime built with ASan and UBSan.
 if config.fsdp_sanitized_runtime_lib:
     config.available_features.add("sanitized-runtime")
+
+# `avx2-runtime`: fsdp-compile --max-cpu-isa=avx2 links programs against the
+# CPU kernels built without AVX-512. FSDP_MAX_CPU_ISA=avx2 in lit's
+# environment compiles every program of the suite that way: the whole suite
+# as a machine without AVX-512 runs it.
+if config.fsdp_avx2_runtime_lib:
+    config.available_features.add("avx2-runtime")
+llvm_config.with_system_environment(["FSDP_MAX_CPU_ISA"])
 
 # The interpreter of the test scripts: Debian's python3, which has the torch
 # and numpy that .ci/setup installs (FSDP_PYTHON overrides it), in place of

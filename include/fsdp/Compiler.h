@@ -87,6 +87,11 @@ struct CompileOptions {
   /// UndefinedBehaviorSanitizer, and instrument the program the same way:
   /// the first report ends the run (cpu only).
   bool sanitize = false;
+  /// The most the CPU kernels use: "all" (the best the machine has) or
+  /// "avx2" (AVX-512 left out of the runtime's loops and oneDNN's GEMMs, so
+  /// machines with and without it compute the same bits; cpu only). Empty:
+  /// the environment's FSDP_MAX_CPU_ISA, else "all".
+  std::string maxCpuIsa;
   /// When set, the host compiler's command line is printed here.
   llvm::raw_ostream *commandLog = nullptr;
   /// The program errors outside the IR name first ("fsdp-compile: error:

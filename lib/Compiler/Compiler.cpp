@@ -32,6 +32,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <cstdlib>
+
 using namespace mlir;
 
 std::unique_ptr<MLIRContext> fsdp::createContext() {
@@ -156,6 +158,22 @@ struct WorldSizeInstrumentation : public PassInstrumentation {
   int64_t &worldSize;
 };
 
+/// --max-cpu-isa, or else FSDP_MAX_CPU_ISA where it applies (the CPU
+/// kernels' optimized build), or else "all"; `from` names the source.
+std::string maxCpuIsa(const fsdp::CompileOptions &options,
+                      const char **from = nullptr) {
+  if (from)
+    *from = "--max-cpu-isa";
+  if (!options.maxCpuIsa.empty())
+    return options.maxCpuIsa;
+  const char *env = std::getenv("FSDP_MAX_CPU_ISA");
+  if (!env || !*env || options.target != "cpu" || options.sanitize)
+    return "all";
+  if (from)
+    *from = "FSDP_MAX_CPU_ISA";
+  return env;
+}
+
 /// Fails unless the options name a target this build can link.
 LogicalResult checkTarget(const fsdp::CompileOptions &options,
                           const ErrorReporter &reportError) {
@@ -169,6 +187,22 @@ LogicalResult checkTarget(const fsdp::CompileOptions &options,
   if (options.sanitize && cuda)
     return reportError("--sanitize needs --target cpu (the sanitized runtime "
                        "is the CPU one)");
+  const char *isaFrom;
+  std::string isa = maxCpuIsa(options, &isaFrom);
+  if (isa != "all" && isa != "avx2")
+    return reportError(Twine(isaFrom) + ": unknown value '" + isa +
+                       "' (expected all or avx2)");
+  if (isa != "all" && (cuda || options.sanitize))
+    return reportError("--max-cpu-isa=" + isa +
+                       " needs --target cpu without --sanitize (it picks the "
+                       "CPU kernels' build)");
+#ifndef FSDP_RUNTIME_CPU_AVX2_LIB
+  if (isa == "avx2")
+    return reportError(Twine(isaFrom) +
+                       "=avx2: this fsdp-mlir was built without "
+                       "the AVX2 runtime (configure with "
+                       "-DFSDP_AVX2_RUNTIME=ON on x86-64)");
+#endif
 #ifndef FSDP_RUNTIME_SANITIZED_LIB
   if (options.sanitize)
     return reportError("--sanitize: this fsdp-mlir was built without the "
@@ -215,9 +249,14 @@ LogicalResult fsdp::linkProgram(StringRef source, const CompileOptions &options,
     args.append({FSDP_RUNTIME_SANITIZED_LIB, "-ldnnl", "-fopenmp"});
 #endif
   } else if (!cuda) {
-    args.append({FSDP_RUNTIME_MAIN_LIB, FSDP_RUNTIME_HOST_LIB,
-                 FSDP_RUNTIME_CPU_LIB, FSDP_RUNTIME_FLOAT_LIB, "-ldnnl",
-                 "-fopenmp"});
+    args.append({FSDP_RUNTIME_MAIN_LIB, FSDP_RUNTIME_HOST_LIB});
+#ifdef FSDP_RUNTIME_CPU_AVX2_LIB
+    if (maxCpuIsa(options) == "avx2")
+      args.push_back(FSDP_RUNTIME_CPU_AVX2_LIB);
+    else
+#endif
+      args.append({FSDP_RUNTIME_CPU_LIB, FSDP_RUNTIME_FLOAT_LIB});
+    args.append({"-ldnnl", "-fopenmp"});
   } else {
 #ifdef FSDP_RUNTIME_CUDA_HOST_LIB
     // The CUDA runtime library links statically; cuBLAS and NCCL are found

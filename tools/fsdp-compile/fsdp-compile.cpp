@@ -112,6 +112,12 @@ static cl::opt<bool>
              cl::desc("Build the program against the CPU runtime compiled "
                       "with AddressSanitizer and UndefinedBehaviorSanitizer; "
                       "the first report ends the run"));
+static cl::opt<std::string> maxCpuIsa(
+    "max-cpu-isa", cl::cat(category),
+    cl::desc("The most the CPU kernels use: all (the best the machine has; "
+             "default) or avx2 (no AVX-512, so machines with and without it "
+             "compute the same bits); default: $FSDP_MAX_CPU_ISA, else all"),
+    cl::value_desc("all|avx2"));
 static cl::opt<bool> verbose("v", cl::cat(category),
                              cl::desc("Print the compiler command"));
 static cl::opt<bool> schedule(
@@ -155,6 +161,7 @@ static LogicalResult run() {
   compile.target = target;
   compile.mpi = !noMpi;
   compile.sanitize = sanitize;
+  compile.maxCpuIsa = maxCpuIsa;
   if (verbose)
     compile.commandLog = &llvm::errs();
   compile.programName = "fsdp-compile";

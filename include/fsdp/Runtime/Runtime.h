@@ -133,6 +133,11 @@ void fsdp_rt_graph_destroy(void);
 /// layer reads a buffer only through fsdp_rt_copy_to_host, which waits.
 int fsdp_rt_host_addressable(void);
 
+/// What the backend's kernels run on, for reports: on the CPU, the x86-64
+/// level of the vectorized loops and oneDNN's instruction set ("x86-64-v3
+/// loops, oneDNN avx2"); on CUDA, the device's compute capability.
+const char *fsdp_rt_kernel_isa(void);
+
 /// Sets `bytes` bytes at `ptr` (a buffer from fsdp_rt_alloc) to zero, in
 /// order on `stream`.
 void fsdp_rt_zero(fsdp_rt_stream stream, void *ptr, size_t bytes);

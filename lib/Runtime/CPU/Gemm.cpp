@@ -24,6 +24,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 using namespace fsdp::rt;
@@ -59,6 +60,15 @@ struct Matmul {
   dnnl_primitive_t primitive = nullptr;
   dnnl_memory_t src = nullptr, weights = nullptr, bias = nullptr, dst = nullptr;
 };
+
+#ifdef FSDP_MAX_CPU_ISA_AVX2
+// oneDNN's kernels stay within AVX2 too. Its limit holds only when set
+// before oneDNN generates any kernel, so at load time.
+[[maybe_unused]] const bool kIsaLimited = [] {
+  check(dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2), "max cpu isa");
+  return true;
+}();
+#endif
 
 class Engine {
 public:
@@ -206,4 +216,42 @@ void fsdp::rt::gemm(fsdp_rt_dtype dtype, bool transA, bool transB, int64_t m,
   for (int64_t r = 0; r < m; ++r)
     fromFloat(dtype, out.data() + r * n, n,
               static_cast<uint16_t *>(c) + r * ldc);
+}
+
+const char *fsdp_rt_kernel_isa(void) {
+  static const std::string isa = [] {
+    dnnl_cpu_isa_t gemm = dnnl_get_effective_cpu_isa();
+    const char *name = nullptr;
+    switch (gemm) {
+    case dnnl_cpu_isa_sse41:
+      name = "sse41";
+      break;
+    case dnnl_cpu_isa_avx:
+      name = "avx";
+      break;
+    case dnnl_cpu_isa_avx2:
+      name = "avx2";
+      break;
+    case dnnl_cpu_isa_avx2_vnni:
+      name = "avx2_vnni";
+      break;
+    case dnnl_cpu_isa_avx512_core:
+      name = "avx512_core";
+      break;
+    case dnnl_cpu_isa_avx512_core_vnni:
+      name = "avx512_core_vnni";
+      break;
+    case dnnl_cpu_isa_avx512_core_bf16:
+      name = "avx512_core_bf16";
+      break;
+    case dnnl_cpu_isa_avx512_core_amx:
+      name = "avx512_core_amx";
+      break;
+    default:
+      break;
+    }
+    return std::string(vectorLevel()) + " loops, oneDNN " +
+           (name ? name : "isa " + std::to_string(int(gemm)));
+  }();
+  return isa.c_str();
 }

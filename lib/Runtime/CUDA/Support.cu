@@ -227,6 +227,17 @@ void fsdp_rt_host_call(fsdp_rt_stream stream, void (*fn)(void *), void *arg,
 
 int fsdp_rt_host_addressable(void) { return 0; }
 
+const char *fsdp_rt_kernel_isa(void) {
+  static const std::string isa = [] {
+    int device = 0, major = 0, minor = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    return "CUDA sm_" + std::to_string(major) + std::to_string(minor);
+  }();
+  return isa.c_str();
+}
+
 namespace {
 struct HostCopy {
   void *dst;

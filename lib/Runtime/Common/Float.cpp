@@ -13,6 +13,32 @@
 using namespace fsdp::rt;
 
 //===----------------------------------------------------------------------===//
+// The vector level
+//===----------------------------------------------------------------------===//
+
+// One version per level FSDP_VECTORIZE clones for, dispatched by the same
+// resolver rule (the best level the CPU has), so it names the clones that
+// run.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    !defined(__SANITIZE_THREAD__)
+#ifndef FSDP_MAX_CPU_ISA_AVX2
+__attribute__((target("arch=x86-64-v4"))) static const char *cloneLevel() {
+  return "x86-64-v4";
+}
+#endif
+__attribute__((target("arch=x86-64-v3"))) static const char *cloneLevel() {
+  return "x86-64-v3";
+}
+__attribute__((target("default"))) static const char *cloneLevel() {
+  return "x86-64";
+}
+#else
+static const char *cloneLevel() { return "x86-64"; }
+#endif
+
+const char *fsdp::rt::vectorLevel() { return cloneLevel(); }
+
+//===----------------------------------------------------------------------===//
 // Conversions
 //===----------------------------------------------------------------------===//
 

@@ -21,18 +21,29 @@
 
 // Hot loops are compiled once per x86-64 level (AVX-512, AVX2+FMA, baseline)
 // and the loader picks the best the CPU has, so the shipped library runs
-// everywhere and vectorizes where it can. Not under ThreadSanitizer: the
-// loader runs the clones' resolvers before the TSan runtime is set up, and
-// an instrumented resolver crashes there.
+// everywhere and vectorizes where it can. FSDP_MAX_CPU_ISA_AVX2 (the
+// runtime fsdp-compile --max-cpu-isa=avx2 links) leaves the AVX-512 clone
+// out, so a machine with AVX-512 computes what one without it does. Not
+// under ThreadSanitizer: the loader runs the clones' resolvers before the
+// TSan runtime is set up, and an instrumented resolver crashes there.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
     !defined(__SANITIZE_THREAD__)
+#ifdef FSDP_MAX_CPU_ISA_AVX2
+#define FSDP_VECTORIZE                                                         \
+  __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
 #define FSDP_VECTORIZE                                                         \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 #else
 #define FSDP_VECTORIZE
 #endif
 
 namespace fsdp::rt {
+
+/// The x86-64 level whose clones of the FSDP_VECTORIZE loops run here
+/// ("x86-64-v4", "x86-64-v3" or "x86-64"), as the loader chose them.
+const char *vectorLevel();
 
 float bf16ToFloat(uint16_t h);
 uint16_t floatToBf16(float f);

@@ -126,6 +126,7 @@ void fsdp::host::printReport(const fsdp_program &p) {
               "processors over its %d local ranks within the affinity "
               "mask)\n",
               hostThreadCount(), p.localRanks);
+  std::printf("kernel isa: %s\n", fsdp_rt_kernel_isa());
   std::printf("memory: current %lld bytes, peak %lld bytes\n",
               (long long)fsdp_rt_memory_current(),
               (long long)fsdp_rt_memory_peak());
