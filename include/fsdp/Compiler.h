@@ -17,7 +17,7 @@
 #ifndef FSDP_COMPILER_H
 #define FSDP_COMPILER_H
 
-#include "fsdp/Transforms/Pipeline.h"
+#include "fsdp/Pipeline/Pipeline.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"

@@ -6,11 +6,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/InitAll.h"
+#include "fsdp/Conversion/Passes.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/NN/IR/Gradient.h"
+#include "fsdp/Pipeline/Pipeline.h"
 #include "fsdp/Transforms/Passes.h"
-#include "fsdp/Transforms/Pipeline.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -27,5 +28,6 @@ void fsdp::registerAllDialects(mlir::DialectRegistry &registry) {
 void fsdp::registerAllPasses() {
   mlir::registerTransformsPasses();
   fsdp::registerFSDPPasses();
+  fsdp::registerFSDPConversionPasses();
   fsdp::registerPipeline();
 }

@@ -15,10 +15,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "FSDPGradients.h"
-#include "MemoryReplay.h"
 #include "PassUtils.h"
 #include "Remat.h"
 
+#include "fsdp/Analysis/MemoryReplay.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/NN/IR/Gradient.h"

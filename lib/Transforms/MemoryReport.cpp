@@ -14,9 +14,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "MemoryReplay.h"
 #include "PassUtils.h"
 
+#include "fsdp/Analysis/MemoryReplay.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"

@@ -13,9 +13,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Hardware.h"
 #include "PassUtils.h"
 
+#include "fsdp/Analysis/Hardware.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"

@@ -15,8 +15,8 @@
 #ifndef LIB_CONVERSION_NNTORUNTIME_LAYERSEGMENTS_H
 #define LIB_CONVERSION_NNTORUNTIME_LAYERSEGMENTS_H
 
-#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
-#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
+#include "fsdp/Analysis/InPlaceUpdates.h"
+#include "fsdp/Analysis/ReleasePlan.h"
 #include "mlir/IR/Block.h"
 #include "llvm/ADT/SmallVector.h"
 

@@ -21,7 +21,7 @@
 #include "LayerSegments.h"
 #include "LoweringState.h"
 
-#include "fsdp/Conversion/NNToRuntime/StepBuffers.h"
+#include "fsdp/Analysis/StepBuffers.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

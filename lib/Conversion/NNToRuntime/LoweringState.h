@@ -15,9 +15,9 @@
 #ifndef LIB_CONVERSION_NNTORUNTIME_LOWERINGSTATE_H
 #define LIB_CONVERSION_NNTORUNTIME_LOWERINGSTATE_H
 
-#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
+#include "fsdp/Analysis/InPlaceUpdates.h"
+#include "fsdp/Analysis/ReleasePlan.h"
 #include "fsdp/Conversion/NNToRuntime/NNToRuntime.h"
-#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"

@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef FSDP_LIB_TRANSFORMS_HARDWARE_H
-#define FSDP_LIB_TRANSFORMS_HARDWARE_H
+#ifndef FSDP_ANALYSIS_HARDWARE_H
+#define FSDP_ANALYSIS_HARDWARE_H
 
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Runtime/Accounting.h"
@@ -87,4 +87,4 @@ llvm::Expected<Hardware> parseHardware(llvm::StringRef text,
 
 } // namespace fsdp::sim
 
-#endif // FSDP_LIB_TRANSFORMS_HARDWARE_H
+#endif // FSDP_ANALYSIS_HARDWARE_H

@@ -1,5 +1,4 @@
-//===- Pipeline.h - The compile pipeline, as one registered pass -*- C++
-//-*-===//
+//===- Pipeline.h - The compile pipeline, one registered pass ---*- C++ -*-===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -11,9 +10,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef FSDP_TRANSFORMS_PIPELINE_H
-#define FSDP_TRANSFORMS_PIPELINE_H
+#ifndef FSDP_PIPELINE_PIPELINE_H
+#define FSDP_PIPELINE_PIPELINE_H
 
+#include "fsdp/Conversion/Passes.h"
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Pass/PassOptions.h"
@@ -133,4 +133,4 @@ void registerPipeline();
 
 } // namespace fsdp
 
-#endif // FSDP_TRANSFORMS_PIPELINE_H
+#endif // FSDP_PIPELINE_PIPELINE_H

@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
+#include "fsdp/Analysis/ReleasePlan.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"

@@ -5,11 +5,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "MemoryReplay.h"
-#include "PassUtils.h"
-
-#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
-#include "fsdp/Conversion/NNToRuntime/StepBuffers.h"
+#include "fsdp/Analysis/MemoryReplay.h"
+#include "fsdp/Analysis/Collectives.h"
+#include "fsdp/Analysis/InPlaceUpdates.h"
+#include "fsdp/Analysis/StepBuffers.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
 using namespace mlir;

@@ -5,10 +5,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "fsdp/Conversion/NNToRuntime/StepBuffers.h"
+#include "fsdp/Analysis/StepBuffers.h"
 
-#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
-#include "fsdp/Conversion/NNToRuntime/ReleasePlan.h"
+#include "fsdp/Analysis/InPlaceUpdates.h"
+#include "fsdp/Analysis/ReleasePlan.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 

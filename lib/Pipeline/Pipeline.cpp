@@ -5,7 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "fsdp/Transforms/Pipeline.h"
+#include "fsdp/Pipeline/Pipeline.h"
+#include "fsdp/Conversion/Passes.h"
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Pass/PassManager.h"

@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef FSDP_LIB_TRANSFORMS_MEMORYREPLAY_H
-#define FSDP_LIB_TRANSFORMS_MEMORYREPLAY_H
+#ifndef FSDP_ANALYSIS_MEMORYREPLAY_H
+#define FSDP_ANALYSIS_MEMORYREPLAY_H
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 
@@ -67,4 +67,4 @@ MemoryReplay replayMemory(mlir::func::FuncOp step, dist::MeshOp mesh,
 
 } // namespace fsdp
 
-#endif // FSDP_LIB_TRANSFORMS_MEMORYREPLAY_H
+#endif // FSDP_ANALYSIS_MEMORYREPLAY_H

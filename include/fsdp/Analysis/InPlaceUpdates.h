@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef FSDP_CONVERSION_NNTORUNTIME_INPLACEUPDATES_H
-#define FSDP_CONVERSION_NNTORUNTIME_INPLACEUPDATES_H
+#ifndef FSDP_ANALYSIS_INPLACEUPDATES_H
+#define FSDP_ANALYSIS_INPLACEUPDATES_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -59,4 +59,4 @@ bool defersUpdates(mlir::func::FuncOp step);
 
 } // namespace fsdp
 
-#endif // FSDP_CONVERSION_NNTORUNTIME_INPLACEUPDATES_H
+#endif // FSDP_ANALYSIS_INPLACEUPDATES_H

@@ -11,16 +11,15 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "PassUtils.h"
-
+#include "fsdp/Analysis/StepFunction.h"
 #include "fsdp/Conversion/NNToRuntime/NNToRuntime.h"
-#include "fsdp/Transforms/Passes.h"
+#include "fsdp/Conversion/Passes.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 
 namespace fsdp {
 #define GEN_PASS_DEF_LOWERTORUNTIMEPASS
-#include "fsdp/Transforms/Passes.h.inc"
+#include "fsdp/Conversion/Passes.h.inc"
 } // namespace fsdp
 
 using namespace mlir;

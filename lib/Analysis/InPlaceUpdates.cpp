@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "fsdp/Conversion/NNToRuntime/InPlaceUpdates.h"
+#include "fsdp/Analysis/InPlaceUpdates.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"

@@ -14,8 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef FSDP_CONVERSION_NNTORUNTIME_STEPBUFFERS_H
-#define FSDP_CONVERSION_NNTORUNTIME_STEPBUFFERS_H
+#ifndef FSDP_ANALYSIS_STEPBUFFERS_H
+#define FSDP_ANALYSIS_STEPBUFFERS_H
 
 #include "fsdp/Runtime/Accounting.h"
 
@@ -103,4 +103,4 @@ MemoryPlan planMemory(const StepBuffers &buffers);
 
 } // namespace fsdp
 
-#endif // FSDP_CONVERSION_NNTORUNTIME_STEPBUFFERS_H
+#endif // FSDP_ANALYSIS_STEPBUFFERS_H

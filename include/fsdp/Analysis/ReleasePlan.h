@@ -12,8 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef FSDP_CONVERSION_NNTORUNTIME_RELEASEPLAN_H
-#define FSDP_CONVERSION_NNTORUNTIME_RELEASEPLAN_H
+#ifndef FSDP_ANALYSIS_RELEASEPLAN_H
+#define FSDP_ANALYSIS_RELEASEPLAN_H
 
 #include "mlir/IR/Block.h"
 #include "llvm/ADT/DenseMap.h"
@@ -49,4 +49,4 @@ private:
 
 } // namespace fsdp
 
-#endif // FSDP_CONVERSION_NNTORUNTIME_RELEASEPLAN_H
+#endif // FSDP_ANALYSIS_RELEASEPLAN_H

@@ -1,0 +1,33 @@
+//===- StepFunction.h - The step function a pass works on -------*- C++ -*-===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef FSDP_ANALYSIS_STEPFUNCTION_H
+#define FSDP_ANALYSIS_STEPFUNCTION_H
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace fsdp {
+
+/// The function `entry` of `module` a pass works on, or null after the
+/// error "no single-block function @<entry> to <purpose>" at the module.
+/// Every pass finds its entry function this way.
+mlir::func::FuncOp lookupEntry(mlir::ModuleOp module, llvm::StringRef entry,
+                               llvm::StringRef purpose);
+
+/// The module's dist.mesh (null when it has none and `step` needs none);
+/// fails after "has collectives but no dist.mesh to <verb> them" at the
+/// module when `step` has collectives and the module no mesh.
+llvm::FailureOr<dist::MeshOp> meshForCollectives(mlir::ModuleOp module,
+                                                 mlir::func::FuncOp step,
+                                                 llvm::StringRef verb);
+
+} // namespace fsdp
+
+#endif // FSDP_ANALYSIS_STEPFUNCTION_H
