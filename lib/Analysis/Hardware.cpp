@@ -70,7 +70,6 @@ double Hardware::seconds(const nn::OpCost &cost) const {
 
 double Hardware::seconds(accounting::Collective kind, double bytes,
                          Placement group) const {
-  using accounting::Collective;
   double n = static_cast<double>(group.ranks);
   if (group.ranks <= 1)
     return 0;
@@ -82,20 +81,20 @@ double Hardware::seconds(accounting::Collective kind, double bytes,
                        : nvlinkBusBytesPerS;
   double alpha = network ? networkLatencyS : nvlinkLatencyS;
   double share = (n - 1) / n;
-  switch (kind) {
-  case Collective::AllGather:
-  case Collective::ReduceScatter:
-  case Collective::AllToAll:
+  switch (accounting::trafficOf(kind)) {
+  case accounting::Traffic::Gather:
+  case accounting::Traffic::Scatter:
+  case accounting::Traffic::Routed:
     return (n - 1) * alpha + bytes * share / bus;
-  case Collective::AllReduce: {
+  case accounting::Traffic::Reduce: {
     double arBus = network ? bus : nvlinkAllReduceBusBytesPerS;
     double ring = 2 * (n - 1) * alpha + 2 * bytes * share / arBus;
     double tree = 2 * std::ceil(std::log2(n)) * alpha + 2 * bytes / arBus;
     return std::min(ring, tree);
   }
-  case Collective::Permute:
+  case accounting::Traffic::Shift:
     return alpha + bytes / bus;
-  case Collective::Broadcast:
+  case accounting::Traffic::Root:
     return (n - 1) * alpha + bytes / bus;
   }
   return 0;

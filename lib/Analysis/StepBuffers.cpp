@@ -33,9 +33,7 @@ int64_t fsdp::bytesOf(Type type) {
   if (auto future = dyn_cast<dist::FutureType>(type))
     type = future.getValueType();
   auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  return tensor.getNumElements() * ((tensor.getElementTypeBitWidth() + 7) / 8);
+  return tensor ? dist::bytesOfTensor(tensor) : 0;
 }
 
 StepBuffers::StepBuffers(func::FuncOp step) {

@@ -38,10 +38,6 @@ struct Volume {
   int64_t calls = 0, bytes = 0;
 };
 
-/// The runtime's kinds, in its report order (accounting::Collective's).
-const char *const kKinds[] = {"all_gather", "reduce_scatter", "all_reduce",
-                              "all_to_all", "permute",        "broadcast"};
-
 struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
   using CommReportPassBase::CommReportPassBase;
 
@@ -54,7 +50,7 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
     if (!func)
       return signalPassFailure();
     // (kind, axis mask in mesh order) -> volume, and the group names.
-    std::map<std::pair<int, uint32_t>, Volume> volumes;
+    std::map<std::pair<accounting::Collective, uint32_t>, Volume> volumes;
     std::map<uint32_t, std::string> groupNames;
     SymbolTableCollection symbols;
     WalkResult walk = func.walk([&](dist::CollectiveOpInterface op) {
@@ -66,11 +62,9 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
       }
       uint32_t mask = axisMask(op, mesh);
       groupNames[mask] = groupName(mask, mesh);
-      accounting::Collective kind = collectiveKind(op);
-      Volume &v = volumes[{static_cast<int>(kind), mask}];
+      Volume &v = volumes[{op.getCollectiveKind(), mask}];
       ++v.calls;
-      v.bytes += accounting::bytesSent(kind, bytesOf(op.getInput().getType()),
-                                       groupSize(op, mesh));
+      v.bytes += op.getBytesSent(groupSize(op, mesh));
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
@@ -79,7 +73,7 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
     llvm::json::Array rows;
     int64_t total = 0;
     for (auto &[key, v] : volumes) {
-      rows.push_back(llvm::json::Object{{"kind", kKinds[key.first]},
+      rows.push_back(llvm::json::Object{{"kind", accounting::nameOf(key.first)},
                                         {"group", groupNames[key.second]},
                                         {"calls", v.calls},
                                         {"bytes", v.bytes}});
@@ -100,7 +94,8 @@ struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
         os << llvm::format("%-16s %-12s %10s %14s\n", "collective", "group",
                            "calls", "bytes sent");
         for (auto &[key, v] : volumes)
-          os << llvm::format("%-16s %-12s %10lld %14lld\n", kKinds[key.first],
+          os << llvm::format("%-16s %-12s %10lld %14lld\n",
+                             accounting::nameOf(key.first),
                              groupNames[key.second].c_str(), (long long)v.calls,
                              (long long)v.bytes);
       }

@@ -241,10 +241,11 @@ struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
           stream.placement = place(sizes, mask, hw.gpusPerNode);
           stream.track = static_cast<int>(streams.size());
         }
-        accounting::Collective kind = collectiveKind(collective);
-        double bytes = kind == accounting::Collective::AllGather
-                           ? bytesOf(op.getResult(0).getType())
-                           : bytesOf(collective.getInput().getType());
+        accounting::Collective kind = collective.getCollectiveKind();
+        double bytes =
+            accounting::trafficOf(kind) == accounting::Traffic::Gather
+                ? bytesOf(op.getResult(0).getType())
+                : bytesOf(collective.getInput().getType());
         double duration = hw.seconds(kind, bytes, stream.placement);
         double start = std::max(stream.free, readyOf(collective.getInput()));
         if (!collective.isAsync())

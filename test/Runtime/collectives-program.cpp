@@ -315,6 +315,78 @@ struct Tester {
         [&](int64_t i) { return valueOf(g.members[from], i); });
   }
 
+  /// An i64 tensor holding `values`.
+  fsdp_tensor *int64s(const std::vector<int64_t> &values) {
+    fsdp_tensor *t =
+        fsdp_tensor_new(p, fsdp_type{FSDP_RT_I64, 1, {int64_t(values.size())}});
+    fsdp_rt_copy_to_device(nullptr, fsdp_tensor_data(t), values.data(),
+                           values.size() * sizeof(int64_t));
+    fsdp_rt_stream_synchronize(nullptr);
+    return t;
+  }
+
+  /// all_to_all_v of rows of `row` (its dim 0 is 1) over `g`: member s
+  /// sends member d (s + 2d + shift) % 3 rows (0, 1 or 2: uneven, and zero
+  /// for some pairs), out of 2n + 1; the result has 2n + 2 rows, the last
+  /// ones zero.
+  void allToAllV(const GroupView &g, fsdp_type row, int64_t shift) {
+    int64_t n = g.size;
+    auto rows = [&](int64_t s, int64_t d) { return (s + 2 * d + shift) % 3; };
+    fsdp_type in = row, r = row;
+    in.dims[0] = 2 * n + 1;
+    r.dims[0] = 2 * n + 2;
+    std::vector<int64_t> send(n), recv(n);
+    int64_t sentToOthers = 0,
+            rowBytes = numel(row) * int64_t(fsdp_rt_dtype_size(row.dtype));
+    for (int64_t j = 0; j < n; ++j) {
+      send[j] = rows(g.index, j);
+      recv[j] = rows(j, g.index);
+      if (j != g.index)
+        sentToOthers += send[j] * rowBytes;
+    }
+    for (int i = 0; i < 2; ++i)
+      count(FSDP_RT_ALL_TO_ALL_V, g, sentToOthers);
+    static const char *types[] = {"f32", "bf16", "f16", "i32", "i64"};
+    std::string name =
+        "all_to_all_v_shift" + std::to_string(shift) + "_" + types[row.dtype];
+    // The counts are released before the wait: the collective holds them.
+    auto withCounts = [&](auto call) {
+      fsdp_tensor *s = int64s(send), *v = int64s(recv);
+      auto out = call(s, v);
+      fsdp_release(s);
+      fsdp_release(v);
+      return out;
+    };
+    int64_t width = numel(row);
+    check(
+        name, g, in, r,
+        [&](fsdp_tensor *x) {
+          return withCounts([&](fsdp_tensor *s, fsdp_tensor *v) {
+            return fsdp_op_all_to_all_v(p, r, x, s, v, g.mask);
+          });
+        },
+        [&](fsdp_tensor *x) {
+          return withCounts([&](fsdp_tensor *s, fsdp_tensor *v) {
+            return fsdp_op_all_to_all_v_start(p, r, x, s, v, g.mask);
+          });
+        },
+        [&](int64_t flat) {
+          // Row `at` of the result: row k of what member j sent, which
+          // starts at the rows member j sent members 0..index-1.
+          int64_t at = flat / width, col = flat % width;
+          for (int64_t j = 0; j < n; ++j) {
+            if (at < recv[j]) {
+              int64_t first = 0;
+              for (int64_t d = 0; d < g.index; ++d)
+                first += rows(j, d);
+              return valueOf(g.members[j], (first + at) * width + col);
+            }
+            at -= recv[j];
+          }
+          return 0.0;
+        });
+  }
+
   void broadcast(const GroupView &g, fsdp_type t, int64_t root) {
     std::string name = "broadcast_root" + std::to_string(root);
     for (int i = 0; i < 2; ++i)
@@ -370,6 +442,8 @@ void fsdp_program_forward(fsdp_program *p) {
     t.permute(g, fsdp_type{F32, 2, {2, 3}}, 1);
     t.permute(g, fsdp_type{F32, 2, {2, 3}}, -1);
     t.broadcast(g, fsdp_type{F32, 2, {2, 3}}, g.size - 1);
+    t.allToAllV(g, fsdp_type{F32, 2, {1, 3}}, 0);
+    t.allToAllV(g, fsdp_type{BF16, 3, {1, 2, 2}}, 1);
   }
   // Counters: per-rank bytes sent as docs/runtime-abi.md defines them.
   for (int k = 0; k < FSDP_RT_NUM_COLLECTIVE_KINDS; ++k)

@@ -37,6 +37,7 @@
 #include "../../lib/Runtime/CUDA/FlashAttention.cuh"
 #include "../../lib/Runtime/CUDA/LossRows.cuh"
 #include "../../lib/Runtime/CUDA/NormRows.cuh"
+#include "../../lib/Runtime/CUDA/RowExchange.cuh"
 #include "fsdp/Runtime/Runtime.h"
 
 #include <cmath>
@@ -50,6 +51,7 @@ namespace flash = fsdp::rt::cuda::flash;
 namespace loss = fsdp::rt::cuda::loss;
 namespace norm = fsdp::rt::cuda::norm;
 namespace portable = fsdp::rt::cuda::portable;
+namespace rows = fsdp::rt::cuda::rows;
 
 namespace {
 
@@ -417,6 +419,62 @@ bool runAdamW(const char *name, fsdp_rt_dtype gradType,
 
 } // namespace
 
+/// all_to_all_v as the NCCL transport runs it, for `n` members in one
+/// process: each packs its rows into blocks of min(rows, resultRows) by its
+/// send counts (packRows), block j of member i becomes block i of member
+/// j's receive buffer (what NCCL's exchange does), and each unpacks by its
+/// receive counts (unpackRows). Member s sends member d `counts(s, d)` rows
+/// of `rowBytes`; every byte of every result must be the definition's.
+bool runRows(const char *name, int n, int64_t inputRows, int64_t resultRows,
+             int64_t rowBytes, int64_t (*counts)(int64_t, int64_t)) {
+  int64_t capacity = std::min(inputRows, resultRows);
+  int64_t block = capacity * rowBytes;
+  std::vector<std::vector<char>> x(n), send(n), recv(n), out(n);
+  std::vector<std::vector<int64_t>> sendCounts(n), recvCounts(n);
+  for (int m = 0; m < n; ++m) {
+    for (int64_t b = 0; b < inputRows * rowBytes; ++b)
+      x[m].push_back(char(m * 37 + b * 11 + 1));
+    for (int j = 0; j < n; ++j) {
+      sendCounts[m].push_back(counts(m, j));
+      recvCounts[m].push_back(counts(j, m));
+    }
+    send[m].assign(size_t(n * block), 0);
+    recv[m].assign(size_t(n * block), 0);
+    out[m].assign(size_t(resultRows * rowBytes), char(0x5a));
+    emu::launch(rows::rowGrid(n * capacity), 1, 1, rows::kRowThreads, 0, [&] {
+      rows::packRows(x[m].data(), sendCounts[m].data(), n, capacity, rowBytes,
+                     send[m].data());
+    });
+  }
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      std::memcpy(recv[j].data() + i * block, send[i].data() + j * block,
+                  size_t(block));
+  int64_t wrong = 0;
+  for (int m = 0; m < n; ++m) {
+    emu::launch(rows::rowGrid(resultRows), 1, 1, rows::kRowThreads, 0, [&] {
+      rows::unpackRows(recv[m].data(), recvCounts[m].data(), n, capacity,
+                       rowBytes, out[m].data(), resultRows);
+    });
+    // Row r of the result: row k of what member j sent m, after the rows
+    // j sent members 0..m-1; zeros past them.
+    int64_t r = 0;
+    for (int j = 0; j < n; ++j) {
+      int64_t first = 0;
+      for (int d = 0; d < m; ++d)
+        first += counts(j, d);
+      for (int64_t k = 0; k < counts(j, m); ++k, ++r)
+        wrong += std::memcmp(out[m].data() + r * rowBytes,
+                             x[j].data() + (first + k) * rowBytes,
+                             size_t(rowBytes)) != 0;
+    }
+    for (; r < resultRows; ++r)
+      for (int64_t b = 0; b < rowBytes; ++b)
+        wrong += out[m][size_t(r * rowBytes + b)] != 0;
+  }
+  return report(name, "rows", double(wrong), 0);
+}
+
 int main() {
   const Case cases[] = {
       // GQA, causal, a sequence that ends inside a tile.
@@ -469,6 +527,14 @@ int main() {
   ok = runAdamW<portable::F32>("adamw_multi_f32", FSDP_RT_F32, sizes, 0) && ok;
   ok = runAdamW<portable::BF16>("adamw_multi_bf16_strided", FSDP_RT_BF16, sizes,
                                 3) &&
+       ok;
+  // Uneven counts with zeros, dropless (capacity: every row); a result
+  // smaller than the operand (capacity: the result's rows).
+  ok = runRows("all_to_all_v_rows_dropless", 3, 5, 15, 12,
+               [](int64_t s, int64_t d) { return (s + 2 * d) % 3; }) &&
+       ok;
+  ok = runRows("all_to_all_v_rows_capped", 4, 6, 4, 6,
+               [](int64_t s, int64_t d) { return (s + d) % 2; }) &&
        ok;
   std::printf("%s\n", ok ? "all cases passed" : "FAILED");
   return ok ? 0 : 1;

@@ -324,11 +324,11 @@ def main():
     kernels(results, "exact-grad-kernels-run", "exact-grad-kernels-vs-cpu",
             "kernels (backward), exact attention, vs CPU runtime")
     text = ran(results, "collectives", "NCCL collectives (1 rank each)",
-               "109 checks")
+               "121 checks")
     if text is not None:
         ok = len(re.findall(r" ok$", text, re.M))
         row("NCCL collectives (one rank per communicator)",
-            f"{ok} of 109 checks ok", "109", status(ok == 109))
+            f"{ok} of 121 checks ok", "121", status(ok == 121))
     text = ran(results, "kernels-vs-torch", "kernels vs PyTorch",
                "f32 1e-5, bf16 1e-2")
     if text is not None:

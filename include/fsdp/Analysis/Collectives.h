@@ -6,9 +6,10 @@
 //===----------------------------------------------------------------------===//
 //
 // The compiler's side of the collectives' accounting (Accounting.h): the
-// group a collective op runs over on its mesh, the bytes it sends and the
-// staging it allocates, by the runtime's own rules. The communication and
-// memory reports, the memory replay and the simulator read them.
+// group a collective op runs over on its mesh and the staging it holds
+// (each op's kind, bytes sent and staging are CollectiveOpInterface's). The
+// communication and memory reports, the memory replay and the simulator
+// read them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,9 +23,6 @@
 
 namespace fsdp {
 
-/// The runtime's name for collective `op` (Accounting.h).
-accounting::Collective collectiveKind(dist::CollectiveOpInterface op);
-
 /// The mesh axes `op` communicates over, as a mask (bit i: axis i of
 /// `mesh`), views expanded.
 uint32_t axisMask(dist::CollectiveOpInterface op, dist::MeshOp mesh);
@@ -35,15 +33,13 @@ std::string groupName(uint32_t mask, dist::MeshOp mesh);
 /// The ranks in `op`'s group on `mesh`.
 int64_t groupSize(dist::CollectiveOpInterface op, dist::MeshOp mesh);
 
-/// The staging bytes the runtime allocates while `op` runs over `n` ranks,
-/// by the runtime's own rules (Accounting.h).
-accounting::Staging stagingOf(dist::CollectiveOpInterface op, int64_t n);
+/// The staging bytes the runtime allocates while `op` runs over `n` ranks.
 inline int64_t stagingBytes(dist::CollectiveOpInterface op, int64_t n) {
-  return stagingOf(op, n).total();
+  return op.getStaging(n).total();
 }
 /// The part of it an asynchronous `op` holds until its wait.
 inline int64_t heldStagingBytes(dist::CollectiveOpInterface op, int64_t n) {
-  return accounting::heldUntilWait(collectiveKind(op), stagingOf(op, n));
+  return accounting::heldUntilWait(op.getCollectiveKind(), op.getStaging(n));
 }
 
 } // namespace fsdp

@@ -20,30 +20,73 @@
 
 namespace fsdp::accounting {
 
+/// The collectives of Collectives.def, in its order.
 enum class Collective {
-  AllGather,
-  ReduceScatter,
-  AllReduce,
-  AllToAll,
-  Permute,
-  Broadcast
+#define FSDP_COLLECTIVE(Kind, name, NAME, Traffic, PARAMS, ARGS) Kind,
+#include "fsdp/Runtime/Collectives.def"
 };
 
-/// The bytes one rank sends in a collective over `n` ranks whose input is
-/// `inputBytes`, by the ring convention: an all_gather sends its input to
-/// n - 1 peers, a reduce_scatter and an all_to_all (n - 1)/n of it, an
-/// all_reduce 2(n - 1)/n, a permute and a broadcast all of it.
-constexpr int64_t bytesSent(Collective kind, int64_t inputBytes, int64_t n) {
+/// How a collective over n ranks moves its input, by the ring convention.
+enum class Traffic {
+  /// Every member's input reaches n - 1 peers (all_gather).
+  Gather,
+  /// (n - 1)/n of the input leaves each member (reduce_scatter,
+  /// all_to_all).
+  Scatter,
+  /// Twice that: a reduce-scatter, then an all-gather (all_reduce).
+  Reduce,
+  /// All of it to one peer (permute).
+  Shift,
+  /// All of it from the root to the others (broadcast).
+  Root,
+  /// Rows routed by counts known only at run time (all_to_all_v): (n - 1)/n
+  /// of the input when the routing is balanced, which is what the compiler
+  /// predicts; the runtime counts the rows it sent to other members.
+  Routed,
+};
+
+/// The traffic of `kind`.
+constexpr Traffic trafficOf(Collective kind) {
   switch (kind) {
-  case Collective::AllGather:
+#define FSDP_COLLECTIVE(Kind, name, NAME, Traffic_, PARAMS, ARGS)              \
+  case Collective::Kind:                                                       \
+    return Traffic::Traffic_;
+#include "fsdp/Runtime/Collectives.def"
+  }
+  return Traffic::Gather;
+}
+
+/// The name of `kind` (`all_gather`): the dist op's mnemonic, the runtime's
+/// and the reports'.
+constexpr const char *nameOf(Collective kind) {
+  switch (kind) {
+#define FSDP_COLLECTIVE(Kind, name, NAME, Traffic, PARAMS, ARGS)               \
+  case Collective::Kind:                                                       \
+    return #name;
+#include "fsdp/Runtime/Collectives.def"
+  }
+  return "";
+}
+
+/// The number of collective kinds.
+constexpr int kNumCollectives = 0
+#define FSDP_COLLECTIVE(Kind, name, NAME, Traffic, PARAMS, ARGS) +1
+#include "fsdp/Runtime/Collectives.def"
+    ;
+
+/// The bytes one rank sends in a collective over `n` ranks whose input is
+/// `inputBytes`, by its traffic.
+constexpr int64_t bytesSent(Collective kind, int64_t inputBytes, int64_t n) {
+  switch (trafficOf(kind)) {
+  case Traffic::Gather:
     return inputBytes * (n - 1);
-  case Collective::ReduceScatter:
-  case Collective::AllToAll:
+  case Traffic::Scatter:
+  case Traffic::Routed:
     return inputBytes * (n - 1) / n;
-  case Collective::AllReduce:
+  case Traffic::Reduce:
     return 2 * inputBytes * (n - 1) / n;
-  case Collective::Permute:
-  case Collective::Broadcast:
+  case Traffic::Shift:
+  case Traffic::Root:
     return inputBytes;
   }
   return 0;

@@ -252,40 +252,17 @@ fsdp_tensor *fsdp_op_all_slice(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
 // dist collectives over the group `axis_mask`
 //===----------------------------------------------------------------------===//
 
-fsdp_tensor *fsdp_op_all_gather(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, int64_t dim);
-fsdp_tensor *fsdp_op_reduce_scatter(fsdp_program *p, fsdp_type r,
-                                    fsdp_tensor *x, uint32_t axis_mask,
-                                    fsdp_reduction reduction, int64_t dim);
-fsdp_tensor *fsdp_op_all_reduce(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, fsdp_reduction reduction);
-fsdp_tensor *fsdp_op_all_to_all(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, int64_t split_dim,
-                                int64_t concat_dim);
-fsdp_tensor *fsdp_op_permute(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                             uint32_t axis_mask, int64_t offset);
-fsdp_tensor *fsdp_op_broadcast(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                               uint32_t axis_mask, int64_t root);
-
-/// Asynchronous forms: the same arguments, a future instead of the tensor.
-fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
-                                      fsdp_tensor *x, uint32_t axis_mask,
-                                      int64_t dim);
-fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
-                                          fsdp_tensor *x, uint32_t axis_mask,
-                                          fsdp_reduction reduction,
-                                          int64_t dim);
-fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
-                                      fsdp_tensor *x, uint32_t axis_mask,
-                                      fsdp_reduction reduction);
-fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
-                                      fsdp_tensor *x, uint32_t axis_mask,
-                                      int64_t split_dim, int64_t concat_dim);
-fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                   uint32_t axis_mask, int64_t offset);
-fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
-                                     fsdp_tensor *x, uint32_t axis_mask,
-                                     int64_t root);
+/// Each collective of Collectives.def, fsdp_op_all_gather(p, r, x,
+/// axis_mask, dim), ..., and its asynchronous form, the same arguments
+/// giving a future instead of the tensor: fsdp_op_all_gather_start, ...
+#define FSDP_UNPARENTHESIZE(...) __VA_ARGS__
+#define FSDP_COLLECTIVE(Kind, name, NAME, Traffic, PARAMS, ARGS)               \
+  fsdp_tensor *fsdp_op_##name(fsdp_program *p, fsdp_type r,                    \
+                              fsdp_tensor *x FSDP_UNPARENTHESIZE PARAMS);      \
+  fsdp_future *fsdp_op_##name##_start(                                         \
+      fsdp_program *p, fsdp_type r,                                            \
+      fsdp_tensor *x FSDP_UNPARENTHESIZE PARAMS);
+#include "fsdp/Runtime/Collectives.def"
 /// Completes a collective and returns its tensor (consumes the future).
 fsdp_tensor *fsdp_wait(fsdp_program *p, fsdp_future *f);
 

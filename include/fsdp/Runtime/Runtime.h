@@ -165,15 +165,12 @@ void fsdp_rt_host_free(void *ptr);
 // Counters
 //===----------------------------------------------------------------------===//
 
-/// Collective kinds, one per `dist` collective op.
+/// Collective kinds, one per `dist` collective op, in the order of
+/// Collectives.def: FSDP_RT_ALL_GATHER = 0, FSDP_RT_REDUCE_SCATTER, ...
 typedef enum fsdp_rt_collective_kind {
-  FSDP_RT_ALL_GATHER = 0,
-  FSDP_RT_REDUCE_SCATTER = 1,
-  FSDP_RT_ALL_REDUCE = 2,
-  FSDP_RT_ALL_TO_ALL = 3,
-  FSDP_RT_PERMUTE = 4,
-  FSDP_RT_BROADCAST = 5,
-  FSDP_RT_NUM_COLLECTIVE_KINDS = 6,
+#define FSDP_COLLECTIVE(Kind, name, NAME, Traffic, PARAMS, ARGS) FSDP_RT_##NAME,
+#include "fsdp/Runtime/Collectives.def"
+  FSDP_RT_NUM_COLLECTIVE_KINDS
 } fsdp_rt_collective_kind;
 
 /// Mesh axes are numbered by their position in `dist.mesh`; a collective's

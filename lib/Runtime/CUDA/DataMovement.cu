@@ -14,6 +14,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "RowExchange.cuh"
+
+#include "fsdp/Runtime/RuntimeCUDA.h"
 
 using namespace fsdp::rt::cuda;
 
@@ -220,4 +223,26 @@ void fsdp_rt_pad(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
         static_cast<const W *>(x), shape[dim], inner, before, outLen, n,
         static_cast<W *>(out));
   });
+}
+
+void fsdp_rt_cuda_pack_rows(fsdp_rt_stream stream, const void *src,
+                            const int64_t *counts, int n, int64_t capacity,
+                            int64_t row_bytes, void *dst) {
+  KernelScope scope(FSDP_RT_KERNEL_DATA_MOVEMENT, stream,
+                    "fsdp_rt_cuda_pack_rows");
+  rows::packRows<<<rows::rowGrid(n * capacity), rows::kRowThreads, 0,
+                   scope.stream()>>>(static_cast<const char *>(src), counts,
+                                     n, capacity, row_bytes,
+                                     static_cast<char *>(dst));
+}
+
+void fsdp_rt_cuda_unpack_rows(fsdp_rt_stream stream, const void *src,
+                              const int64_t *counts, int n, int64_t capacity,
+                              int64_t row_bytes, void *dst, int64_t dst_rows) {
+  KernelScope scope(FSDP_RT_KERNEL_DATA_MOVEMENT, stream,
+                    "fsdp_rt_cuda_unpack_rows");
+  rows::unpackRows<<<rows::rowGrid(dst_rows), rows::kRowThreads, 0,
+                     scope.stream()>>>(static_cast<const char *>(src), counts,
+                                       n, capacity, row_bytes,
+                                       static_cast<char *>(dst), dst_rows);
 }

@@ -1,14 +1,14 @@
-//===- Groups.cpp - Communicators and the collectives' shared checks -----===//
+//===- Groups.cpp - Communicators and the rank-dependent local ops --------===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
 //===----------------------------------------------------------------------===//
 //
-// What every collectives backend (MPI on the host, NCCL on GPUs) shares: one
-// MPI communicator per declared axis set, split from MPI_COMM_WORLD once,
-// the checks of each collective's operands, and the rank-dependent local
-// ops.
+// What every collectives transport (MPI on the host, NCCL on GPUs) shares:
+// one MPI communicator per declared axis set, split from MPI_COMM_WORLD
+// once, and the rank-dependent local ops. The collectives themselves are
+// lib/Runtime/Comm.
 //
 //===----------------------------------------------------------------------===//
 
@@ -64,7 +64,7 @@ void fsdp::host::freeGroups(fsdp_program &p) {
 }
 
 //===----------------------------------------------------------------------===//
-// Checks
+// Groups
 //===----------------------------------------------------------------------===//
 
 const Group &fsdp::host::groupOf(const fsdp_program &p, const char *op,
@@ -74,120 +74,6 @@ const Group &fsdp::host::groupOf(const fsdp_program &p, const char *op,
     fail(op, "no communicator for axis mask " + std::to_string(mask) +
                  " (declare it with fsdp_prog_group)");
   return it->second;
-}
-
-void fsdp::host::checkOperand(const char *op, const fsdp_type &r,
-                              const fsdp_tensor *x) {
-  if (!x)
-    fail(op, "operand is null");
-  if (r.dtype != x->type.dtype)
-    fail(op, "result is " + typeString(r) + " but operand is " +
-                 typeString(x->type));
-}
-
-void fsdp::host::checkDim(const char *op, const fsdp_type &x, int64_t dim) {
-  if (dim < 0 || dim >= x.rank)
-    fail(op,
-         "dim " + std::to_string(dim) + " out of range for " + typeString(x));
-}
-
-void fsdp::host::checkScaledDim(const char *op, const fsdp_type &r,
-                                const fsdp_type &x, int64_t dim, int64_t mul) {
-  bool ok = r.rank == x.rank && dim < x.rank;
-  for (int64_t i = 0; ok && i < x.rank; ++i)
-    ok = r.dims[i] == (i == dim ? x.dims[i] * mul : x.dims[i]);
-  if (ok)
-    return;
-  if (dim < 0)
-    fail(op, "result " + typeString(r) + " differs from " + typeString(x));
-  fail(op, typeString(r) + " is not " + typeString(x) + " with dim " +
-               std::to_string(dim) + " times the group size " +
-               std::to_string(mul));
-}
-
-fsdp_type fsdp::host::allToAllBlock(const char *op, const fsdp_type &r,
-                                    const fsdp_type &x, int64_t n,
-                                    int64_t splitDim, int64_t concatDim) {
-  if (splitDim < 0 || splitDim >= x.rank || concatDim < 0 ||
-      concatDim >= x.rank || x.dims[splitDim] % n != 0)
-    fail(op, "cannot split dim " + std::to_string(splitDim) + " of " +
-                 typeString(x) + " into " + std::to_string(n) +
-                 " blocks and join along dim " + std::to_string(concatDim));
-  fsdp_type block = x;
-  block.dims[splitDim] /= n;
-  fsdp_type want = block;
-  want.dims[concatDim] *= n;
-  checkScaledDim(op, r, want, -1, 1);
-  return block;
-}
-
-void fsdp::host::checkRoot(const char *op, const Group &g, int64_t root) {
-  if (root < 0 || root >= g.size)
-    fail(op, "root " + std::to_string(root) + " is not in a group of " +
-                 std::to_string(g.size));
-}
-
-int64_t fsdp::host::leadingProduct(const int64_t *dims, int64_t n) {
-  int64_t p = 1;
-  for (int64_t i = 0; i < n; ++i)
-    p *= dims[i];
-  return p;
-}
-
-//===----------------------------------------------------------------------===//
-// Synchronous forms
-//===----------------------------------------------------------------------===//
-
-namespace {
-/// Runs `start` as a synchronous collective: started and waited at once.
-template <typename Start>
-fsdp_tensor *synchronously(fsdp_program *p, Start start) {
-  markSynchronous(true);
-  fsdp_future *f = start();
-  markSynchronous(false);
-  return fsdp_wait(p, f);
-}
-} // namespace
-
-fsdp_tensor *fsdp_op_all_gather(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, int64_t dim) {
-  return synchronously(
-      p, [&] { return fsdp_op_all_gather_start(p, r, x, axis_mask, dim); });
-}
-
-fsdp_tensor *fsdp_op_reduce_scatter(fsdp_program *p, fsdp_type r,
-                                    fsdp_tensor *x, uint32_t axis_mask,
-                                    fsdp_reduction reduction, int64_t dim) {
-  return synchronously(p, [&] {
-    return fsdp_op_reduce_scatter_start(p, r, x, axis_mask, reduction, dim);
-  });
-}
-
-fsdp_tensor *fsdp_op_all_reduce(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, fsdp_reduction reduction) {
-  return synchronously(p, [&] {
-    return fsdp_op_all_reduce_start(p, r, x, axis_mask, reduction);
-  });
-}
-
-fsdp_tensor *fsdp_op_all_to_all(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                                uint32_t axis_mask, int64_t split_dim,
-                                int64_t concat_dim) {
-  return synchronously(p, [&] {
-    return fsdp_op_all_to_all_start(p, r, x, axis_mask, split_dim, concat_dim);
-  });
-}
-
-fsdp_tensor *fsdp_op_permute(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                             uint32_t axis_mask, int64_t offset) {
-  return synchronously(
-      p, [&] { return fsdp_op_permute_start(p, r, x, axis_mask, offset); });
-}
-
-fsdp_tensor *fsdp_op_broadcast(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
-                               uint32_t axis_mask, int64_t root) {
-  return synchronously(
-      p, [&] { return fsdp_op_broadcast_start(p, r, x, axis_mask, root); });
 }
 
 //===----------------------------------------------------------------------===//

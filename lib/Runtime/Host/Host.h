@@ -269,34 +269,14 @@ void validate(fsdp_program &p);
 /// starts the collectives backend on them.
 void createGroups(fsdp_program &p);
 void freeGroups(fsdp_program &p);
-/// The collectives backend's set-up once the groups exist (MPI: nothing;
+/// The collectives transport's set-up once the groups exist (MPI: nothing;
 /// NCCL: this rank's GPU, one communicator and one stream per group) and
-/// its tear-down; defined by the backend.
+/// its tear-down; defined by the transport (lib/Runtime/Comm).
 void startCommunication(fsdp_program &p);
 void stopCommunication(fsdp_program &p);
-/// Brackets the start of a collective the caller waits at once (the
-/// synchronous forms); the backend may skip what overlap needs.
-void markSynchronous(bool on);
 
 /// The group of `mask`; fails naming `op` when the program declared none.
 const Group &groupOf(const fsdp_program &p, const char *op, uint32_t mask);
-/// Checks every collective makes of its operand `x` and result type `r`.
-void checkOperand(const char *op, const fsdp_type &r, const fsdp_tensor *x);
-/// Fails unless `dim` is a dim of `x`.
-void checkDim(const char *op, const fsdp_type &x, int64_t dim);
-/// Fails unless `r` is `x` with dim `dim` multiplied by `mul` (`dim` < 0:
-/// equal to `x`).
-void checkScaledDim(const char *op, const fsdp_type &r, const fsdp_type &x,
-                    int64_t dim, int64_t mul);
-/// The type of the block an all-to-all over `n` ranks sends each peer;
-/// fails unless `x` splits along `splitDim` and `r` is the blocks joined
-/// along `concatDim`.
-fsdp_type allToAllBlock(const char *op, const fsdp_type &r, const fsdp_type &x,
-                        int64_t n, int64_t splitDim, int64_t concatDim);
-/// Fails unless `root` is a rank of `g`.
-void checkRoot(const char *op, const Group &g, int64_t root);
-/// The product of the first `n` of `dims`.
-int64_t leadingProduct(const int64_t *dims, int64_t n);
 
 /// Fills elements [begin, end) of the row-major parameter `name` with its
 /// initializer, drawing element i from (seed, name, i) alone, so that any

@@ -7,6 +7,8 @@
 
 #include "Host.h"
 
+#include "fsdp/Runtime/Accounting.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -117,9 +119,6 @@ void fsdp::host::printReport(const fsdp_program &p) {
   static const char *kernelNames[] = {
       "gemm",    "elementwise", "norm",      "rotary",        "attention",
       "softmax", "loss",        "embedding", "data_movement", "optimizer"};
-  static const char *collectiveNames[] = {"all_gather", "reduce_scatter",
-                                          "all_reduce", "all_to_all",
-                                          "permute",    "broadcast"};
   std::printf("== report (rank %d of %d, mesh %s) ==\n", p.worldRank,
               p.worldSize, meshString(p).c_str());
   std::printf("host threads per rank: %d (OMP_NUM_THREADS, or the node's "
@@ -190,7 +189,8 @@ void fsdp::host::printReport(const fsdp_program &p) {
     for (uint32_t mask = 0; mask < (1u << p.axes.size()); ++mask) {
       auto kind = fsdp_rt_collective_kind(k);
       if (int64_t calls = fsdp_rt_collective_calls(kind, mask))
-        std::printf("%-16s %-12s %10lld %14lld\n", collectiveNames[k],
+        std::printf("%-16s %-12s %10lld %14lld\n",
+                    fsdp::accounting::nameOf(fsdp::accounting::Collective(k)),
                     groupName(p, mask).c_str(), (long long)calls,
                     (long long)fsdp_rt_collective_bytes(kind, mask));
     }

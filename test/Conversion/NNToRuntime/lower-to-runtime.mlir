@@ -81,6 +81,24 @@ func.func @forward(%x: tensor<4x8xf32> {nn.input = "x"}) -> (tensor<8x8xf32> {nn
 
 // -----
 
+// Tests all_to_all_v: the counts are tensor operands after the rows, before
+// the group, as Collectives.def declares the call.
+dist.mesh @mesh(ep = 2)
+func.func @forward(%x: tensor<4x8xf32> {nn.input = "x"}, %send: tensor<2xi64> {nn.input = "counts"}) -> (tensor<8x8xf32> {nn.output = "y"}) {
+  %recv = dist.all_to_all %send on @mesh[ep] split 0 concat 0 : tensor<2xi64> -> tensor<2xi64>
+  %f = dist.all_to_all_v %x on @mesh[ep] counts(%send, %recv : tensor<2xi64>) : tensor<4x8xf32> -> !dist.future<tensor<8x8xf32>>
+  %y = dist.wait %f : !dist.future<tensor<8x8xf32>>
+  return %y : tensor<8x8xf32>
+}
+// CHECK-LABEL: emitc.func @fsdp_program_forward
+// CHECK: %[[X:.+]] = call_opaque "fsdp_prog_arg"(%{{.+}}) {args = [0 : index, #emitc.opaque<"0">]}
+// CHECK: %[[SEND:.+]] = call_opaque "fsdp_prog_arg"(%{{.+}}) {args = [0 : index, #emitc.opaque<"1">]}
+// CHECK: %[[RECV:.+]] = call_opaque "fsdp_op_all_to_all"(%{{.+}}, %[[SEND]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_I64, 1, {2}}">, 1 : index, #emitc.opaque<"1u">, #emitc.opaque<"0">, #emitc.opaque<"0">]}
+// CHECK: call_opaque "fsdp_op_all_to_all_v_start"(%{{.+}}, %[[X]], %[[SEND]], %[[RECV]]) {args = [0 : index, #emitc.opaque<"fsdp_type{FSDP_RT_F32, 2, {8, 8}}">, 1 : index, 2 : index, 3 : index, #emitc.opaque<"1u">]}
+// CPP: fsdp_op_all_to_all_v_start({{.+}}, fsdp_type{FSDP_RT_F32, 2, {8, 8}}, {{v[0-9]+}}, {{v[0-9]+}}, {{v[0-9]+}}, 1u)
+
+// -----
+
 // Tests the data-movement lowerings: split becomes slices, a 3-way concat one
 // variadic call (no partial results), negative dims count from the end.
 func.func @forward(%x: tensor<2x12xf32> {nn.input = "x"}) -> (tensor<2x12xf32> {nn.output = "y"}) {

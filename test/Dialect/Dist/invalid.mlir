@@ -204,6 +204,42 @@ func.func @all_to_all_divide(%x: tensor<2x8x6x16xf32>) {
 // -----
 
 dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_to_all_v_counts(%x: tensor<8x16xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{'dist.all_to_all_v' op has 2 counts for a group of 4}}
+  %0 = dist.all_to_all_v %x on @mesh[tp] counts(%c, %c : tensor<2xi64>) : tensor<8x16xf32> -> tensor<32x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_to_all_v_rows(%x: tensor<8x16xf32>, %c: tensor<4xi64>) {
+  // expected-error @+1 {{'dist.all_to_all_v' op result shape 'tensor<32x8xf32>' does not match the expected 'tensor<32x16xf32>'}}
+  %0 = dist.all_to_all_v %x on @mesh[tp] counts(%c, %c : tensor<4xi64>) : tensor<8x16xf32> -> tensor<32x8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_to_all_v_scalar(%x: tensor<f32>, %c: tensor<4xi64>) {
+  // expected-error @+1 {{'dist.all_to_all_v' op needs rows: its input has rank 0}}
+  %0 = dist.all_to_all_v %x on @mesh[tp] counts(%c, %c : tensor<4xi64>) : tensor<f32> -> tensor<f32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
+func.func @all_to_all_v_count_type(%x: tensor<8x16xf32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'dist.all_to_all_v' op operand #1 must be 1D tensor of 64-bit signless integer values}}
+  %0 = dist.all_to_all_v %x on @mesh[tp] counts(%c, %c : tensor<4xi32>) : tensor<8x16xf32> -> tensor<32x16xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh(dp = 2, tp = 4)
 func.func @all_to_all_shape(%x: tensor<2x8x4x16xf32>) {
   // expected-error @+1 {{'dist.all_to_all' op result shape 'tensor<2x8x4x16xf32>' does not match the expected 'tensor<2x32x1x16xf32>'}}
   %0 = dist.all_to_all %x on @mesh[tp] split 2 concat 1 : tensor<2x8x4x16xf32> -> tensor<2x8x4x16xf32>

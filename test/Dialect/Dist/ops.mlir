@@ -48,6 +48,21 @@ func.func @collectives(%x: tensor<8x32xf32>, %kv: tensor<2x8x4x16xbf16>) {
   return
 }
 
+// Tests the variable-split all-to-all: the counts are exchanged on the
+// device by an all_to_all, and the rows by all_to_all_v, into a result
+// whose rows bound what may arrive; sync and async.
+// CHECK-LABEL: func.func @all_to_all_v
+func.func @all_to_all_v(%x: tensor<8x32xf32>, %send: tensor<4xi64>) -> (tensor<32x32xf32>, tensor<32x32xf32>) {
+  // CHECK: %[[RECV:.+]] = dist.all_to_all %{{.+}} on @mesh[tp] split 0 concat 0 : tensor<4xi64> -> tensor<4xi64>
+  %recv = dist.all_to_all %send on @mesh[tp] split 0 concat 0 : tensor<4xi64> -> tensor<4xi64>
+  // CHECK: dist.all_to_all_v %{{.+}} on @mesh[tp] counts(%{{.+}}, %[[RECV]] : tensor<4xi64>) : tensor<8x32xf32> -> tensor<32x32xf32>
+  %y = dist.all_to_all_v %x on @mesh[tp] counts(%send, %recv : tensor<4xi64>) : tensor<8x32xf32> -> tensor<32x32xf32>
+  // CHECK: %[[F:.+]] = dist.all_to_all_v %{{.+}} on @mesh[tp] counts(%{{.+}}, %[[RECV]] : tensor<4xi64>) : tensor<8x32xf32> -> !dist.future<tensor<32x32xf32>>
+  %f = dist.all_to_all_v %x on @mesh[tp] counts(%send, %recv : tensor<4xi64>) : tensor<8x32xf32> -> !dist.future<tensor<32x32xf32>>
+  %z = dist.wait %f : !dist.future<tensor<32x32xf32>>
+  return %y, %z : tensor<32x32xf32>, tensor<32x32xf32>
+}
+
 // Tests the asynchronous form: the collective returns a future, dist.wait
 // yields the tensor.
 // CHECK-LABEL: func.func @async

@@ -16,6 +16,10 @@ using namespace fsdp::dist;
 
 #include "fsdp/Dialect/Dist/IR/DistInterfaces.cpp.inc"
 
+int64_t fsdp::dist::bytesOfTensor(RankedTensorType type) {
+  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+}
+
 RankedTensorType fsdp::dist::getCollectiveResultTensorType(Type type) {
   if (auto future = dyn_cast<FutureType>(type))
     return future.getValueType();
@@ -360,6 +364,67 @@ LogicalResult BroadcastOp::verifyGroupShape(int64_t groupSize) {
     return emitOpError("root ") << static_cast<int64_t>(getRoot())
                                 << " is outside the group of " << groupSize;
   return checkResult(*this, getInput().getType().getShape());
+}
+
+LogicalResult AllToAllVOp::verifyGroupShape(int64_t groupSize) {
+  RankedTensorType input = getInput().getType();
+  if (input.getRank() < 1)
+    return emitOpError("needs rows: its input has rank 0");
+  SmallVector<int64_t> shape(input.getShape());
+  shape[0] = getResultTensorType().getShape()[0];
+  if (getResultTensorType().getRank() != input.getRank() ||
+      failed(checkResult(*this, shape)))
+    return failure();
+  int64_t counts = getSendCounts().getType().getShape()[0];
+  if (counts != groupSize)
+    return emitOpError("has ")
+           << counts << " counts for a group of " << groupSize;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives: staging, by the runtime's rules (Accounting.h)
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The elements before `dim` of `shape`.
+int64_t outerOf(ArrayRef<int64_t> shape, int64_t dim) {
+  int64_t product = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    product *= shape[d];
+  return product;
+}
+
+bool isHalf(Type element) { return element.isBF16() || element.isF16(); }
+} // namespace
+
+fsdp::accounting::Staging AllGatherOp::getStaging(int64_t) {
+  return accounting::allGatherStaging(
+      bytesOfTensor(getResultTensorType()),
+      outerOf(getInput().getType().getShape(), getGatherDim()));
+}
+
+fsdp::accounting::Staging ReduceScatterOp::getStaging(int64_t) {
+  RankedTensorType in = getInput().getType(), out = getResultTensorType();
+  return accounting::reduceScatterStaging(
+      in.getNumElements(), out.getNumElements(),
+      (in.getElementTypeBitWidth() + 7) / 8, isHalf(in.getElementType()),
+      outerOf(out.getShape(), getScatterDim()));
+}
+
+fsdp::accounting::Staging AllReduceOp::getStaging(int64_t) {
+  RankedTensorType in = getInput().getType();
+  return accounting::allReduceStaging(in.getNumElements(),
+                                      isHalf(in.getElementType()));
+}
+
+fsdp::accounting::Staging AllToAllOp::getStaging(int64_t groupSize) {
+  RankedTensorType in = getInput().getType();
+  SmallVector<int64_t> block(in.getShape());
+  block[getSplitDim()] /= groupSize;
+  return accounting::allToAllStaging(bytesOfTensor(in), groupSize,
+                                     outerOf(in.getShape(), getSplitDim()),
+                                     outerOf(block, getConcatDim()));
 }
 
 #define GET_OP_CLASSES

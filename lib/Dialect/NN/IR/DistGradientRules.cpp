@@ -119,6 +119,16 @@ LogicalResult allToAllRule(dist::AllToAllOp op, Value dy,
       op.getConcatDimAttr(), op.getSplitDimAttr());
 }
 
+/// Rows went out by send_counts and came in by recv_counts: their
+/// gradients go back the same way, the counts swapped; rows that were not
+/// sent get none.
+LogicalResult allToAllVRule(dist::AllToAllVOp op, Value dy,
+                            GradientBuilder &grads) {
+  return transposeInto<dist::AllToAllVOp>(
+      grads, op.getInput(), dy, op.getMeshAttr(), op.getMeshAxes(),
+      op.getRecvCounts(), op.getSendCounts());
+}
+
 LogicalResult permuteRule(dist::PermuteOp op, Value dy,
                           GradientBuilder &grads) {
   return transposeInto<dist::PermuteOp>(
@@ -162,6 +172,7 @@ void fsdp::nn::registerDistGradientModels(DialectRegistry &registry) {
     attach<dist::ReduceScatterOp, reduceScatterRule>(context);
     attach<dist::AllReduceOp, allReduceRule>(context);
     attach<dist::AllToAllOp, allToAllRule>(context);
+    attach<dist::AllToAllVOp, allToAllVRule>(context);
     attach<dist::PermuteOp, permuteRule>(context);
     attach<dist::AllSliceOp, allSliceRule>(context);
     attach<dist::CopyOp, copyRule>(context);

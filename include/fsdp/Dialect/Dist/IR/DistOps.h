@@ -10,6 +10,7 @@
 
 #include "fsdp/Dialect/Dist/IR/DistDialect.h"
 #include "fsdp/Interfaces/RuntimeCallInterface.h"
+#include "fsdp/Runtime/Accounting.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpDefinition.h"
@@ -19,6 +20,13 @@
 namespace fsdp::dist {
 /// The tensor a collective yields: `type` itself, or a future's value type.
 mlir::RankedTensorType getCollectiveResultTensorType(mlir::Type type);
+/// The bytes of a tensor of `type`.
+int64_t bytesOfTensor(mlir::RankedTensorType type);
+/// The trait carrying a collective op's kind (Dist_CollectiveKind), which
+/// CollectiveOpInterface::getCollectiveKind reads.
+template <typename ConcreteType>
+class CollectiveKind
+    : public mlir::OpTrait::TraitBase<ConcreteType, CollectiveKind> {};
 } // namespace fsdp::dist
 
 #include "fsdp/Dialect/Dist/IR/DistInterfaces.h.inc"

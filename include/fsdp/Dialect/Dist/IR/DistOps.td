@@ -132,16 +132,20 @@ def Dist_AxisIndexOp : Dist_Op<"axis_index", [
 // Collectives
 //===----------------------------------------------------------------------===//
 
-/// A collective on `input` over the group spanned by `mesh_axes` of `mesh`.
-/// Its result is the tensor, or a `!dist.future` of it when started
-/// asynchronously.
-class Dist_CollectiveOp<string mnemonic, dag extraArgs, string extraFormat,
-                        string runtimeLiterals, list<Trait> traits = []>
+/// A collective on `input` over the group spanned by `mesh_axes` of `mesh`:
+/// the op of `kind`'s line in Collectives.def, whose runtime call is
+/// fsdp_op_<mnemonic> (or fsdp_op_<mnemonic>_start). Its result is the
+/// tensor, or a `!dist.future` of it when started asynchronously. An op
+/// that allocates staging lists "getStaging" in `methods`.
+class Dist_CollectiveOp<string mnemonic, string kind, dag extraArgs,
+                        string extraFormat, string runtimeLiterals,
+                        list<Trait> traits = [], list<string> methods = []>
     : Dist_Op<mnemonic, !listconcat(traits, [
           RuntimeCall<"fsdp_op_" # mnemonic,
                       "mesh_axes:group " # runtimeLiterals>,
+          Dist_CollectiveKind<kind>,
           DeclareOpInterfaceMethods<SymbolUserOpInterface>,
-          DeclareOpInterfaceMethods<Dist_CollectiveOpInterface>])> {
+          DeclareOpInterfaceMethods<Dist_CollectiveOpInterface, methods>])> {
   let arguments = !con((ins AnyRankedTensor:$input, FlatSymbolRefAttr:$mesh,
                             StrArrayAttr:$mesh_axes), extraArgs);
   let results = (outs Dist_TensorOrFuture:$result);
@@ -159,10 +163,10 @@ class Dist_CollectiveOp<string mnemonic, dag extraArgs, string extraFormat,
   }];
 }
 
-def Dist_AllGatherOp : Dist_CollectiveOp<"all_gather",
+def Dist_AllGatherOp : Dist_CollectiveOp<"all_gather", "AllGather",
     (ins I64Attr:$gather_dim, UnitAttr:$replicated_grad),
     "`dim` $gather_dim (`replicated_grad` $replicated_grad^)?",
-    "gather_dim:int"> {
+    "gather_dim:int", [], ["getStaging"]> {
   let summary = "Concatenate the group's tensors along `gather_dim`";
   let description = [{
     Each rank contributes its tensor; the result, identical on every rank of
@@ -183,10 +187,10 @@ def Dist_AllGatherOp : Dist_CollectiveOp<"all_gather",
   }];
 }
 
-def Dist_ReduceScatterOp : Dist_CollectiveOp<"reduce_scatter",
+def Dist_ReduceScatterOp : Dist_CollectiveOp<"reduce_scatter", "ReduceScatter",
     (ins Dist_ReductionKindAttr:$reduction, I64Attr:$scatter_dim),
     "$reduction `dim` $scatter_dim",
-    "reduction:reduce scatter_dim:int"> {
+    "reduction:reduce scatter_dim:int", [], ["getStaging"]> {
   let summary = "Reduce across the group, each rank keeping one slice";
   let description = [{
     The group's tensors are combined elementwise with `reduction`; rank `i`
@@ -200,9 +204,9 @@ def Dist_ReduceScatterOp : Dist_CollectiveOp<"reduce_scatter",
   }];
 }
 
-def Dist_AllReduceOp : Dist_CollectiveOp<"all_reduce",
+def Dist_AllReduceOp : Dist_CollectiveOp<"all_reduce", "AllReduce",
     (ins Dist_ReductionKindAttr:$reduction), "$reduction",
-    "reduction:reduce"> {
+    "reduction:reduce", [], ["getStaging"]> {
   let summary = "Combine the group's tensors elementwise on every rank";
   let description = [{
     ```mlir
@@ -212,10 +216,10 @@ def Dist_AllReduceOp : Dist_CollectiveOp<"all_reduce",
   }];
 }
 
-def Dist_AllToAllOp : Dist_CollectiveOp<"all_to_all",
+def Dist_AllToAllOp : Dist_CollectiveOp<"all_to_all", "AllToAll",
     (ins I64Attr:$split_dim, I64Attr:$concat_dim),
     "`split` $split_dim `concat` $concat_dim",
-    "split_dim:int concat_dim:int"> {
+    "split_dim:int concat_dim:int", [], ["getStaging"]> {
   let summary = "Exchange blocks: split one dim across the group, join another";
   let description = [{
     Each rank cuts its tensor into group-size blocks along `split_dim` and
@@ -229,7 +233,7 @@ def Dist_AllToAllOp : Dist_CollectiveOp<"all_to_all",
   }];
 }
 
-def Dist_PermuteOp : Dist_CollectiveOp<"permute",
+def Dist_PermuteOp : Dist_CollectiveOp<"permute", "Permute",
     (ins I64Attr:$offset), "`offset` $offset",
     "offset:int"> {
   let summary = "Ring shift: send to the group member `offset` places on";
@@ -245,7 +249,7 @@ def Dist_PermuteOp : Dist_CollectiveOp<"permute",
   }];
 }
 
-def Dist_BroadcastOp : Dist_CollectiveOp<"broadcast",
+def Dist_BroadcastOp : Dist_CollectiveOp<"broadcast", "Broadcast",
     (ins I64Attr:$root), "`root` $root",
     "root:int"> {
   let summary = "Copy the tensor of group member `root` to the whole group";
@@ -253,6 +257,35 @@ def Dist_BroadcastOp : Dist_CollectiveOp<"broadcast",
     ```mlir
     %w = dist.broadcast %w0 on @mesh[dp_replicate] root 0
         : tensor<64x64xf32> -> tensor<64x64xf32>
+    ```
+  }];
+}
+
+def Dist_AllToAllVOp : Dist_CollectiveOp<"all_to_all_v", "AllToAllV",
+    (ins 1DTensorOf<[I64]>:$send_counts, 1DTensorOf<[I64]>:$recv_counts),
+    "`counts` `(` $send_counts `,` $recv_counts `:` type($send_counts) `)`",
+    "", [AllTypesMatch<["send_counts", "recv_counts"]>]> {
+  let summary = "Exchange rows in counts known only on the device";
+  let description = [{
+    The variable-split all-to-all of expert parallelism (token dispatch and
+    combine). The rows of `input` (its dim 0) go out in group order: the
+    first `send_counts[0]` to member 0, the next `send_counts[1]` to member
+    1, and so on; rows past their sum are not sent. The result holds the
+    `recv_counts[i]` rows member `i` sent this rank, in group order, then
+    zero rows up to its static size, which bounds what may arrive (dropless
+    routing: the group size times the input's rows). `recv_counts` must be
+    what the members' `send_counts` say (the `dist.all_to_all` of
+    `send_counts`); the counts are i64 tensors of the group size, computed
+    on the device, so nothing waits for the host.
+
+    The gradient is the same exchange backwards: `all_to_all_v` of the
+    result's gradient with the counts swapped.
+
+    ```mlir
+    %recv = dist.all_to_all %send on @mesh[ep] split 0 concat 0
+        : tensor<4xi64> -> tensor<4xi64>
+    %y = dist.all_to_all_v %x on @mesh[ep] counts(%send, %recv : tensor<4xi64>)
+        : tensor<8x16xf32> -> tensor<32x16xf32>
     ```
   }];
 }
