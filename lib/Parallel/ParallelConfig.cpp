@@ -265,17 +265,17 @@ std::vector<TPPlanEntry> parsePlan(const json &plan, const std::string &where) {
   return entries;
 }
 
-std::string parseDtype(const json &v, const std::string &where) {
+FloatDtype parseDtype(const json &v, const std::string &where) {
   if (v.is_string()) {
     std::string s = v.get<std::string>();
     if (s.rfind("torch.", 0) == 0)
       s = s.substr(6);
     if (s == "float32" || s == "fp32" || s == "f32" || s == "float")
-      return "f32";
+      return FloatDtype::F32;
     if (s == "bfloat16" || s == "bf16")
-      return "bf16";
+      return FloatDtype::BF16;
     if (s == "float16" || s == "fp16" || s == "f16" || s == "half")
-      return "f16";
+      return FloatDtype::F16;
   }
   reject(where,
          "must be a float dtype (float32, bfloat16, float16), got " + v.dump());
@@ -303,9 +303,9 @@ bool parseBool(const json &v, const std::string &where) {
 /// or a string where true/on/full/enabled/yes mean full, false/off/none/
 /// disabled/no mean none, and "selective" the op policy (case-insensitive,
 /// '-' and '_' alike).
-std::string parseCheckpointing(const json &v, const std::string &where) {
+CheckpointMode parseCheckpointing(const json &v, const std::string &where) {
   if (v.is_boolean())
-    return v.get<bool>() ? "full" : "none";
+    return v.get<bool>() ? CheckpointMode::Full : CheckpointMode::None;
   if (!v.is_string())
     reject(where,
            "must be true, false, \"full\" or \"selective\", got " + v.dump());
@@ -314,12 +314,12 @@ std::string parseCheckpointing(const json &v, const std::string &where) {
     c = c == '-' ? '_' : static_cast<char>(std::tolower(c));
   for (const char *full : {"true", "on", "full", "enabled", "yes"})
     if (s == full)
-      return "full";
+      return CheckpointMode::Full;
   for (const char *none : {"false", "off", "none", "disabled", "no"})
     if (s == none)
-      return "none";
+      return CheckpointMode::None;
   if (s == "selective")
-    return "selective";
+    return CheckpointMode::Selective;
   reject(where,
          "must be true, false, \"full\" or \"selective\", got " + v.dump());
 }
@@ -378,11 +378,11 @@ void requireDefault(const json &v, const json &defaultValue,
 
 /// FSDP2Config.offload_policy: null, or torch's CPUOffloadPolicy as an
 /// object (`_target_` optional; `pin_memory` only at its default, true).
-bool parseOffloadPolicy(const json &v, const std::string &file,
-                        const std::string &key) {
+OffloadPolicy parseOffloadPolicy(const json &v, const std::string &file,
+                                 const std::string &key) {
   std::string where = field(file, key);
   if (v.is_null())
-    return false;
+    return OffloadPolicy::None;
   if (!v.is_object())
     reject(where, "must be null or a CPUOffloadPolicy object "
                   "({\"pin_memory\": true}); got " +
@@ -403,7 +403,7 @@ bool parseOffloadPolicy(const json &v, const std::string &file,
                   "pin_memory)");
     }
   }
-  return true;
+  return OffloadPolicy::CPU;
 }
 
 ParallelConfig parseConfig(const std::string &text, const std::string &file) {
@@ -465,7 +465,7 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
                               root["sequence_parallel"] == true))
         reject(at, "= true requires sequence_parallel = true");
     } else if (key == "offload_policy")
-      config.cpuOffload = parseOffloadPolicy(v, file, key);
+      config.offloadPolicy = parseOffloadPolicy(v, file, key);
     else if (key == "autocast_dtype")
       requireDefault(v, nullptr, at, "autocast");
     else if (key == "activation_checkpointing")
@@ -481,9 +481,9 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
     } else if (key == "defer_fsdp_grad_sync")
       config.deferGradSync = parseBool(v, at);
     else if (key == "reshard_after_forward")
-      config.reshardAfterForward = v.is_null()        ? "none"
-                                   : parseBool(v, at) ? "true"
-                                                      : "false";
+      config.reshardAfterForward = v.is_null() ? ReshardPolicy::AllButLast
+                                   : parseBool(v, at) ? ReshardPolicy::Always
+                                                      : ReshardPolicy::Never;
     else if (key == "enable_compile")
       requireDefault(v, false, at, "per-layer compile");
     else if (key == "enable_fsdp2_prefetch")

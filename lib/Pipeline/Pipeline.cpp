@@ -28,11 +28,13 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     json = std::make_shared<JsonReport>(options.reportJson,
                                         llvm::json::Object{{"plan", nullptr}});
   if (options.isParallel()) {
+    ParallelConfigPassOptions config;
+    config.config = options.config;
+    config.worldSize = options.worldSize;
+    config.tp = options.tp;
+    config.sequenceParallel = options.sequenceParallel;
+    pm.addPass(createParallelConfigPass(config));
     TPPlanPassOptions plan;
-    plan.config = options.config;
-    plan.worldSize = options.worldSize;
-    plan.tp = options.tp;
-    plan.sequenceParallel = options.sequenceParallel;
     plan.strictPlan = options.strictPlan;
     if (options.report)
       plan.report = "-";

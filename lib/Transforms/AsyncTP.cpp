@@ -16,6 +16,7 @@
 #include "PassUtils.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
 
@@ -257,8 +258,10 @@ struct AsyncTPPass : fsdp::impl::AsyncTPPassBase<AsyncTPPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    bool on = enable == FromConfig::True || (enable == FromConfig::Config &&
-                                             module->hasAttr("fsdp.async_tp"));
+    ParallelConfigAttr config = ParallelConfigAttr::of(module);
+    bool on =
+        enable == FromConfig::True || (enable == FromConfig::Config && config &&
+                                       config.getAsyncTp().getValue());
     if (!on)
       return markAllAnalysesPreserved();
     func::FuncOp step = lookupEntry(module, entry, "decompose");

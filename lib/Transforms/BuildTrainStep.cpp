@@ -106,27 +106,28 @@ struct BuildTrainStepPass
   /// Checks the optimizer options against torch.optim's bounds.
   LogicalResult checkOptions(func::FuncOp forward);
   /// The activation checkpointing to apply: the option's, else the parallel
-  /// config's (fsdp-tp-plan records it).
+  /// config's.
   Checkpointing checkpointingMode() {
     if (activationCheckpointing != Checkpointing::Config)
       return activationCheckpointing;
-    auto mode = getOperation()->getAttrOfType<StringAttr>(
-        "fsdp.activation_checkpointing");
-    if (!mode)
-      return Checkpointing::None;
-    return mode.getValue() == "selective" ? Checkpointing::Selective
-                                          : Checkpointing::Full;
+    ParallelConfigAttr config = ParallelConfigAttr::of(getOperation());
+    CheckpointMode mode =
+        config ? config.getActivationCheckpointing() : CheckpointMode::None;
+    return mode == CheckpointMode::Selective ? Checkpointing::Selective
+           : mode == CheckpointMode::Full    ? Checkpointing::Full
+                                             : Checkpointing::None;
   }
   /// The per-layer checkpointing whose saved activations fit `budget`
   /// bytes (a fraction of the uncheckpointed when <= 1) with the least
   /// recomputation along the plans' order; an error when none does.
   FailureOr<RematPlan> planForBudget(func::FuncOp forward, double budget);
   FailureOr<int64_t> savedWith(const RematPlan &plan);
-  /// FSDP2's defer_fsdp_grad_sync, as fsdp-shard recorded it.
+  /// FSDP2's defer_fsdp_grad_sync: the parallel config's, else on where
+  /// fsdp-shard sharded (FSDP2's default).
   bool deferGradSync() {
-    auto defer =
-        getOperation()->getAttrOfType<BoolAttr>("fsdp.defer_grad_sync");
-    return defer && defer.getValue();
+    if (ParallelConfigAttr config = ParallelConfigAttr::of(getOperation()))
+      return config.getDeferGradSync().getValue();
+    return getOperation()->hasAttr("fsdp.data_parallel");
   }
 };
 
@@ -718,10 +719,12 @@ void BuildTrainStepPass::runOnOperation() {
   func::FuncOp forward = lookupEntry(getOperation(), entry, "train");
   if (!forward)
     return signalPassFailure();
-  // The parallel config's MixedPrecisionPolicy (fsdp-tp-plan records it),
-  // for each dtype option not given explicitly.
-  if (auto mp = getOperation()->getAttrOfType<MixedPrecisionPolicyAttr>(
-          "fsdp.mp_policy")) {
+  // The parallel config's MixedPrecisionPolicy, for each dtype option not
+  // given explicitly: a parallel program follows FSDP2Manager's (bf16
+  // parameters, f32 reduction) however its mesh was given.
+  ParallelConfigAttr config = ParallelConfigAttr::of(getOperation());
+  if (config) {
+    MixedPrecisionPolicyAttr mp = config.getMpPolicy();
     // The attribute's verifier admits f32, bf16 and f16 only.
     auto dtype = [](Type t) {
       return t.isF32() ? Dtype::F32 : t.isF16() ? Dtype::F16 : Dtype::BF16;
@@ -737,10 +740,8 @@ void BuildTrainStepPass::runOnOperation() {
   }
   RematPlan plan = RematPlan::uniform(checkpointingMode());
   double budget = activationMemoryBudget;
-  if (auto attr = getOperation()->getAttrOfType<FloatAttr>(
-          "fsdp.activation_memory_budget");
-      attr && !activationMemoryBudget.hasValue())
-    budget = attr.getValueAsDouble();
+  if (config && !activationMemoryBudget.hasValue())
+    budget = config.getActivationMemoryBudget().getValueAsDouble();
   if (budget < 0) {
     forward.emitError("activation-memory-budget must be >= 0, got ") << budget;
     return signalPassFailure();

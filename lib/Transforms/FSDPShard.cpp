@@ -20,6 +20,7 @@
 #include "TPAnnotation.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Transforms/Passes.h"
 
@@ -373,9 +374,6 @@ void Sharder::finish() {
   replaceFunction(b, forward, sharded, ret.getLoc(), results, argAttrs,
                   resultAttrs);
   pass.getOperation()->setAttr("fsdp.data_parallel", dataAxes);
-  // FSDP2Config.defer_fsdp_grad_sync defaults to true.
-  if (!pass.getOperation()->hasAttr("fsdp.defer_grad_sync"))
-    pass.getOperation()->setAttr("fsdp.defer_grad_sync", b.getBoolAttr(true));
 }
 
 void FSDPShardPass::runOnOperation() {
@@ -384,13 +382,14 @@ void FSDPShardPass::runOnOperation() {
   if (!forward)
     return signalPassFailure();
   if (reshardAfterForward == Reshard::Config) {
-    // fsdp-tp-plan records the parallel config's (none, true or false).
-    auto recorded =
-        module->getAttrOfType<StringAttr>("fsdp.reshard_after_forward");
-    StringRef value = recorded ? recorded.getValue() : "none";
-    reshardAfterForward = value == "true"    ? Reshard::True
-                          : value == "false" ? Reshard::False
-                                             : Reshard::None;
+    // The parallel config's, else FSDP2's default (every layer but the
+    // last).
+    ParallelConfigAttr config = ParallelConfigAttr::of(module);
+    ReshardPolicy policy =
+        config ? config.getReshardAfterForward() : ReshardPolicy::AllButLast;
+    reshardAfterForward = policy == ReshardPolicy::Always  ? Reshard::True
+                          : policy == ReshardPolicy::Never ? Reshard::False
+                                                           : Reshard::None;
   }
   dist::MeshOp mesh = dist::findMesh(module);
   if (!mesh || mesh.getAxisSize("dp_shard").value_or(1) *

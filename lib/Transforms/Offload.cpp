@@ -18,6 +18,7 @@
 #include "PassUtils.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Interfaces/RuntimeCallInterface.h"
 #include "fsdp/Transforms/Passes.h"
@@ -57,8 +58,10 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    ParallelConfigAttr config = ParallelConfigAttr::of(module);
     bool on = enable == FromConfig::True ||
-              (enable == FromConfig::Config && module->hasAttr("fsdp.offload"));
+              (enable == FromConfig::Config && config &&
+               config.getOffloadPolicy() == OffloadPolicy::CPU);
     if (!on)
       return markAllAnalysesPreserved();
     if (optimizer != "cpu" && optimizer != "gpu") {

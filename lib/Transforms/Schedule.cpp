@@ -17,6 +17,7 @@
 #include "PassUtils.h"
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -209,14 +210,13 @@ LogicalResult Scheduler::verify(unsigned &collectives, unsigned &groups) {
   return success();
 }
 
-/// The depth `option` asks for, else the module's `fsdp.prefetch[index]`,
-/// else 1 (FSDP2's implicit prefetch).
-int64_t depthOf(ModuleOp module, int64_t option, unsigned index) {
+/// The depth `option` asks for, else the parallel config's (forward or
+/// backward), else 1 (FSDP2's implicit prefetch).
+int64_t depthOf(ModuleOp module, int64_t option, bool forward) {
   if (option >= 0)
     return option;
-  if (auto depths = module->getAttrOfType<DenseI64ArrayAttr>("fsdp.prefetch"))
-    if (depths.size() == 2)
-      return depths[index];
+  if (ParallelConfigAttr config = ParallelConfigAttr::of(module))
+    return forward ? config.getForwardPrefetch() : config.getBackwardPrefetch();
   return 1;
 }
 
@@ -253,8 +253,8 @@ struct SchedulePass : fsdp::impl::SchedulePassBase<SchedulePass> {
         syncs.push_back(&op);
     }
     unsigned prefetched =
-        scheduler.prefetch(forward, depthOf(module, forwardDepth, 0)) +
-        scheduler.prefetch(backward, depthOf(module, backwardDepth, 1));
+        scheduler.prefetch(forward, depthOf(module, forwardDepth, true)) +
+        scheduler.prefetch(backward, depthOf(module, backwardDepth, false));
     numPrefetched += prefetched;
     // One gradient sync in flight, as FSDP2 keeps it: a sync's future
     // holds the unit's whole gradient, so it is waited before the next

@@ -28,7 +28,6 @@ namespace fsdp::tp {
 
 constexpr llvm::StringLiteral kStyleAttrName =
     dist::DistDialect::kTPStyleAttrName;
-constexpr llvm::StringLiteral kMixedPrecisionAttrName = "fsdp.mp_policy";
 
 /// The annotation of `style`, from plan key `entry`.
 inline dist::TPStyleAttr encode(mlir::Builder &b, const TPStyle &style,
@@ -46,12 +45,9 @@ inline dist::TPStyleAttr encode(mlir::Builder &b, const TPStyle &style,
       b.getBoolAttr(style.useLocalOutput), b.getStringAttr(entry));
 }
 
-/// The style an op was annotated with, if any. The dist dialect verified
-/// the annotation, which is typed, so decoding cannot fail.
-inline std::optional<TPStyle> decode(mlir::Operation *op) {
-  auto attr = op->getAttrOfType<dist::TPStyleAttr>(kStyleAttrName);
-  if (!attr)
-    return std::nullopt;
+/// The style `attr` annotates. The dist dialect verified the annotation,
+/// which is typed, so decoding cannot fail.
+inline TPStyle decode(dist::TPStyleAttr attr) {
   TPStyle style;
   switch (attr.getKind()) {
   case dist::TPStyleKind::colwise:
@@ -72,6 +68,13 @@ inline std::optional<TPStyle> decode(mlir::Operation *op) {
   style.output = layout(attr.getOutput());
   style.useLocalOutput = attr.getUseLocalOutput().getValue();
   return style;
+}
+
+/// The style an op was annotated with, if any.
+inline std::optional<TPStyle> decode(mlir::Operation *op) {
+  if (auto attr = op->getAttrOfType<dist::TPStyleAttr>(kStyleAttrName))
+    return decode(attr);
+  return std::nullopt;
 }
 
 /// The operands a style splits over tp and the dim of each: the weight (a

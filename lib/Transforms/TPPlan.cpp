@@ -5,9 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Implements `fsdp-tp-plan`: builds the (dp_replicate, dp_shard, cp, tp)
-// mesh of a parallel configuration and annotates the ops of every module a
-// plan key matches with the style it runs under.
+// Implements `fsdp-tp-plan`: annotates the ops of every module a key of the
+// parallel configuration's tensor-parallel plan matches with the style it
+// runs under.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,51 +39,16 @@ namespace {
 struct TPPlanPass : fsdp::impl::TPPlanPassBase<TPPlanPass> {
   using TPPlanPassBase::TPPlanPassBase;
   void runOnOperation() override;
-  std::optional<MeshSizes> resolveConfig(ParallelConfig &parallel);
 
   /// Where the JSON plan goes instead of `report`, when set.
   std::shared_ptr<JsonReport> jsonReport;
 };
 
-/// Where in parallel.json `error` (`<file>: ...` or `<file>:L:C: ...`, as
-/// parseParallelConfig words it) points: the line and column it names, or
-/// the first occurrence of the key of the `field 'a.b'` it names. Returns the
-/// location and the message without the file prefix.
-std::pair<Location, std::string> configErrorLoc(MLIRContext *context,
-                                                StringRef file, StringRef text,
-                                                StringRef error) {
-  StringRef rest = error;
-  if (!rest.consume_front(file))
-    return {FileLineColLoc::get(context, file, 0, 0), error.str()};
-  unsigned line = 0, column = 0;
-  if (rest.consume_front(":") && !rest.consumeInteger(10, line) &&
-      rest.consume_front(":") && !rest.consumeInteger(10, column))
-    return {FileLineColLoc::get(context, file, line, column),
-            rest.drop_while([](char c) { return c == ':' || c == ' '; }).str()};
-  rest = error.drop_front(file.size()).ltrim(": ");
-  line = column = 0;
-  size_t field = rest.find("field '");
-  if (field != StringRef::npos) {
-    StringRef name = rest.drop_front(field + 7).take_until(
-        [](char c) { return c == '\'' || c == '['; });
-    name = name.rsplit('.').second.empty() ? name : name.rsplit('.').second;
-    size_t at = text.find(("\"" + name + "\"").str());
-    if (at != StringRef::npos) {
-      StringRef before = text.take_front(at);
-      line = before.count('\n') + 1;
-      column = at - (before.rfind('\n') + 1) + 1;
-    }
-  }
-  return {FileLineColLoc::get(context, file, line, column), rest.str()};
-}
-
 /// What fsdp-tp-plan resolved, for its report.
 struct PlanSummary {
   std::string arch;
-  int64_t tp;
-  const ParallelConfig &config;
+  ParallelConfigAttr config;
   bool builtin;
-  MeshSizes sizes;
   const std::vector<TPPlanEntry> &entries;
   ArrayRef<int64_t> modules;
   std::string unmatched;
@@ -129,14 +94,16 @@ ParameterSplit splitParameters(func::FuncOp forward) {
 /// every parameter left replicated over tp.
 void printPlanTable(raw_ostream &os, const PlanSummary &plan,
                     const ParameterSplit &params) {
+  ParallelConfigAttr c = plan.config;
   os << "tensor-parallel plan: " << (plan.arch.empty() ? "?" : plan.arch)
-     << ", tp = " << plan.tp << ", sequence parallel "
-     << (plan.config.sequenceParallel ? "on" : "off") << ", "
-     << (plan.builtin ? "built-in plan" : "plan from " + plan.config.file)
+     << ", tp = " << c.getTp() << ", sequence parallel "
+     << (c.getSequenceParallel().getValue() ? "on" : "off") << ", "
+     << (plan.builtin ? "built-in plan"
+                      : "plan from " + c.getSource().getValue().str())
      << "\n";
-  os << "mesh: dp_replicate = " << plan.sizes.dpReplicate
-     << ", dp_shard = " << plan.sizes.dpShard << ", cp = " << plan.sizes.cp
-     << ", tp = " << plan.sizes.tp << " (" << plan.sizes.world() << " ranks)\n";
+  os << "mesh: dp_replicate = " << c.getDpReplicate()
+     << ", dp_shard = " << c.getDpShard() << ", cp = " << c.getCp()
+     << ", tp = " << c.getTp() << " (" << c.getWorld() << " ranks)\n";
   os << llvm::formatv("{0,-44} {1,-18} {2,-10} {3,-10} {4,-6} {5,7}\n", "entry",
                       "style", "input", "output", "local", "modules");
   for (size_t i = 0; i < plan.entries.size(); ++i) {
@@ -149,7 +116,7 @@ void printPlanTable(raw_ostream &os, const PlanSummary &plan,
   os << "unmatched entries: "
      << (plan.unmatched.empty() ? "none" : plan.unmatched) << "\n";
   os << "parameters split over tp: " << params.splitCount << " ("
-     << params.splitElements << " elements, 1/" << plan.tp
+     << params.splitElements << " elements, 1/" << c.getTp()
      << " on each rank)\n";
   os << "parameters replicated over tp: " << params.wholeElements
      << " elements, " << params.wholeBytes << " bytes on every rank\n";
@@ -174,16 +141,17 @@ llvm::json::Value planJson(const PlanSummary &plan,
   }
   for (auto [name, elements] : params.whole)
     whole.push_back(llvm::json::Object{{"name", name}, {"elements", elements}});
+  ParallelConfigAttr c = plan.config;
   return llvm::json::Object{
       {"architecture", plan.arch},
-      {"tp", plan.tp},
-      {"sequence_parallel", plan.config.sequenceParallel},
-      {"source", plan.builtin ? "built-in" : plan.config.file},
-      {"mesh", llvm::json::Object{{"dp_replicate", plan.sizes.dpReplicate},
-                                  {"dp_shard", plan.sizes.dpShard},
-                                  {"cp", plan.sizes.cp},
-                                  {"tp", plan.sizes.tp},
-                                  {"ranks", plan.sizes.world()}}},
+      {"tp", c.getTp()},
+      {"sequence_parallel", c.getSequenceParallel().getValue()},
+      {"source", plan.builtin ? "built-in" : c.getSource().getValue().str()},
+      {"mesh", llvm::json::Object{{"dp_replicate", c.getDpReplicate()},
+                                  {"dp_shard", c.getDpShard()},
+                                  {"cp", c.getCp()},
+                                  {"tp", c.getTp()},
+                                  {"ranks", c.getWorld()}}},
       {"entries", std::move(entries)},
       {"unmatched", std::move(unmatched)},
       {"split_parameters",
@@ -195,147 +163,33 @@ llvm::json::Value planJson(const PlanSummary &plan,
                           {"parameters", std::move(whole)}}}};
 }
 
-/// The configuration (the file's, then the options that override it) and
-/// the mesh sizes it resolves to; emits the error and returns none when
-/// either is wrong.
-std::optional<MeshSizes> TPPlanPass::resolveConfig(ParallelConfig &parallel) {
-  MLIRContext *context = &getContext();
-  std::string error, configText;
-  if (!config.empty()) {
-    auto buffer = llvm::MemoryBuffer::getFile(config);
-    if (!buffer) {
-      emitError(FileLineColLoc::get(context, config, 0, 0),
-                "cannot read parallel config: ")
-          << buffer.getError().message();
-      return std::nullopt;
+/// The plan of `config`: its own, or the built-in plan of `arch`'s family
+/// (a warning and the Llama-style plan for another family); `builtin` says
+/// which.
+std::vector<TPPlanEntry> planOf(ParallelConfigAttr config, StringRef arch,
+                                func::FuncOp forward, bool &builtin) {
+  builtin = !config.getTpPlan();
+  std::vector<TPPlanEntry> plan;
+  if (!builtin) {
+    for (Attribute entry : config.getTpPlan()) {
+      auto style = cast<dist::TPStyleAttr>(entry);
+      plan.push_back({style.getEntry().getValue().str(), tp::decode(style)});
     }
-    configText = (*buffer)->getBuffer().str();
-    std::optional<ParallelConfig> parsed =
-        parseParallelConfig(configText, config, error);
-    if (!parsed) {
-      auto [loc, message] = configErrorLoc(context, config, configText, error);
-      emitError(loc, message);
-      return std::nullopt;
-    }
-    parallel = *parsed;
+    return plan;
   }
-  if (tp < 0 || worldSize < 0) {
-    emitError(UnknownLoc::get(context), "tp and world-size must be >= 0");
-    return std::nullopt;
-  }
-  if (tp > 0)
-    parallel.tpSize = tp;
-  if (sequenceParallel != FromConfig::Config)
-    parallel.sequenceParallel = sequenceParallel == FromConfig::True;
-  std::optional<MeshSizes> sizes = resolveMesh(parallel, worldSize, error);
-  if (!sizes) {
-    if (config.empty()) {
-      emitError(UnknownLoc::get(context), error);
-    } else {
-      auto [loc, message] = configErrorLoc(context, config, configText, error);
-      emitError(loc, message);
-    }
-    return std::nullopt;
-  }
-
-  return sizes;
+  bool known = false;
+  plan =
+      builtinTPPlan(arch.str(), config.getSequenceParallel().getValue(), known);
+  if (!known)
+    emitWarning(forward.getLoc(), "no built-in tensor-parallel plan for '")
+        << arch << "'; using the Llama-style default plan";
+  return plan;
 }
 
-void TPPlanPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  MLIRContext *context = &getContext();
-  func::FuncOp forward = lookupEntry(module, entry, "annotate");
-  if (!forward)
-    return signalPassFailure();
-
-  ParallelConfig parallel;
-  std::optional<MeshSizes> sizes = resolveConfig(parallel);
-  if (!sizes)
-    return signalPassFailure();
-
-  // The mesh: the module's own, which must agree, or a new one.
-  OpBuilder b(context);
-  dist::MeshOp mesh = dist::findMesh(module);
-  if (mesh) {
-    if (mesh.getAxisSize("tp").value_or(1) != sizes->tp) {
-      mesh.emitOpError("has tp = ")
-          << mesh.getAxisSize("tp").value_or(1)
-          << " but the parallel configuration asks for tp = " << sizes->tp;
-      return signalPassFailure();
-    }
-  } else {
-    b.setInsertionPointToStart(module.getBody());
-    auto view = [&](ArrayRef<StringRef> axes) {
-      return b.getNamedAttr("", b.getStrArrayAttr(axes));
-    };
-    NamedAttribute dp = view({"dp_replicate", "dp_shard"});
-    dp.setName(b.getStringAttr("dp"));
-    NamedAttribute dpShardCp = view({"dp_shard", "cp"});
-    dpShardCp.setName(b.getStringAttr("dp_shard_cp"));
-    NamedAttribute dpCp = view({"dp_replicate", "dp_shard", "cp"});
-    dpCp.setName(b.getStringAttr("dp_cp"));
-    mesh = dist::MeshOp::create(
-        b, module.getLoc(), "mesh",
-        b.getStrArrayAttr({"dp_replicate", "dp_shard", "cp", "tp"}),
-        b.getDenseI64ArrayAttr(
-            {sizes->dpReplicate, sizes->dpShard, sizes->cp, sizes->tp}),
-        b.getDictionaryAttr({dp, dpShardCp, dpCp}));
-  }
-  // FSDP2Config's fields, from the file or at their defaults: a parallel
-  // program follows FSDP2Manager's MixedPrecisionPolicy (bf16 parameters,
-  // f32 reduction) however its mesh was given.
-  module->setAttr("fsdp.reshard_after_forward",
-                  b.getStringAttr(parallel.reshardAfterForward));
-  module->setAttr("fsdp.defer_grad_sync",
-                  b.getBoolAttr(parallel.deferGradSync));
-  if (parallel.activationCheckpointing != "none")
-    module->setAttr("fsdp.activation_checkpointing",
-                    b.getStringAttr(parallel.activationCheckpointing));
-  if (parallel.cpuOffload)
-    module->setAttr("fsdp.offload", b.getUnitAttr());
-  if (parallel.asyncTP)
-    module->setAttr("fsdp.async_tp", b.getUnitAttr());
-  if (parallel.activationMemoryBudget > 0)
-    module->setAttr("fsdp.activation_memory_budget",
-                    b.getF64FloatAttr(parallel.activationMemoryBudget));
-  auto [forwardDepth, backwardDepth] = parallel.scheduleDepths();
-  module->setAttr("fsdp.prefetch",
-                  b.getDenseI64ArrayAttr({forwardDepth, backwardDepth}));
-  const MixedPrecision &mp = parallel.mpPolicy;
-  // The parallel config normalizes the dtypes to f32, bf16 and f16.
-  auto dtype = [&](StringRef name) -> Type {
-    return name == "f32"   ? Type(b.getF32Type())
-           : name == "f16" ? Type(b.getF16Type())
-                           : Type(b.getBF16Type());
-  };
-  module->setAttr(tp::kMixedPrecisionAttrName,
-                  MixedPrecisionPolicyAttr::get(
-                      context, dtype(mp.paramDtype), dtype(mp.reduceDtype),
-                      dtype(mp.outputDtype),
-                      b.getBoolAttr(mp.castForwardInputs)));
-  const int64_t tpSize = sizes->tp;
-  if (tpSize == 1)
-    return;
-
-  // The plan: the config's, or the family's built-in one.
-  auto architecture =
-      forward->getAttrOfType<StringAttr>(nn::NNDialect::kModelAttrName);
-  std::string arch = architecture ? architecture.getValue().str() : "";
-  std::vector<TPPlanEntry> plan;
-  bool builtin = !parallel.tpPlan;
-  if (builtin) {
-    bool known = false;
-    plan = builtinTPPlan(arch, parallel.sequenceParallel, known);
-    if (!known)
-      emitWarning(forward.getLoc(), "no built-in tensor-parallel plan for '")
-          << arch << "'; using the Llama-style default plan";
-  } else {
-    plan = *parallel.tpPlan;
-  }
-
-  // Query heads must divide by tp; key/value heads must divide by tp or
-  // divide it (fewer KV heads than ranks: each is repeated on the ranks of
-  // its query heads, as Megatron and torchtitan do).
+/// Query heads must divide by tp; key/value heads must divide by tp or
+/// divide it (fewer KV heads than ranks: each is repeated on the ranks of
+/// its query heads, as Megatron and torchtitan do).
+LogicalResult checkHeads(func::FuncOp forward, int64_t tpSize) {
   WalkResult heads = forward.walk([&](nn::AttentionOp attention) {
     int64_t q = attention.getQuery().getType().getDimSize(2);
     int64_t kv = attention.getKey().getType().getDimSize(2);
@@ -347,11 +201,35 @@ void TPPlanPass::runOnOperation() {
         << " and the key/value heads divide it or be divided by it";
     return WalkResult::interrupt();
   });
-  if (heads.wasInterrupted())
+  return failure(heads.wasInterrupted());
+}
+
+void TPPlanPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  func::FuncOp forward = lookupEntry(module, entry, "annotate");
+  if (!forward)
+    return signalPassFailure();
+  ParallelConfigAttr config = ParallelConfigAttr::of(module);
+  if (!config) {
+    module.emitError("has no fsdp.parallel to take a tensor-parallel plan "
+                     "from; run fsdp-parallel-config first");
+    return signalPassFailure();
+  }
+  const int64_t tpSize = config.getTp();
+  if (tpSize == 1)
+    return;
+
+  auto architecture =
+      forward->getAttrOfType<StringAttr>(nn::NNDialect::kModelAttrName);
+  std::string arch = architecture ? architecture.getValue().str() : "";
+  bool builtin;
+  std::vector<TPPlanEntry> plan = planOf(config, arch, forward, builtin);
+  if (failed(checkHeads(forward, tpSize)))
     return signalPassFailure();
 
   // Annotate: the last matching key wins, as when torch applies a plan's
   // entries in order.
+  Builder b(&getContext());
   std::vector<int64_t> modules(plan.size(), 0);
   llvm::StringSet<> seenPaths;
   forward.walk([&](Operation *op) {
@@ -391,8 +269,7 @@ void TPPlanPass::runOnOperation() {
 
   if (report.empty() && !jsonReport)
     return;
-  PlanSummary summary{arch,   tpSize, parallel, builtin,
-                      *sizes, plan,   modules,  unmatched};
+  PlanSummary summary{arch, config, builtin, plan, modules, unmatched};
   ParameterSplit params = splitParameters(forward);
   if (jsonReport) {
     if (failed(jsonReport->write(module, "plan", planJson(summary, params))))

@@ -27,7 +27,7 @@ func.func @forward(%x: tensor<4x8xf32> {nn.input = "x"},
   return %loss : tensor<f32>
 }
 
-// CHECK: module attributes {fsdp.data_parallel = ["dp_replicate", "dp_shard"], fsdp.defer_grad_sync = true}
+// CHECK: module attributes {fsdp.data_parallel = ["dp_replicate", "dp_shard"]}
 // CHECK-LABEL: func.func @forward(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<2x8xf32> {dist.sharding = #dist.sharding<@mesh, {{\[}}[dp_replicate, dp_shard], []]>, nn.input = "x"}
 // CHECK-SAME: %[[W0:[^:]+]]: tensor<4x8xf32> {dist.sharding = #dist.sharding<@mesh, {{\[}}[dp_shard], []]>, fsdp.inner_axes = array<i64: 1, 0>, nn.param = "model.layers.0.mlp.weight"}

@@ -1,9 +1,10 @@
-// RUN: fsdp-opt %s -split-input-file -fsdp-tp-plan="tp=2" -verify-diagnostics | FileCheck %s
-// RUN: fsdp-opt %s -split-input-file -fsdp-tp-plan="tp=2 sequence-parallel=true" -verify-diagnostics | FileCheck %s --check-prefix=SP
-// fsdp-tp-plan builds the mesh (dp_replicate, dp_shard, cp, tp) and marks
-// every op whose module path the plan matches with the style it runs under
-// (dist.tp); the FSDP2Config defaults and the mixed-precision policy become
-// module attributes.
+// RUN: fsdp-opt %s -split-input-file -fsdp-parallel-config="tp=2" -fsdp-tp-plan -verify-diagnostics | FileCheck %s
+// RUN: fsdp-opt %s -split-input-file -fsdp-parallel-config="tp=2 sequence-parallel=true" -fsdp-tp-plan -verify-diagnostics | FileCheck %s --check-prefix=SP
+// fsdp-parallel-config builds the mesh (dp_replicate, dp_shard, cp, tp) and
+// records the config, typed, with FSDP2Config's defaults and its
+// mixed-precision policy (fsdp.parallel); fsdp-tp-plan marks every op
+// whose module path the plan matches with the style it runs under
+// (dist.tp).
 
 // Llama's built-in plan on a cut-down decoder: the projections into
 // attention and the MLP are column-parallel, the ones out of them
@@ -27,7 +28,7 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"},
   return %logits : tensor<2x4x32xf32>
 }
 
-// CHECK: module attributes {fsdp.defer_grad_sync = true, fsdp.mp_policy = #fsdp.mp_policy<param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>, fsdp.prefetch = array<i64: 1, 1>, fsdp.reshard_after_forward = "none"}
+// CHECK: module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = all_but_last, defer_grad_sync = true, activation_checkpointing = none, activation_memory_budget = 0.000000e+00 : f64, offload_policy = none, forward_prefetch = 1, backward_prefetch = 1, mp_policy = <param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>>}
 // CHECK: dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2)
 // CHECK-LABEL: func.func @forward
 // CHECK: nn.embedding {{.*}}dist.tp = #dist.tp<rowwise, input = replicate, output = replicate, use_local_output = true, entry = "model.embed_tokens">

@@ -1,5 +1,4 @@
-//===- ParallelConfig.h - parallel.json: sizes, FSDP2Config, TP plans -*- C++
-//-*-===//
+//===- ParallelConfig.h - parallel.json, typed -----------------*- C++ -*-===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -10,20 +9,62 @@
 // and FSDP2Config fields under their reference names and defaults
 // (docs/parallel-config.md), the mesh they define, and tensor-parallel plans
 // (Hugging Face style strings or torch ParallelStyle objects keyed by
-// module-path globs). Independent of MLIR, so the tools can validate a
-// config before they build anything.
+// module-path globs). The JSON is read here and nowhere else: every setting
+// comes out typed (sizes, bools, the enums below), and fsdp-parallel-config
+// records it on the module as `#fsdp.parallel<...>`, whose parameters are
+// these types. Independent of MLIR, so the tools can validate a config
+// before they build anything.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef FSDP_PARALLEL_PARALLELCONFIG_H
 #define FSDP_PARALLEL_PARALLELCONFIG_H
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fsdp {
+
+/// A float dtype of the config (MixedPrecisionPolicy's).
+enum class FloatDtype { F32, BF16, F16 };
+/// FSDP2Config.reshard_after_forward: null (every layer but the last),
+/// true, false.
+enum class ReshardPolicy { AllButLast, Always, Never };
+/// FSDP2Config.activation_checkpointing, normalized.
+enum class CheckpointMode { None, Full, Selective };
+/// FSDP2Config.offload_policy: none, or a CPUOffloadPolicy.
+enum class OffloadPolicy { None, CPU };
+
+/// The names the IR spells each enum's values with (`#fsdp.parallel`), in
+/// enum order.
+template <typename E> struct EnumNames;
+template <> struct EnumNames<FloatDtype> {
+  static constexpr std::array<const char *, 3> names = {"f32", "bf16", "f16"};
+};
+template <> struct EnumNames<ReshardPolicy> {
+  static constexpr std::array<const char *, 3> names = {"all_but_last",
+                                                        "always", "never"};
+};
+template <> struct EnumNames<CheckpointMode> {
+  static constexpr std::array<const char *, 3> names = {"none", "full",
+                                                        "selective"};
+};
+template <> struct EnumNames<OffloadPolicy> {
+  static constexpr std::array<const char *, 2> names = {"none", "cpu"};
+};
+template <typename E> const char *enumName(E value) {
+  return EnumNames<E>::names[static_cast<size_t>(value)];
+}
+template <typename E> std::optional<E> enumNamed(std::string_view name) {
+  for (size_t i = 0; i < EnumNames<E>::names.size(); ++i)
+    if (name == EnumNames<E>::names[i])
+      return static_cast<E>(i);
+  return std::nullopt;
+}
 
 /// A tensor layout over the tp axis, as torch's placements: Replicate() or
 /// Shard(dim) (dim may be negative, counted from the end).
@@ -63,12 +104,11 @@ struct TPPlanEntry {
   TPStyle style;
 };
 
-/// FSDP2Config.mp_policy (torch's MixedPrecisionPolicy); dtypes are "f32",
-/// "bf16" or "f16".
+/// FSDP2Config.mp_policy (torch's MixedPrecisionPolicy).
 struct MixedPrecision {
-  std::string paramDtype = "bf16";
-  std::string reduceDtype = "f32";
-  std::string outputDtype = "bf16";
+  FloatDtype paramDtype = FloatDtype::BF16;
+  FloatDtype reduceDtype = FloatDtype::F32;
+  FloatDtype outputDtype = FloatDtype::BF16;
   bool castForwardInputs = true;
 };
 
@@ -83,19 +123,15 @@ struct ParallelConfig {
   /// Null: the built-in plan of the model's family.
   std::optional<std::vector<TPPlanEntry>> tpPlan;
   MixedPrecision mpPolicy;
-  /// FSDP2Config.reshard_after_forward: "none" (null), "true" or "false".
-  std::string reshardAfterForward = "none";
-  /// FSDP2Config.activation_checkpointing, normalized: "none", "full" or
-  /// "selective".
-  std::string activationCheckpointing = "none";
+  ReshardPolicy reshardAfterForward = ReshardPolicy::AllButLast;
+  CheckpointMode activationCheckpointing = CheckpointMode::None;
   /// activation_memory_budget (beyond the reference): saved activations per
   /// rank in bytes, or a fraction (<= 1) of them without checkpointing; 0
   /// for none.
   double activationMemoryBudget = 0;
-  /// FSDP2Config.offload_policy: a CPUOffloadPolicy (parameter blocks,
-  /// gradients at the update and optimizer state in host memory, the
-  /// optimizer step on the host).
-  bool cpuOffload = false;
+  /// CPU: parameter blocks, gradients at the update and optimizer state in
+  /// host memory, the optimizer step on the host.
+  OffloadPolicy offloadPolicy = OffloadPolicy::None;
   /// FSDP2Config.defer_fsdp_grad_sync.
   bool deferGradSync = true;
   /// FSDP2Config.enable_fsdp2_prefetch and the chain depths.
@@ -105,7 +141,7 @@ struct ParallelConfig {
   /// reshard_after_forward is not false, else FSDP2's implicit one unit in
   /// each direction.
   std::pair<int64_t, int64_t> scheduleDepths() const {
-    if (prefetch && reshardAfterForward != "false")
+    if (prefetch && reshardAfterForward != ReshardPolicy::Never)
       return {forwardPrefetchDepth, backwardPrefetchDepth};
     return {1, 1};
   }

@@ -182,48 +182,29 @@ def CommReportPass : Pass<"fsdp-comm-report", "mlir::ModuleOp"> {
   ];
 }
 
-def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
-  let summary = "Build the mesh and annotate the forward with a tensor-parallel plan";
+def ParallelConfigPass : Pass<"fsdp-parallel-config", "mlir::ModuleOp"> {
+  let summary = "Read the parallel configuration and build the mesh";
   let description = [{
     Reads the parallel configuration (`config`, a parallel.json with
     Automodel's ParallelismSizes and FSDP2Config fields, see
-    docs/parallel-config.md; `tp`, `sequence-parallel` override it), builds
+    docs/parallel-config.md; `tp`, `sequence-parallel` override it) once,
+    resolves the mesh sizes for `world-size` ranks as Automodel does, builds
     `dist.mesh @mesh(dp_replicate, dp_shard, cp, tp)` (TP innermost) with
-    the flattened views `dp`, `dp_shard_cp` and `dp_cp` for `world-size`
-    ranks, and resolves the tensor-parallel plan: the config's `tp_plan`
-    (Hugging Face style strings or ParallelStyle objects keyed by
-    module-path globs) or the built-in plan of the model's family (Llama,
-    Mistral, Qwen2, Qwen3, GPT-2), with its sequence-parallel overlay.
-
-    Every op whose `path` a plan key matches gets `dist.tp`, the style it
-    runs under, a `#dist.tp` attribute the dist dialect verifies:
-    `#dist.tp<colwise, input = replicate, output = shard(-1),
-    use_local_output = true, entry = "<key>">`. This is the
-    global annotated program `fsdp-partition` turns into the per-rank one.
-    A key that matches no module is a warning listing it (an error with
-    `strict-plan`); attention whose query or key/value heads do not divide
-    by tp is an error. With `report`, writes the plan: each entry's style
-    and module count, and every parameter left replicated over tp (a table,
-    or JSON with `format=json`; nothing when tp is 1).
-
-    The config's `mp_policy` is recorded as the module attribute
-    `fsdp.mp_policy`, which `fsdp-build-train-step` applies unless given
-    its own dtype options.
+    the flattened views `dp`, `dp_shard_cp` and `dp_cp` (or checks the
+    module's own mesh against the config), and records the whole config,
+    typed, as the module attribute `fsdp.parallel` (`#fsdp.parallel`),
+    which every later pass reads its own settings from. Errors name the
+    file, the field and its line.
 
     ```mlir
-    %q = nn.linear %h, %wq {path = "model.layers.0.self_attn.q_proj"} : ...
-    // becomes, with tp = 2 and the built-in plan:
-    dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2) {views = {...}}
-    %q = nn.linear %h, %wq {dist.tp = #dist.tp<colwise, input = replicate,
-        output = shard(-1), use_local_output = true,
-        entry = "model.layers.*.self_attn.q_proj">,
-        path = "model.layers.0.self_attn.q_proj"} : ...
+    // {"tp_size": 2, "sequence_parallel": true} on 4 ranks:
+    dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 2) {views = {...}}
+    module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1,
+        dp_shard = 2, cp = 1, tp = 2, ep = 1, sequence_parallel = true, ...>}
     ```
   }];
-  let dependentDialects = ["fsdp::dist::DistDialect"];
+  let dependentDialects = ["fsdp::dist::DistDialect", "fsdp::FSDPDialect"];
   let options = [
-    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
-           "The forward function to annotate">,
     Option<"config", "config", "std::string", /*default=*/"\"\"",
            "parallel.json (empty: defaults)">,
     Option<"worldSize", "world-size", "int64_t", /*default=*/"0",
@@ -240,6 +221,43 @@ def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
           clEnumValN(fsdp::FromConfig::True, "true", "on"),
           clEnumValN(fsdp::FromConfig::False, "false", "off"))
     }]>,
+  ];
+}
+
+def TPPlanPass : Pass<"fsdp-tp-plan", "mlir::ModuleOp"> {
+  let summary = "Annotate the forward with a tensor-parallel plan";
+  let description = [{
+    Resolves the tensor-parallel plan of the module's `fsdp.parallel`
+    (written by `fsdp-parallel-config`, which runs first): the config's
+    `tp_plan` (Hugging Face style strings or ParallelStyle objects keyed by
+    module-path globs) or the built-in plan of the model's family (Llama,
+    Mistral, Qwen2, Qwen3, GPT-2), with its sequence-parallel overlay.
+
+    Every op whose `path` a plan key matches gets `dist.tp`, the style it
+    runs under, a `#dist.tp` attribute the dist dialect verifies:
+    `#dist.tp<colwise, input = replicate, output = shard(-1),
+    use_local_output = true, entry = "<key>">`. This is the
+    global annotated program `fsdp-partition` turns into the per-rank one.
+    A key that matches no module is a warning listing it (an error with
+    `strict-plan`); attention whose query or key/value heads do not divide
+    by tp is an error. With `report`, writes the plan: each entry's style
+    and module count, and every parameter left replicated over tp (a table,
+    or JSON with `format=json`; nothing when tp is 1).
+
+    ```mlir
+    %q = nn.linear %h, %wq {path = "model.layers.0.self_attn.q_proj"} : ...
+    // becomes, with tp = 2 and the built-in plan:
+    dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2) {views = {...}}
+    %q = nn.linear %h, %wq {dist.tp = #dist.tp<colwise, input = replicate,
+        output = shard(-1), use_local_output = true,
+        entry = "model.layers.*.self_attn.q_proj">,
+        path = "model.layers.0.self_attn.q_proj"} : ...
+    ```
+  }];
+  let dependentDialects = ["fsdp::dist::DistDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The forward function to annotate">,
     Option<"strictPlan", "strict-plan", "bool", /*default=*/"false",
            "A plan key that matches no module is an error">,
     Option<"report", "report", "std::string", /*default=*/"\"\"",
@@ -322,8 +340,8 @@ def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
     `reshard-after-forward` marks the gathers the training step gathers
     again for the backward (`fsdp.reshard`): `none` (FSDP2's default) every
     layer but the last, `true` every layer, `false` none; the root unit is
-    never resharded. The module attribute `fsdp.defer_grad_sync`
-    (FSDP2Config's `defer_fsdp_grad_sync`, default true) makes the training
+    never resharded; `config` follows the module's `fsdp.parallel`.
+    FSDP2Config's `defer_fsdp_grad_sync` (default true) makes the training
     step sum each unit's whole gradients over the microbatches and
     reduce-scatter them once, in the last microbatch.
 
@@ -384,8 +402,8 @@ def SchedulePass : Pass<"fsdp-schedule", "mlir::ModuleOp"> {
       is in flight at a time, as in FSDP2, since its future holds the
       unit's whole gradient. Each overlaps the next unit's backward.
 
-    Depths default to the module's `fsdp.prefetch` (written by
-    `fsdp-tp-plan` from FSDP2Config: `fsdp2_forward_prefetch_depth` and
+    Depths default to the module's `fsdp.parallel` (written by
+    `fsdp-parallel-config` from FSDP2Config: `fsdp2_forward_prefetch_depth` and
     `fsdp2_backward_prefetch_depth` when `enable_fsdp2_prefetch` is on and
     `reshard_after_forward` is not false, else 1 and 1, FSDP2's implicit
     prefetch of one unit in each direction). Numerics are unchanged: only
@@ -409,10 +427,10 @@ def SchedulePass : Pass<"fsdp-schedule", "mlir::ModuleOp"> {
            "The step to schedule">,
     Option<"forwardDepth", "forward-depth", "int64_t", /*default=*/"-1",
            "Units ahead a layer's forward all-gather starts (0: "
-           "synchronous; -1: the module's fsdp.prefetch, else 1)">,
+           "synchronous; -1: the module's fsdp.parallel, else 1)">,
     Option<"backwardDepth", "backward-depth", "int64_t", /*default=*/"-1",
            "Units ahead a layer's backward re-gather starts (0: "
-           "synchronous; -1: the module's fsdp.prefetch, else 1)">,
+           "synchronous; -1: the module's fsdp.parallel, else 1)">,
     Option<"overlapGradientSync", "overlap-gradient-sync", "bool",
            /*default=*/"true",
            "Start data-parallel reduce-scatters and all-reduces where they "
@@ -573,7 +591,8 @@ def OffloadPass : Pass<"fsdp-offload", "mlir::ModuleOp"> {
   let summary = "CPU offload: parameter blocks, gradients and optimizer state in host memory";
   let description = [{
     FSDP2's `CPUOffloadPolicy` (`offload_policy` in parallel.json, the
-    module attribute `fsdp.offload`; or `enable=true`), on the finished
+    `offload_policy` of the module's `fsdp.parallel`; or `enable=true`), on
+    the finished
     training step:
 
     - the step's parameter blocks, optimizer state and optimizer step count
@@ -615,7 +634,7 @@ def OffloadPass : Pass<"fsdp-offload", "mlir::ModuleOp"> {
            "The step function to rewrite">,
     Option<"enable", "enable", "fsdp::FromConfig",
            /*default=*/"fsdp::FromConfig::Config",
-           "Offload: the module's fsdp.offload (config), or always (true) or "
+           "Offload: the module's fsdp.parallel (config), or always (true) or "
            "never (false)", [{
       ::llvm::cl::values(
           clEnumValN(fsdp::FromConfig::Config, "config", "the config's"),

@@ -1,6 +1,6 @@
 // RUN: fsdp-opt %s -split-input-file -verify-diagnostics
 // The fsdp dialect owns the annotations FSDP's passes pass on (fsdp.unit,
-// fsdp.mp_policy, ...) and verifies each where it is parsed: a misspelt or
+// fsdp.parallel, ...) and verifies each where it is parsed: a misspelt or
 // malformed one is an error naming it.
 
 func.func @unit_not_a_name(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -19,8 +19,9 @@ func.func @misspelt(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// expected-error @+1 {{param must be f32, bf16 or f16, got 'i8'}}
-module attributes {fsdp.mp_policy = #fsdp.mp_policy<param = i8, reduce = f32, output = bf16, cast_forward_inputs = true>} {
+// expected-error @+2 {{param must be f32, bf16 or f16, got 'i8'}}
+// expected-error @+1 {{failed to parse FSDP_ParallelConfigAttr parameter 'mp_policy'}}
+module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = all_but_last, defer_grad_sync = true, activation_checkpointing = none, activation_memory_budget = 0.0 : f64, offload_policy = none, forward_prefetch = 1, backward_prefetch = 1, mp_policy = <param = i8, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = nn.neg %x : tensor<4xf32>
     return %y : tensor<4xf32>
@@ -29,8 +30,8 @@ module attributes {fsdp.mp_policy = #fsdp.mp_policy<param = i8, reduce = f32, ou
 
 // -----
 
-// expected-error @+1 {{'builtin.module' op has 'fsdp.mp_policy' that is not a #fsdp.mp_policy: {param_dtype = "bf16"}}}
-module attributes {fsdp.mp_policy = {param_dtype = "bf16"}} {
+// expected-error @+1 {{'builtin.module' op has 'fsdp.parallel' that is not a #fsdp.parallel: {tp_size = 2 : i64}}}
+module attributes {fsdp.parallel = {tp_size = 2}} {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = nn.neg %x : tensor<4xf32>
     return %y : tensor<4xf32>
@@ -39,8 +40,19 @@ module attributes {fsdp.mp_policy = {param_dtype = "bf16"}} {
 
 // -----
 
-// expected-error @+1 {{'builtin.module' op has 'fsdp.reshard_after_forward' that is not "none", "true" or "false": "maybe"}}
-module attributes {fsdp.reshard_after_forward = "maybe"} {
+// expected-error @+2 {{expected one of 'all_but_last' 'always' 'never', got 'maybe'}}
+// expected-error @+1 {{failed to parse FSDP_ParallelConfigAttr parameter 'reshard_after_forward'}}
+module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = maybe, defer_grad_sync = true, activation_checkpointing = none, activation_memory_budget = 0.0 : f64, offload_policy = none, forward_prefetch = 1, backward_prefetch = 1, mp_policy = <param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
+  func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %y = nn.neg %x : tensor<4xf32>
+    return %y : tensor<4xf32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{tp must be >= 1, got 0}}
+module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, tp = 0, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = never, defer_grad_sync = true, activation_checkpointing = selective, activation_memory_budget = 0.0 : f64, offload_policy = cpu, forward_prefetch = 1, backward_prefetch = 2, mp_policy = <param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = nn.neg %x : tensor<4xf32>
     return %y : tensor<4xf32>

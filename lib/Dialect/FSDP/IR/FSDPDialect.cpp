@@ -43,6 +43,31 @@ MixedPrecisionPolicyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult ParallelConfigAttr::verify(
+    function_ref<InFlightDiagnostic()> emitError, int64_t dpReplicate,
+    int64_t dpShard, int64_t cp, int64_t tp, int64_t ep, BoolAttr, BoolAttr,
+    ReshardPolicy, BoolAttr, CheckpointMode, FloatAttr activationMemoryBudget,
+    OffloadPolicy, int64_t forwardPrefetch, int64_t backwardPrefetch,
+    MixedPrecisionPolicyAttr, ArrayAttr, StringAttr) {
+  for (auto [name, size] :
+       {std::pair<StringRef, int64_t>{"dp_replicate", dpReplicate},
+        {"dp_shard", dpShard},
+        {"cp", cp},
+        {"tp", tp},
+        {"ep", ep}})
+    if (size < 1)
+      return emitError() << name << " must be >= 1, got " << size;
+  if (forwardPrefetch < 0 || backwardPrefetch < 0)
+    return emitError() << "prefetch depths must be >= 0";
+  if (!activationMemoryBudget || activationMemoryBudget.getValueAsDouble() < 0)
+    return emitError() << "activation_memory_budget must be a float >= 0";
+  return success();
+}
+
+ParallelConfigAttr ParallelConfigAttr::of(Operation *module) {
+  return module->getAttrOfType<ParallelConfigAttr>("fsdp.parallel");
+}
+
 /// Checks that `value` is a dictionary whose fields are among `keys`, each a
 /// dtype name (f32, bf16, f16).
 static LogicalResult checkDtypes(Operation *op, StringRef name, Attribute value,
@@ -75,34 +100,17 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
     return op->emitOpError("has '")
            << name << "' that is not " << what << ": " << value;
   };
+  if (name == "fsdp.parallel")
+    return expect(isa<ParallelConfigAttr>(value), "a #fsdp.parallel");
   if (name == "fsdp.unit")
     return expect(isa<StringAttr>(value), "a unit name");
   if (name == "fsdp.reshard" || name == "fsdp.regather" ||
-      name == "fsdp.recompute" || name == "fsdp.async_tp" ||
-      name == "fsdp.offload" || name == "fsdp.host")
+      name == "fsdp.recompute" || name == "fsdp.host")
     return expect(isa<UnitAttr>(value), "a unit attribute");
-  if (name == "fsdp.activation_memory_budget") {
-    auto f = dyn_cast<FloatAttr>(value);
-    return expect(f && f.getValueAsDouble() > 0, "a number > 0");
-  }
-  if (name == "fsdp.activation_checkpointing") {
-    auto s = dyn_cast<StringAttr>(value);
-    return expect(s && llvm::is_contained({"full", "selective"}, s.getValue()),
-                  "\"full\" or \"selective\"");
-  }
   if (name == "fsdp.offload_optimizer") {
     auto s = dyn_cast<StringAttr>(value);
     return expect(s && llvm::is_contained({"cpu", "gpu"}, s.getValue()),
                   "\"cpu\" or \"gpu\"");
-  }
-  if (name == "fsdp.defer_grad_sync")
-    return expect(isa<BoolAttr>(value), "true or false");
-  if (name == "fsdp.prefetch") {
-    auto depths = dyn_cast<DenseI64ArrayAttr>(value);
-    return expect(
-        depths && depths.size() == 2 &&
-            llvm::all_of(depths.asArrayRef(), [](int64_t d) { return d >= 0; }),
-        "two depths >= 0 (forward, backward)");
   }
   if (name == "fsdp.data_parallel") {
     auto axes = dyn_cast<ArrayAttr>(value);
@@ -111,14 +119,6 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
             llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); }),
         "a list of mesh axis names");
   }
-  if (name == "fsdp.reshard_after_forward") {
-    auto s = dyn_cast<StringAttr>(value);
-    return expect(
-        s && llvm::is_contained({"none", "true", "false"}, s.getValue()),
-        "\"none\", \"true\" or \"false\"");
-  }
-  if (name == "fsdp.mp_policy")
-    return expect(isa<MixedPrecisionPolicyAttr>(value), "a #fsdp.mp_policy");
   if (name == "fsdp.precision")
     return checkDtypes(op, name, value,
                        {"param", "reduce", "output", "master"});
