@@ -219,60 +219,70 @@ bool lossOf(const fsdp_program &p, double &loss) {
   return false;
 }
 
-} // namespace
+/// Seconds since `t`, in milliseconds.
+double msSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - t)
+      .count();
+}
 
-int main(int argc, char **argv) {
-  // The communication thread calls MPI beside the rank's own calls.
-  int provided = MPI_THREAD_SINGLE;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  fsdp_program p;
-  MPI_Comm_rank(MPI_COMM_WORLD, &p.worldRank);
-  MPI_Comm_size(MPI_COMM_WORLD, &p.worldSize);
-  MPI_Comm node;
-  int localRanks = 1;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                      &node);
-  MPI_Comm_size(node, &localRanks);
-  MPI_Comm_rank(node, &p.localRank);
-  MPI_Comm_free(&node);
-  p.localRanks = localRanks;
-  fsdp_rt_set_threads(localRanks);
-  setHostThreads(localRanks);
-  Options o;
-  if (!parse(argc, argv, p.worldRank, o)) {
-    MPI_Finalize();
-    return 1;
-  }
-  p.collectiveTimeout = o.collectiveTimeout;
-  p.commThread = o.commThread && provided == MPI_THREAD_MULTIPLE;
-  // A write past a file-size limit fails with EFBIG instead of killing the
-  // process, so a save reports it like a full disk.
-  std::signal(SIGXFSZ, SIG_IGN);
+/// One training run of the program: the parameters' start, the steps with
+/// their logging, checkpoints and stops, and the end.
+class TrainingRun {
+public:
+  TrainingRun(fsdp_program &p, const Options &o)
+      : p(p), o(o), state{0, o.seed, o.data}, data{o.seed, o.data} {}
 
-  fsdp_program_describe(&p);
-  validate(p);
-  if (!o.consolidate.empty()) {
-    if (p.worldSize != 1)
-      failAll(p, "consolidate", "run --consolidate in one process");
-    consolidateCheckpoint(p, o.consolidate, o.output);
-    MPI_Finalize();
-    return 0;
+  /// Initializes, loads or resumes the parameters and prepares the inputs.
+  void start();
+  /// Runs the steps; false when a signal stopped the run (after saving).
+  bool train();
+  /// The last checkpoint, the report, and the program's tensors freed.
+  void finish();
+
+private:
+  /// Step `i` of this run: its inputs, the step (as calls, recorded or
+  /// replayed), its outputs checked, and the host syncs it made.
+  void runStep(int64_t i, bool dump);
+  /// The step's calls, and the AdamW updates it deferred to its end.
+  void callStep() {
+    beginStepMemory(p);
+    fsdp_program_forward(&p);
+    applyDeferredUpdates(p);
+    endStepMemory(p);
   }
-  int64_t ranks = meshRanks(p);
-  if (ranks != p.worldSize) {
-    if (p.worldRank == 0)
-      std::fprintf(stderr,
-                   "error: this program was compiled for %lld ranks (mesh "
-                   "%s) but runs on %d; launch it with mpirun -np %lld\n",
-                   (long long)ranks, meshString(p).c_str(), p.worldSize,
-                   (long long)ranks);
-    MPI_Finalize();
-    return 1;
+  /// Reads the loss every --log-every steps, stops every rank on a
+  /// non-finite one and prints the step line.
+  void log(int64_t i, int64_t step);
+  /// Updated parameters and optimizer state replace the old ones.
+  void keepUpdates();
+  /// Saves when due; true when a signal asks every rank to stop.
+  bool saveOrStop(int64_t step);
+  void save() {
+    saveCheckpoint(p, o.save, state, o.keep);
+    lastSaved = state.step;
   }
-  createGroups(p);
+
+  fsdp_program &p;
+  const Options &o;
+  CheckpointState state;
+  DataOptions data;
+  int64_t lastSaved = -1;
+  // Step times are per logging window: from the first step's start to the
+  // loss read that ends it, which on a GPU waits for the queued work.
+  std::chrono::steady_clock::time_point windowStart;
+  int64_t windowSteps = 0;
+  double windowExcludedMs = 0;
+  // --cuda-graph: the first step runs as calls (creating cuBLAS's and NCCL's
+  // resources and sizing the memory pool), the second is recorded, and it
+  // and every later one replay the recording, whose outputs stay the same
+  // buffers.
+  std::vector<fsdp_tensor *> recordedOutputs;
+};
+
+void TrainingRun::start() {
   if (!o.save.empty())
     checkCheckpointDir(p, o.save);
-  CheckpointState state{0, o.seed, o.data};
   if (!o.resume.empty()) {
     CheckpointState saved = loadCheckpoint(p, o.resume);
     if (o.seedGiven && saved.seed != o.seed && p.worldRank == 0)
@@ -292,40 +302,115 @@ int main(int argc, char **argv) {
   } else {
     initParams(p, o.seed);
   }
-  DataOptions data{state.seed, o.data};
+  data.seed = state.seed;
   prepareInputs(p, data);
   if (!o.save.empty()) {
     std::signal(SIGTERM, [](int) { stopRequested = 1; });
     std::signal(SIGINT, [](int) { stopRequested = 1; });
   }
+}
 
-  int64_t lastSaved = -1;
-  auto save = [&] {
-    saveCheckpoint(p, o.save, state, o.keep);
-    lastSaved = state.step;
-  };
-  // Step times are per logging window: from the first step's start to the
-  // loss read that ends it, which on a GPU waits for the queued work.
-  auto windowStart = std::chrono::steady_clock::now();
-  int64_t windowSteps = 0;
-  // --cuda-graph: the first step runs as calls (creating cuBLAS's and NCCL's
-  // resources and sizing the memory pool), the second is recorded, and it
-  // and every later one replay the recording, whose outputs stay the same
-  // buffers.
-  std::vector<fsdp_tensor *> recordedOutputs;
-  // The step's calls, and the AdamW updates it deferred to its end.
-  auto runStep = [&] {
-    beginStepMemory(p);
-    fsdp_program_forward(&p);
-    applyDeferredUpdates(p);
-    endStepMemory(p);
-  };
-  double windowExcludedMs = 0;
-  auto msSince = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(
-               std::chrono::steady_clock::now() - t)
-        .count();
-  };
+void TrainingRun::runStep(int64_t i, bool dump) {
+  int64_t syncsBefore = fsdp_rt_host_syncs();
+  fillInputs(p, data, p.step);
+  if (dump) {
+    // Not the step's own waits.
+    int64_t dumpSyncs = fsdp_rt_host_syncs();
+    dumpTensors(p, o.dumpDir, DumpPart::Arguments);
+    syncsBefore += fsdp_rt_host_syncs() - dumpSyncs;
+  }
+  if (!recordedOutputs.empty()) {
+    for (size_t k = 0; k < p.outputs.size(); ++k)
+      p.outputs[k] = fsdp_retain(recordedOutputs[k]);
+    fsdp_rt_graph_launch();
+    ++p.graphReplays;
+  } else if (o.cudaGraph && i == 1) {
+    // Its one wait for the device is set-up, not the step's.
+    int64_t beginSyncs = fsdp_rt_host_syncs();
+    fsdp_rt_graph_begin();
+    syncsBefore += fsdp_rt_host_syncs() - beginSyncs;
+    callStep();
+    fsdp_rt_graph_end();
+    checkRecordedUpdates(p);
+    for (fsdp_tensor *t : p.outputs)
+      recordedOutputs.push_back(fsdp_retain(t));
+    fsdp_rt_graph_launch();
+    ++p.graphReplays;
+  } else {
+    callStep();
+  }
+  for (size_t k = 0; k < p.outputs.size(); ++k)
+    if (!p.outputs[k])
+      fail("forward", "the step did not set output '" + p.outputNames[k] + "'");
+  // What the step itself made the host wait for; the loss read is the one
+  // wait a step is allowed, every --log-every steps.
+  p.stepHostSyncs += fsdp_rt_host_syncs() - syncsBefore;
+  ++p.stepsRun;
+}
+
+void TrainingRun::log(int64_t i, int64_t step) {
+  bool logStep = (i + 1) % o.logEvery == 0 || i + 1 == o.steps;
+  if (!logStep)
+    return;
+  // The loss is the same on every rank (a global mean), so every rank
+  // stops together on a non-finite one, before its updates are kept.
+  double loss = 0;
+  bool hasLoss = lossOf(p, loss);
+  if (hasLoss && !std::isfinite(loss))
+    failAll(p, "train",
+            "step " + std::to_string(step) + ": the loss is " +
+                (std::isnan(loss) ? "nan" : "inf") +
+                "; stopping without keeping this step's update" +
+                (lastSaved >= 0 || !o.resume.empty()
+                     ? " (the last checkpoint is kept as it was)"
+                     : ""));
+  double ms = (msSince(windowStart) - windowExcludedMs) / windowSteps;
+  windowSteps = 0;
+  if (!o.quiet && p.worldRank == 0 && hasLoss) {
+    std::printf("step %lld loss %.6f time %.3f ms\n", (long long)step, loss,
+                ms);
+    std::fflush(stdout);
+  }
+}
+
+void TrainingRun::keepUpdates() {
+  for (auto [out, arg] : p.updates) {
+    Param &param = p.params[size_t(arg) - p.inputs.size()];
+    param.tensor->borrowed = false;
+    fsdp_release(param.tensor);
+    param.tensor = fsdp_retain(p.outputs[size_t(out)]);
+    param.tensor->borrowed = true;
+  }
+  for (fsdp_tensor *&t : p.outputs) {
+    fsdp_release(t);
+    t = nullptr;
+  }
+}
+
+bool TrainingRun::saveOrStop(int64_t step) {
+  if (o.save.empty())
+    return false;
+  if (o.saveEvery && state.step % o.saveEvery == 0) {
+    auto saveStart = std::chrono::steady_clock::now();
+    save();
+    windowExcludedMs += msSince(saveStart);
+  }
+  // A signal may reach one rank only: stop when any rank has one.
+  int local = stopRequested, any = 0;
+  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!any)
+    return false;
+  if (lastSaved != state.step)
+    save();
+  if (p.worldRank == 0)
+    std::fprintf(stderr,
+                 "stopped by a signal after step %lld; checkpoint saved in %s "
+                 "(resume with --resume %s)\n",
+                 (long long)step, o.save.c_str(), o.save.c_str());
+  return true;
+}
+
+bool TrainingRun::train() {
   for (int64_t i = 0; i < o.steps; ++i) {
     // Steps count from the run's beginning, so that a resumed run reads the
     // data and takes the optimizer steps the uninterrupted one would.
@@ -336,108 +421,25 @@ int main(int argc, char **argv) {
       windowExcludedMs = 0;
     }
     bool dump = i == o.dumpStep && !o.dumpDir.empty();
-    int64_t syncsBefore = fsdp_rt_host_syncs();
-    fillInputs(p, data, step);
-    if (dump) {
-      // Not the step's own waits.
-      int64_t dumpSyncs = fsdp_rt_host_syncs();
-      dumpTensors(p, o.dumpDir, DumpPart::Arguments);
-      syncsBefore += fsdp_rt_host_syncs() - dumpSyncs;
-    }
-    if (!recordedOutputs.empty()) {
-      for (size_t k = 0; k < p.outputs.size(); ++k)
-        p.outputs[k] = fsdp_retain(recordedOutputs[k]);
-      fsdp_rt_graph_launch();
-      ++p.graphReplays;
-    } else if (o.cudaGraph && i == 1) {
-      // Its one wait for the device is set-up, not the step's.
-      int64_t beginSyncs = fsdp_rt_host_syncs();
-      fsdp_rt_graph_begin();
-      syncsBefore += fsdp_rt_host_syncs() - beginSyncs;
-      runStep();
-      fsdp_rt_graph_end();
-      checkRecordedUpdates(p);
-      for (fsdp_tensor *t : p.outputs)
-        recordedOutputs.push_back(fsdp_retain(t));
-      fsdp_rt_graph_launch();
-      ++p.graphReplays;
-    } else {
-      runStep();
-    }
-    for (size_t k = 0; k < p.outputs.size(); ++k)
-      if (!p.outputs[k])
-        fail("forward",
-             "the step did not set output '" + p.outputNames[k] + "'");
-    // What the step itself made the host wait for; the loss read below is
-    // the one wait a step is allowed, every --log-every steps.
-    p.stepHostSyncs += fsdp_rt_host_syncs() - syncsBefore;
-    ++p.stepsRun;
+    runStep(i, dump);
     ++windowSteps;
-    bool logStep = (i + 1) % o.logEvery == 0 || i + 1 == o.steps;
-    // The loss is the same on every rank (a global mean), so every rank
-    // stops together on a non-finite one, before its updates are kept.
-    double loss = 0;
-    bool hasLoss = logStep && lossOf(p, loss);
-    if (hasLoss && !std::isfinite(loss))
-      failAll(p, "train",
-              "step " + std::to_string(step) + ": the loss is " +
-                  (std::isnan(loss) ? "nan" : "inf") +
-                  "; stopping without keeping this step's update" +
-                  (lastSaved >= 0 || !o.resume.empty()
-                       ? " (the last checkpoint is kept as it was)"
-                       : ""));
-    if (logStep) {
-      double ms = (msSince(windowStart) - windowExcludedMs) / windowSteps;
-      windowSteps = 0;
-      if (!o.quiet && p.worldRank == 0 && hasLoss) {
-        std::printf("step %lld loss %.6f time %.3f ms\n", (long long)step, loss,
-                    ms);
-        std::fflush(stdout);
-      }
-    }
+    log(i, step);
     if (dump)
       dumpTensors(p, o.dumpDir, DumpPart::Outputs);
-    // Updated parameters and optimizer state replace the old ones.
-    for (auto [out, arg] : p.updates) {
-      Param &param = p.params[size_t(arg) - p.inputs.size()];
-      param.tensor->borrowed = false;
-      fsdp_release(param.tensor);
-      param.tensor = fsdp_retain(p.outputs[size_t(out)]);
-      param.tensor->borrowed = true;
-    }
-    for (fsdp_tensor *&t : p.outputs) {
-      fsdp_release(t);
-      t = nullptr;
-    }
+    keepUpdates();
     state.step = step + 1;
-    if (o.save.empty())
-      continue;
-    if (o.saveEvery && state.step % o.saveEvery == 0) {
-      auto saveStart = std::chrono::steady_clock::now();
-      save();
-      windowExcludedMs += msSince(saveStart);
-    }
-    // A signal may reach one rank only: stop when any rank has one.
-    int local = stopRequested, any = 0;
-    MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any) {
-      if (lastSaved != state.step)
-        save();
-      if (p.worldRank == 0)
-        std::fprintf(stderr,
-                     "stopped by a signal after step %lld; checkpoint saved "
-                     "in %s (resume with --resume %s)\n",
-                     (long long)step, o.save.c_str(), o.save.c_str());
-      MPI_Finalize();
-      return 1;
-    }
+    if (saveOrStop(step))
+      return false;
   }
+  return true;
+}
+
+void TrainingRun::finish() {
   if (!o.save.empty() && lastSaved != state.step)
     save();
   MPI_Barrier(MPI_COMM_WORLD);
   if (o.report && p.worldRank == 0)
     printReport(p);
-
   for (fsdp_tensor *t : recordedOutputs)
     fsdp_release(t);
   // Before the communicators go: NCCL's destroy waits for every recording
@@ -451,7 +453,80 @@ int main(int argc, char **argv) {
     in.tensor->borrowed = false;
     fsdp_release(in.tensor);
   }
-  freeGroups(p);
+}
+
+/// Initializes MPI (threads: the communication thread calls MPI beside the
+/// rank's own calls) and the rank's place in the world and on its node;
+/// returns whether MPI gives every thread access.
+bool startMpi(int &argc, char **&argv, fsdp_program &p) {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &p.worldRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p.worldSize);
+  MPI_Comm node;
+  int localRanks = 1;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                      &node);
+  MPI_Comm_size(node, &localRanks);
+  MPI_Comm_rank(node, &p.localRank);
+  MPI_Comm_free(&node);
+  p.localRanks = localRanks;
+  fsdp_rt_set_threads(localRanks);
+  setHostThreads(localRanks);
+  return provided == MPI_THREAD_MULTIPLE;
+}
+
+/// Whether the program runs on as many ranks as its mesh has; says how to
+/// launch it otherwise.
+bool checkRanks(const fsdp_program &p) {
+  int64_t ranks = meshRanks(p);
+  if (ranks == p.worldSize)
+    return true;
+  if (p.worldRank == 0)
+    std::fprintf(stderr,
+                 "error: this program was compiled for %lld ranks (mesh %s) "
+                 "but runs on %d; launch it with mpirun -np %lld\n",
+                 (long long)ranks, meshString(p).c_str(), p.worldSize,
+                 (long long)ranks);
+  return false;
+}
+
+/// Ends MPI and returns the exit status `status`.
+int finalize(int status) {
   MPI_Finalize();
-  return 0;
+  return status;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  fsdp_program p;
+  bool threadedMpi = startMpi(argc, argv, p);
+  Options o;
+  if (!parse(argc, argv, p.worldRank, o))
+    return finalize(1);
+  p.collectiveTimeout = o.collectiveTimeout;
+  p.commThread = o.commThread && threadedMpi;
+  // A write past a file-size limit fails with EFBIG instead of killing the
+  // process, so a save reports it like a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
+
+  fsdp_program_describe(&p);
+  validate(p);
+  if (!o.consolidate.empty()) {
+    if (p.worldSize != 1)
+      failAll(p, "consolidate", "run --consolidate in one process");
+    consolidateCheckpoint(p, o.consolidate, o.output);
+    return finalize(0);
+  }
+  if (!checkRanks(p))
+    return finalize(1);
+  createGroups(p);
+  TrainingRun run(p, o);
+  run.start();
+  if (!run.train())
+    return finalize(1);
+  run.finish();
+  freeGroups(p);
+  return finalize(0);
 }
