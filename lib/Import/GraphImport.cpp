@@ -127,6 +127,23 @@ private:
   FailureOr<Attribute> parseInit(const json &init, const Twine &where,
                                  Location loc);
   LogicalResult importNode(const json &node, size_t index, size_t &cursor);
+  /// The node's op (its `op` field, checked) and its import rules; adds the
+  /// op to `where`.
+  FailureOr<const OpInfo *> opInfo(const json &node, std::string &where,
+                                   Location loc, std::string &opName);
+  /// The node's `inputs`, as many as the op takes, each a known value.
+  LogicalResult importOperands(const json &node, const OpInfo &info,
+                               const std::string &where, Location loc,
+                               SmallVector<Value> &operands);
+  /// The node's `attrs` (each one the op has, of its kind), the required
+  /// ones checked, the op's defaults and the `module` path added.
+  LogicalResult importAttrs(const json &node, const OpInfo &info,
+                            OperationName mlirName, const std::string &where,
+                            Location loc, NamedAttrList &attrs);
+  /// Attribute `key` from JSON `value` as `kind` says (`field` in errors).
+  LogicalResult importAttr(const std::string &key, const json &value,
+                           AttrKind kind, const std::string &field,
+                           Location loc, NamedAttrList &attrs);
   FailureOr<Value> lookup(StringRef ref, const Twine &where, Location loc);
 
   StringRef text, filename;
@@ -378,6 +395,163 @@ FailureOr<Value> GraphImporter::lookup(StringRef ref, const Twine &where,
   return it->second[resultIndex];
 }
 
+FailureOr<const OpInfo *> GraphImporter::opInfo(const json &node,
+                                                std::string &where,
+                                                Location loc,
+                                                std::string &opName) {
+  auto opIt = node.find("op");
+  if (opIt == node.end())
+    return fail(loc, where + ": missing field 'op'");
+  if (!opIt->is_string())
+    return fail(loc, where + ": field 'op' must be a string");
+  opName = opIt->get<std::string>();
+  const OpInfo *info =
+      llvm::find_if(kOps, [&](const OpInfo &op) { return op.name == opName; });
+  // The activations (NN_Activation in NNOps.td) take one input and no
+  // required attribute; their trait says which they are.
+  static const OpInfo kActivation = {"", 1, 1, {}};
+  if (info == std::end(kOps)) {
+    std::optional<RegisteredOperationName> registered =
+        RegisteredOperationName::lookup("nn." + opName, context);
+    if (!registered || !registered->hasTrait<fsdp::nn::ActivationTrait>())
+      return fail(loc, where + ": field 'op': unknown op '" + opName + "'");
+    info = &kActivation;
+  }
+  where += " (op '" + opName + "')";
+  return info;
+}
+
+LogicalResult GraphImporter::importOperands(const json &node,
+                                            const OpInfo &info,
+                                            const std::string &where,
+                                            Location loc,
+                                            SmallVector<Value> &operands) {
+  auto inputsIt = node.find("inputs");
+  if (inputsIt == node.end())
+    return fail(loc, where + ": missing field 'inputs'");
+  if (!inputsIt->is_array())
+    return fail(loc, where + ": field 'inputs' must be an array of names");
+  size_t numInputs = inputsIt->size();
+  if (numInputs < info.minOperands || numInputs > info.maxOperands) {
+    std::string expected = info.minOperands == info.maxOperands
+                               ? std::to_string(info.minOperands)
+                           : info.maxOperands == kVariadic
+                               ? "at least " + std::to_string(info.minOperands)
+                               : std::to_string(info.minOperands) + " or " +
+                                     std::to_string(info.maxOperands);
+    return fail(loc, where + ": field 'inputs' has " + Twine(numInputs) +
+                         (numInputs == 1 ? " entry" : " entries") +
+                         ", expected " + expected);
+  }
+  for (size_t i = 0; i < numInputs; ++i) {
+    const json &ref = (*inputsIt)[i];
+    std::string field = (where + ": field 'inputs[" + Twine(i) + "]'").str();
+    if (!ref.is_string())
+      return fail(loc, field + " must be a string");
+    FailureOr<Value> value = lookup(ref.get<std::string>(), field, loc);
+    if (failed(value))
+      return failure();
+    operands.push_back(*value);
+  }
+  return success();
+}
+
+LogicalResult GraphImporter::importAttr(const std::string &key,
+                                        const json &value, AttrKind kind,
+                                        const std::string &field, Location loc,
+                                        NamedAttrList &attrs) {
+  switch (kind) {
+  case AttrKind::Unit:
+    if (!value.is_boolean())
+      return fail(loc, field + " must be true or false");
+    if (value.get<bool>())
+      attrs.append(key, builder.getUnitAttr());
+    return success();
+  case AttrKind::F64:
+    if (!value.is_number())
+      return fail(loc, field + " must be a number");
+    attrs.append(key, builder.getF64FloatAttr(value.get<double>()));
+    return success();
+  case AttrKind::I64:
+    if (!isInt64(value))
+      return fail(loc, field + " must be an integer in the int64 range");
+    attrs.append(key, builder.getI64IntegerAttr(value.get<int64_t>()));
+    return success();
+  case AttrKind::I64Array: {
+    if (!value.is_array())
+      return fail(loc, field + " must be an array of integers");
+    SmallVector<int64_t> ints;
+    for (const json &v : value) {
+      if (!isInt64(v))
+        return fail(loc, field + " must be an array of int64 integers");
+      ints.push_back(v.get<int64_t>());
+    }
+    attrs.append(key, builder.getDenseI64ArrayAttr(ints));
+    return success();
+  }
+  case AttrKind::F64Array: {
+    if (!value.is_array())
+      return fail(loc, field + " must be an array of numbers");
+    SmallVector<double> numbers;
+    for (const json &v : value) {
+      if (!v.is_number())
+        return fail(loc, field + " must be an array of numbers");
+      numbers.push_back(v.get<double>());
+    }
+    attrs.append(key, builder.getDenseF64ArrayAttr(numbers));
+    return success();
+  }
+  case AttrKind::String:
+    if (!value.is_string())
+      return fail(loc, field + " must be a string");
+    attrs.append(key, builder.getStringAttr(value.get<std::string>()));
+    return success();
+  case AttrKind::Dtype: {
+    Type dtype = parseDtype(value, /*allowInt=*/false);
+    if (!dtype)
+      return fail(loc, field + " must be one of f32, bf16, f16");
+    attrs.append(key, TypeAttr::get(dtype));
+    return success();
+  }
+  }
+  return success();
+}
+
+LogicalResult GraphImporter::importAttrs(const json &node, const OpInfo &info,
+                                         OperationName mlirName,
+                                         const std::string &where, Location loc,
+                                         NamedAttrList &attrs) {
+  StringRef opName = mlirName.stripDialect();
+  if (auto attrsIt = node.find("attrs"); attrsIt != node.end()) {
+    if (!attrsIt->is_object())
+      return fail(loc, where + ": field 'attrs' must be an object");
+    ArrayRef<StringAttr> known = mlirName.getAttributeNames();
+    for (auto &[key, value] : attrsIt->items()) {
+      std::optional<AttrKind> kind = attrKind(key);
+      const std::string &name = key;
+      if (!kind || name == "path" ||
+          llvm::none_of(known, [&](StringAttr a) { return a == name; }))
+        return fail(loc, where + ": op '" + opName + "' has no attribute '" +
+                             name + "'");
+      if (failed(importAttr(name, value, *kind,
+                            where + ": field 'attrs." + name + "'", loc,
+                            attrs)))
+        return failure();
+    }
+  }
+  for (StringRef required : info.requiredAttrs)
+    if (!attrs.get(required))
+      return fail(loc, where + ": missing attribute 'attrs." + required + "'");
+  // The shape rules read defaulted attributes (cross_entropy's reduction).
+  mlirName.populateDefaultAttrs(attrs);
+  if (auto moduleIt = node.find("module"); moduleIt != node.end()) {
+    if (!moduleIt->is_string())
+      return fail(loc, where + ": field 'module' must be a string");
+    attrs.append("path", builder.getStringAttr(moduleIt->get<std::string>()));
+  }
+  return success();
+}
+
 LogicalResult GraphImporter::importNode(const json &node, size_t index,
                                         size_t &cursor) {
   std::string where = ("nodes[" + Twine(index) + "]").str();
@@ -396,137 +570,16 @@ LogicalResult GraphImporter::importNode(const json &node, size_t index,
         key != "module")
       return fail(loc, where + ": unknown field '" + key + "'");
 
-  // The op.
-  auto opIt = node.find("op");
-  if (opIt == node.end())
-    return fail(loc, where + ": missing field 'op'");
-  if (!opIt->is_string())
-    return fail(loc, where + ": field 'op' must be a string");
-  std::string opName = opIt->get<std::string>();
-  const OpInfo *info =
-      llvm::find_if(kOps, [&](const OpInfo &op) { return op.name == opName; });
-  // The activations (NN_Activation in NNOps.td) take one input and no
-  // required attribute; their trait says which they are.
-  static const OpInfo kActivation = {"", 1, 1, {}};
-  if (info == std::end(kOps)) {
-    std::optional<RegisteredOperationName> registered =
-        RegisteredOperationName::lookup("nn." + opName, context);
-    if (!registered || !registered->hasTrait<fsdp::nn::ActivationTrait>())
-      return fail(loc, where + ": field 'op': unknown op '" + opName + "'");
-    info = &kActivation;
-  }
-  where += " (op '" + opName + "')";
-
-  // Operands.
-  auto inputsIt = node.find("inputs");
-  if (inputsIt == node.end())
-    return fail(loc, where + ": missing field 'inputs'");
-  if (!inputsIt->is_array())
-    return fail(loc, where + ": field 'inputs' must be an array of names");
-  size_t numInputs = inputsIt->size();
-  if (numInputs < info->minOperands || numInputs > info->maxOperands) {
-    std::string expected = info->minOperands == info->maxOperands
-                               ? std::to_string(info->minOperands)
-                           : info->maxOperands == kVariadic
-                               ? "at least " + std::to_string(info->minOperands)
-                               : std::to_string(info->minOperands) + " or " +
-                                     std::to_string(info->maxOperands);
-    return fail(loc, where + ": field 'inputs' has " + Twine(numInputs) +
-                         (numInputs == 1 ? " entry" : " entries") +
-                         ", expected " + expected);
-  }
+  std::string opName;
+  FailureOr<const OpInfo *> info = opInfo(node, where, loc, opName);
   SmallVector<Value> operands;
-  for (size_t i = 0; i < numInputs; ++i) {
-    const json &ref = (*inputsIt)[i];
-    std::string field = (where + ": field 'inputs[" + Twine(i) + "]'").str();
-    if (!ref.is_string())
-      return fail(loc, field + " must be a string");
-    FailureOr<Value> value = lookup(ref.get<std::string>(), field, loc);
-    if (failed(value))
-      return failure();
-    operands.push_back(*value);
-  }
-
-  // Attributes.
+  if (failed(info) ||
+      failed(importOperands(node, **info, where, loc, operands)))
+    return failure();
   OperationName mlirName("nn." + opName, context);
   NamedAttrList attrs;
-  if (auto attrsIt = node.find("attrs"); attrsIt != node.end()) {
-    if (!attrsIt->is_object())
-      return fail(loc, where + ": field 'attrs' must be an object");
-    ArrayRef<StringAttr> known = mlirName.getAttributeNames();
-    for (auto &[key, value] : attrsIt->items()) {
-      std::string field = where + ": field 'attrs." + key + "'";
-      std::optional<AttrKind> kind = attrKind(key);
-      if (!kind || key == "path" ||
-          llvm::none_of(known, [&](StringAttr a) { return a == key; }))
-        return fail(loc, where + ": op '" + opName + "' has no attribute '" +
-                             key + "'");
-      switch (*kind) {
-      case AttrKind::Unit:
-        if (!value.is_boolean())
-          return fail(loc, field + " must be true or false");
-        if (value.get<bool>())
-          attrs.append(key, builder.getUnitAttr());
-        break;
-      case AttrKind::F64:
-        if (!value.is_number())
-          return fail(loc, field + " must be a number");
-        attrs.append(key, builder.getF64FloatAttr(value.get<double>()));
-        break;
-      case AttrKind::I64:
-        if (!isInt64(value))
-          return fail(loc, field + " must be an integer in the int64 range");
-        attrs.append(key, builder.getI64IntegerAttr(value.get<int64_t>()));
-        break;
-      case AttrKind::I64Array: {
-        if (!value.is_array())
-          return fail(loc, field + " must be an array of integers");
-        SmallVector<int64_t> ints;
-        for (const json &v : value) {
-          if (!isInt64(v))
-            return fail(loc, field + " must be an array of int64 integers");
-          ints.push_back(v.get<int64_t>());
-        }
-        attrs.append(key, builder.getDenseI64ArrayAttr(ints));
-        break;
-      }
-      case AttrKind::F64Array: {
-        if (!value.is_array())
-          return fail(loc, field + " must be an array of numbers");
-        SmallVector<double> numbers;
-        for (const json &v : value) {
-          if (!v.is_number())
-            return fail(loc, field + " must be an array of numbers");
-          numbers.push_back(v.get<double>());
-        }
-        attrs.append(key, builder.getDenseF64ArrayAttr(numbers));
-        break;
-      }
-      case AttrKind::String:
-        if (!value.is_string())
-          return fail(loc, field + " must be a string");
-        attrs.append(key, builder.getStringAttr(value.get<std::string>()));
-        break;
-      case AttrKind::Dtype: {
-        Type dtype = parseDtype(value, /*allowInt=*/false);
-        if (!dtype)
-          return fail(loc, field + " must be one of f32, bf16, f16");
-        attrs.append(key, TypeAttr::get(dtype));
-        break;
-      }
-      }
-    }
-  }
-  for (StringRef required : info->requiredAttrs)
-    if (!attrs.get(required))
-      return fail(loc, where + ": missing attribute 'attrs." + required + "'");
-  // The shape rules read defaulted attributes (cross_entropy's reduction).
-  mlirName.populateDefaultAttrs(attrs);
-  if (auto moduleIt = node.find("module"); moduleIt != node.end()) {
-    if (!moduleIt->is_string())
-      return fail(loc, where + ": field 'module' must be a string");
-    attrs.append("path", builder.getStringAttr(moduleIt->get<std::string>()));
-  }
+  if (failed(importAttrs(node, **info, mlirName, where, loc, attrs)))
+    return failure();
 
   // Result types from the op's own rules; its diagnostics are re-issued with
   // the node's name so the user knows where in the graph to look.
