@@ -7,6 +7,7 @@
 
 #include "Internal.h"
 
+#include "../Common/Counters.h"
 #include "../Common/Profile.h"
 #include "../Common/Threads.h"
 
@@ -113,13 +114,11 @@ void fsdp_rt_copy_to_device(fsdp_rt_stream, void *dst, const void *host_src,
     std::memcpy(dst, host_src, bytes);
 }
 
-// Counted where the CUDA backend blocks the host, so that the host-sync
-// count of a step is the same on both backends.
-static std::atomic<int64_t> hostSyncs{0};
-
+// Host syncs are counted where the CUDA backend blocks the host, so that
+// the host-sync count of a step is the same on both backends.
 void fsdp_rt_copy_to_host(fsdp_rt_stream, void *host_dst, const void *src,
                           size_t bytes) {
-  hostSyncs += 1;
+  fsdp::rt::counters::addHostSync();
   if (bytes)
     std::memcpy(host_dst, src, bytes);
 }
@@ -156,12 +155,16 @@ struct fsdp_rt_event_impl {
 
 fsdp_rt_stream fsdp_rt_stream_create(void) { return new fsdp_rt_stream_impl; }
 void fsdp_rt_stream_destroy(fsdp_rt_stream stream) { delete stream; }
-void fsdp_rt_stream_synchronize(fsdp_rt_stream) { hostSyncs += 1; }
+void fsdp_rt_stream_synchronize(fsdp_rt_stream) {
+  fsdp::rt::counters::addHostSync();
+}
 void fsdp_rt_stream_wait_event(fsdp_rt_stream, fsdp_rt_event) {}
 fsdp_rt_event fsdp_rt_event_create(void) { return new fsdp_rt_event_impl; }
 void fsdp_rt_event_destroy(fsdp_rt_event event) { delete event; }
 void fsdp_rt_event_record(fsdp_rt_event, fsdp_rt_stream) {}
-void fsdp_rt_event_synchronize(fsdp_rt_event) { hostSyncs += 1; }
+void fsdp_rt_event_synchronize(fsdp_rt_event) {
+  fsdp::rt::counters::addHostSync();
+}
 
 void fsdp_rt_host_call(fsdp_rt_stream, void (*fn)(void *), void *arg,
                        void (*release)(void *)) {
@@ -188,39 +191,11 @@ void fsdp_rt_graph_launch(void) { noGraphs("fsdp_rt_graph_launch"); }
 void fsdp_rt_graph_destroy(void) {}
 
 //===----------------------------------------------------------------------===//
-// Counters
+// Counters (Common/Counters.cpp keeps them)
 //===----------------------------------------------------------------------===//
 
-static constexpr int kNumMasks = 1 << FSDP_RT_MAX_MESH_AXES;
-static std::atomic<int64_t> collectiveBytes[FSDP_RT_NUM_COLLECTIVE_KINDS]
-                                           [kNumMasks];
-static std::atomic<int64_t> collectiveCalls[FSDP_RT_NUM_COLLECTIVE_KINDS]
-                                           [kNumMasks];
-static std::atomic<int64_t> kernelNanos[FSDP_RT_NUM_KERNEL_CLASSES];
-static std::atomic<int64_t> kernelCalls[FSDP_RT_NUM_KERNEL_CLASSES];
-
-void fsdp_rt_count_collective(fsdp_rt_collective_kind kind, uint32_t axis_mask,
-                              int64_t bytes) {
-  collectiveBytes[kind][axis_mask % kNumMasks] += bytes;
-  collectiveCalls[kind][axis_mask % kNumMasks] += 1;
-}
-
-int64_t fsdp_rt_collective_bytes(fsdp_rt_collective_kind kind,
-                                 uint32_t axis_mask) {
-  return collectiveBytes[kind][axis_mask % kNumMasks].load();
-}
-
-int64_t fsdp_rt_collective_calls(fsdp_rt_collective_kind kind,
-                                 uint32_t axis_mask) {
-  return collectiveCalls[kind][axis_mask % kNumMasks].load();
-}
-
 int64_t fsdp_rt_kernel_time_ns(fsdp_rt_kernel_class cls) {
-  return kernelNanos[cls].load();
-}
-
-int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls) {
-  return kernelCalls[cls].load();
+  return fsdp::rt::counters::kernelTime(cls);
 }
 
 int fsdp_rt_kernel_profile(int max, const char **names, int64_t *calls,
@@ -228,28 +203,12 @@ int fsdp_rt_kernel_profile(int max, const char **names, int64_t *calls,
   return fsdp::rt::profileRead(max, names, calls, time_ns);
 }
 
-int64_t fsdp_rt_host_syncs(void) { return hostSyncs.load(); }
-
-void fsdp_rt_counters_reset(void) {
-  hostSyncs = 0;
-  for (auto &row : collectiveBytes)
-    for (auto &c : row)
-      c = 0;
-  for (auto &row : collectiveCalls)
-    for (auto &c : row)
-      c = 0;
-  for (auto &c : kernelNanos)
-    c = 0;
-  for (auto &c : kernelCalls)
-    c = 0;
-  fsdp::rt::profileReset();
-}
+void fsdp_rt_counters_reset(void) { fsdp::rt::counters::reset(); }
 
 KernelTimer::~KernelTimer() {
   auto elapsed = std::chrono::steady_clock::now() - start;
   int64_t nanos =
       std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
-  kernelNanos[cls] += nanos;
-  kernelCalls[cls] += 1;
-  fsdp::rt::profileAdd(name, nanos);
+  fsdp::rt::counters::addKernelCall(cls);
+  fsdp::rt::counters::addKernelTime(cls, name, nanos);
 }

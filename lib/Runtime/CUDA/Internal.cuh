@@ -30,6 +30,7 @@
 #ifndef FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
 #define FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
 
+#include "../Common/FloatBits.h"
 #include "Portable.cuh"
 #include "fsdp/Runtime/Runtime.h"
 
@@ -166,66 +167,14 @@ int64_t numElements(const int64_t *shape, int rank);
 // Element types (device side)
 //===----------------------------------------------------------------------===//
 
-// bf16/f16 conversions bit for bit as the CPU backend's (CPU/Support.cpp):
-// round to nearest even, overflow to infinity, f16 subnormals kept, a NaN
-// stays a quiet NaN of the same sign (the CPU's payload bits included), so
-// casts and data-moving results match the CPU backend exactly.
-
-__device__ inline float bitsToFloat(uint32_t u) { return __uint_as_float(u); }
-__device__ inline uint32_t floatToBits(float f) { return __float_as_uint(f); }
-
-__device__ inline float bf16ToFloat(uint16_t h) {
-  return bitsToFloat(uint32_t(h) << 16);
-}
-
-__device__ inline uint16_t floatToBf16(float f) {
-  uint32_t u = floatToBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-
-__device__ inline float f16ToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t man = h & 0x3ff;
-  if (exp == 0) {
-    // Zero or subnormal: man units of 2^-24, exact in f32.
-    float mag = float(man) * 5.9604644775390625e-8f;
-    return sign ? -mag : mag;
-  }
-  if (exp == 31)
-    return bitsToFloat(sign | 0x7f800000u | (man << 13));
-  return bitsToFloat(sign | ((exp + 112) << 23) | (man << 13));
-}
-
-__device__ inline uint16_t floatToF16(float f) {
-  uint32_t u = floatToBits(f);
-  uint16_t sign = uint16_t((u >> 16) & 0x8000);
-  uint32_t abs = u & 0x7fffffffu;
-  if (abs >= 0x7f800000u)
-    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
-  // 65520 and above round to infinity.
-  if (abs >= 0x477ff000u)
-    return sign | 0x7c00;
-  if (abs >= 0x38800000u) {
-    // Normal: rebias the exponent, round the 13 dropped mantissa bits.
-    uint32_t v = abs - (112u << 23);
-    uint32_t h = v >> 13, rem = v & 0x1fff;
-    h += rem > 0x1000 || (rem == 0x1000 && (h & 1));
-    return sign | uint16_t(h);
-  }
-  // Subnormal result: count units of 2^-24, rounding to nearest even.
-  int shift = 126 - int(abs >> 23);
-  if (shift > 24)
-    return sign;
-  uint32_t man = (abs & 0x7fffffu) | 0x800000u;
-  uint32_t h = man >> shift, rem = man & ((1u << shift) - 1),
-           half = 1u << (shift - 1);
-  h += rem > half || (rem == half && (h & 1));
-  return sign | uint16_t(h);
-}
+// bf16/f16 conversions bit for bit as the CPU backend's: the same
+// definitions (Common/FloatBits.h), compiled for the device.
+using bits::bf16ToFloat;
+using bits::bitsToFloat;
+using bits::f16ToFloat;
+using bits::floatToBf16;
+using bits::floatToBits;
+using bits::floatToF16;
 
 /// The float element types as kernel template arguments: `T` is the
 /// storage, load widens element i to f32, store rounds to it.

@@ -6,30 +6,41 @@
 #
 #===----------------------------------------------------------------------===#
 #
-# Usage: check_abi.sh LIBRARY.a [INCLUDE_DIR]
+# Usage: check_abi.sh LIBRARY.a [LIBRARY.a ...] [INCLUDE_DIR]
 #
 # Preprocesses Runtime.h (so that the functions Activations.def generates are
 # listed too), takes every fsdp_rt_* name followed by '(' as a declared
-# function, and compares that list with the text symbols LIBRARY defines.
-# Prints the missing functions and exits 1 if there are any; a backend that
-# links in place of another must define all of them.
+# function, and compares that list with the text symbols the LIBRARYs define
+# together. Prints the missing functions and exits 1 if there are any; a
+# backend (with the common runtime library, libFSDPRuntimeFloat.a, which
+# keeps the counters) that links in place of another must define all of
+# them.
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
 
-if [[ $# -lt 1 || $# -gt 2 ]]; then
-  echo "usage: $0 LIBRARY.a [INCLUDE_DIR]" >&2
+libraries=()
+include=$(cd "$(dirname "$0")/../../../include" && pwd)
+for arg in "$@"; do
+  if [[ -d $arg ]]; then
+    include=$arg
+  else
+    libraries+=("$arg")
+  fi
+done
+if ((${#libraries[@]} == 0)); then
+  echo "usage: $0 LIBRARY.a [LIBRARY.a ...] [INCLUDE_DIR]" >&2
   exit 2
 fi
-library=$1
-include=${2:-$(cd "$(dirname "$0")/../../../include" && pwd)}
+library=$(printf '%s + ' "${libraries[@]##*/}")
+library=${library% + }
 
 declared=$(echo '#include "fsdp/Runtime/Runtime.h"' |
   "${CC:-cc}" -E -P -I"$include" -x c - |
   grep -oE '\bfsdp_rt_[A-Za-z0-9_]+[[:space:]]*\(' |
   sed -E 's/[[:space:]]*\($//' | sort -u)
-defined=$(nm --defined-only "$library" | awk '$2 == "T" { print $3 }' |
-  sort -u)
+defined=$(for lib in "${libraries[@]}"; do nm --defined-only "$lib"; done |
+  awk '$2 == "T" { print $3 }' | sort -u)
 
 missing=$(comm -23 <(echo "$declared") <(echo "$defined"))
 count=$(echo "$declared" | wc -l)
@@ -39,4 +50,4 @@ if [[ -n "$missing" ]]; then
   echo "$missing"
   exit 1
 fi
-echo "$library defines all $count functions of Runtime.h"
+echo "$library define all $count functions of Runtime.h"

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Float.h"
+#include "FloatBits.h"
 
 #include <cmath>
 #include <cstring>
@@ -42,69 +43,10 @@ const char *fsdp::rt::vectorLevel() { return cloneLevel(); }
 // Conversions
 //===----------------------------------------------------------------------===//
 
-static uint32_t bitsOf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-static float floatOf(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-float fsdp::rt::bf16ToFloat(uint16_t h) { return floatOf(uint32_t(h) << 16); }
-
-uint16_t fsdp::rt::floatToBf16(float f) {
-  uint32_t u = bitsOf(f);
-  // Keep NaNs quiet; rounding could carry a NaN payload into infinity.
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-
-float fsdp::rt::f16ToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t man = h & 0x3ff;
-  if (exp == 0) {
-    // Zero or subnormal: man units of 2^-24, exact in f32.
-    float mag = std::ldexp(float(man), -24);
-    return sign ? -mag : mag;
-  }
-  if (exp == 31)
-    return floatOf(sign | 0x7f800000u | (man << 13));
-  return floatOf(sign | ((exp + 112) << 23) | (man << 13));
-}
-
-uint16_t fsdp::rt::floatToF16(float f) {
-  uint32_t u = bitsOf(f);
-  uint16_t sign = uint16_t((u >> 16) & 0x8000);
-  uint32_t abs = u & 0x7fffffffu;
-  if (abs >= 0x7f800000u)
-    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
-  // 65520 and above round to infinity.
-  if (abs >= 0x477ff000u)
-    return sign | 0x7c00;
-  if (abs >= 0x38800000u) {
-    // Normal: rebias the exponent, round the 13 dropped mantissa bits.
-    uint32_t v = abs - (112u << 23);
-    uint32_t h = v >> 13, rem = v & 0x1fff;
-    h += rem > 0x1000 || (rem == 0x1000 && (h & 1));
-    return sign | uint16_t(h);
-  }
-  // Subnormal result: count units of 2^-24, rounding to nearest even.
-  int shift = 126 - int(abs >> 23);
-  if (shift > 24)
-    return sign;
-  uint32_t man = (abs & 0x7fffffu) | 0x800000u;
-  uint32_t h = man >> shift, rem = man & ((1u << shift) - 1),
-           half = 1u << (shift - 1);
-  h += rem > half || (rem == half && (h & 1));
-  return sign | uint16_t(h);
-}
+float fsdp::rt::bf16ToFloat(uint16_t h) { return bits::bf16ToFloat(h); }
+uint16_t fsdp::rt::floatToBf16(float f) { return bits::floatToBf16(f); }
+float fsdp::rt::f16ToFloat(uint16_t h) { return bits::f16ToFloat(h); }
+uint16_t fsdp::rt::floatToF16(float f) { return bits::floatToF16(f); }
 
 // bf16 widens by a shift and narrows by adding the rounding bias, a NaN kept
 // quiet by a select: no branch, so both loops vectorize.

@@ -14,9 +14,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Internal.cuh"
+#include "../Internal.cuh"
 
-#include "../Common/Profile.h"
+#include "../../Common/Counters.h"
+#include "../../Common/Profile.h"
 
 #include "fsdp/Runtime/RuntimeCUDA.h"
 
@@ -113,7 +114,6 @@ fsdp_rt_stream_impl &implOf(fsdp_rt_stream stream) {
 }
 
 std::mutex blasMutex;
-std::atomic<int64_t> hostSyncs{0};
 } // namespace
 
 cudaStream_t fsdp::rt::cuda::streamOf(fsdp_rt_stream stream) {
@@ -141,7 +141,7 @@ cublasHandle_t fsdp::rt::cuda::blasOf(fsdp_rt_stream stream) {
   return impl.blas;
 }
 
-void fsdp::rt::cuda::countHostSync() { hostSyncs += 1; }
+void fsdp::rt::cuda::countHostSync() { fsdp::rt::counters::addHostSync(); }
 
 fsdp_rt_stream fsdp_rt_stream_create(void) {
   auto *s = new fsdp_rt_stream_impl;
@@ -333,32 +333,8 @@ void fsdp_rt_copy_to_host(fsdp_rt_stream stream, void *host_dst,
 }
 
 //===----------------------------------------------------------------------===//
-// Counters
+// Counters (Common/Counters.cpp keeps them)
 //===----------------------------------------------------------------------===//
-
-static constexpr int kNumMasks = 1 << FSDP_RT_MAX_MESH_AXES;
-static std::atomic<int64_t> collectiveBytes[FSDP_RT_NUM_COLLECTIVE_KINDS]
-                                           [kNumMasks];
-static std::atomic<int64_t> collectiveCalls[FSDP_RT_NUM_COLLECTIVE_KINDS]
-                                           [kNumMasks];
-static std::atomic<int64_t> kernelNanos[FSDP_RT_NUM_KERNEL_CLASSES];
-static std::atomic<int64_t> kernelCalls[FSDP_RT_NUM_KERNEL_CLASSES];
-
-void fsdp_rt_count_collective(fsdp_rt_collective_kind kind, uint32_t axis_mask,
-                              int64_t bytes) {
-  collectiveBytes[kind][axis_mask % kNumMasks] += bytes;
-  collectiveCalls[kind][axis_mask % kNumMasks] += 1;
-}
-
-int64_t fsdp_rt_collective_bytes(fsdp_rt_collective_kind kind,
-                                 uint32_t axis_mask) {
-  return collectiveBytes[kind][axis_mask % kNumMasks].load();
-}
-
-int64_t fsdp_rt_collective_calls(fsdp_rt_collective_kind kind,
-                                 uint32_t axis_mask) {
-  return collectiveCalls[kind][axis_mask % kNumMasks].load();
-}
 
 namespace {
 /// A call whose stop event may not have completed yet.
@@ -437,9 +413,8 @@ private:
       float ms = 0;
       check(cudaEventElapsedTime(&ms, call.start, call.stop),
             "fsdp_rt_kernel_time_ns");
-      int64_t nanos = int64_t(double(ms) * 1e6);
-      kernelNanos[call.cls] += nanos;
-      fsdp::rt::profileAdd(call.name, nanos);
+      fsdp::rt::counters::addKernelTime(call.cls, call.name,
+                              int64_t(double(ms) * 1e6));
       freeEvents.push_back(call.start);
       freeEvents.push_back(call.stop);
     }
@@ -456,7 +431,7 @@ private:
 KernelScope::KernelScope(fsdp_rt_kernel_class cls, fsdp_rt_stream stream,
                          const char *name)
     : cls(cls), cudaStream(streamOf(stream)), callName(name) {
-  kernelCalls[cls] += 1;
+  fsdp::rt::counters::addKernelCall(cls);
   // A call recorded into a graph is not timed: its events could not be
   // read.
   if (recordingGraph())
@@ -479,11 +454,7 @@ KernelScope::~KernelScope() {
 
 int64_t fsdp_rt_kernel_time_ns(fsdp_rt_kernel_class cls) {
   Timing::get().flush();
-  return kernelNanos[cls].load();
-}
-
-int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls) {
-  return kernelCalls[cls].load();
+  return fsdp::rt::counters::kernelTime(cls);
 }
 
 int fsdp_rt_kernel_profile(int max, const char **names, int64_t *calls,
@@ -492,20 +463,7 @@ int fsdp_rt_kernel_profile(int max, const char **names, int64_t *calls,
   return fsdp::rt::profileRead(max, names, calls, time_ns);
 }
 
-int64_t fsdp_rt_host_syncs(void) { return hostSyncs.load(); }
-
 void fsdp_rt_counters_reset(void) {
   Timing::get().discard();
-  fsdp::rt::profileReset();
-  for (auto &row : collectiveBytes)
-    for (auto &c : row)
-      c = 0;
-  for (auto &row : collectiveCalls)
-    for (auto &c : row)
-      c = 0;
-  for (auto &c : kernelNanos)
-    c = 0;
-  for (auto &c : kernelCalls)
-    c = 0;
-  hostSyncs = 0;
+  fsdp::rt::counters::reset();
 }

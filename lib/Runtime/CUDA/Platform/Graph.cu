@@ -16,7 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Internal.cuh"
+#include "../Internal.cuh"
 
 #include <string>
 
