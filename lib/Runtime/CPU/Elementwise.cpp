@@ -24,21 +24,6 @@ static std::vector<int64_t> broadcastStrides(const int64_t *shape, int rank,
   return strides;
 }
 
-/// Whether `shape`, less its leading 1s, is the trailing dims of `outShape`:
-/// its elements repeat with period numElements(shape) over the output.
-static bool isTrailing(const int64_t *shape, int rank, const int64_t *outShape,
-                       int outRank) {
-  int lead = 0;
-  while (lead < rank && shape[lead] == 1)
-    ++lead;
-  if (rank - lead > outRank)
-    return false;
-  for (int i = lead; i < rank; ++i)
-    if (shape[i] != outShape[outRank - rank + i])
-      return false;
-  return true;
-}
-
 namespace {
 enum class BinaryKind { Add, Sub, Mul, Div };
 

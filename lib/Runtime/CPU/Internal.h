@@ -15,6 +15,7 @@
 #define FSDP_LIB_RUNTIME_CPU_INTERNAL_H
 
 #include "../Common/Float.h"
+#include "../Common/Shape.h"
 #include "fsdp/Runtime/Runtime.h"
 
 #include <algorithm>
@@ -167,10 +168,8 @@ inline void advance(std::vector<int64_t> &index, const int64_t *shape,
   }
 }
 
-/// Row-major strides of `shape`.
+/// Row-major strides of `shape`, as a vector.
 std::vector<int64_t> stridesOf(const int64_t *shape, int rank);
-/// Product of `shape`.
-int64_t numElements(const int64_t *shape, int rank);
 
 } // namespace fsdp::rt
 

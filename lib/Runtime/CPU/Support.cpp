@@ -29,31 +29,8 @@ void fsdp_rt_set_threads(int local_ranks) {
 
 std::vector<int64_t> fsdp::rt::stridesOf(const int64_t *shape, int rank) {
   std::vector<int64_t> strides(rank);
-  int64_t stride = 1;
-  for (int i = rank - 1; i >= 0; --i) {
-    strides[i] = stride;
-    stride *= shape[i];
-  }
+  stridesOf(shape, rank, strides.data());
   return strides;
-}
-
-int64_t fsdp::rt::numElements(const int64_t *shape, int rank) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; ++i)
-    n *= shape[i];
-  return n;
-}
-
-size_t fsdp_rt_dtype_size(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_BF16:
-  case FSDP_RT_F16:
-    return 2;
-  case FSDP_RT_I64:
-    return 8;
-  default:
-    return 4;
-  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -59,20 +59,6 @@ struct Operand {
   }
 };
 
-/// Whether `shape`, less its leading 1s, is the trailing dims of `outShape`:
-/// its elements then repeat with period numElements(shape) over the output.
-bool isTrailing(const int64_t *shape, int rank, const int64_t *outShape,
-                int outRank) {
-  int lead = 0;
-  while (lead < rank && shape[lead] == 1)
-    ++lead;
-  if (rank - lead > outRank)
-    return false;
-  for (int i = lead; i < rank; ++i)
-    if (shape[i] != outShape[outRank - rank + i])
-      return false;
-  return true;
-}
 
 Operand operandOf(const int64_t *shape, int rank, const Shape &out,
                   const char *where) {

@@ -31,6 +31,7 @@
 #define FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
 
 #include "../Common/FloatBits.h"
+#include "../Common/Shape.h"
 #include "Portable.cuh"
 #include "fsdp/Runtime/Runtime.h"
 
@@ -158,10 +159,9 @@ inline unsigned gridFor(int64_t n, int threads = kThreads) {
 /// travel to the device by value in a struct of this capacity.
 constexpr int kMaxRank = 8;
 
-/// Row-major strides of `shape`.
-void stridesOf(const int64_t *shape, int rank, int64_t *strides);
-/// Product of `shape` (1 for rank 0).
-int64_t numElements(const int64_t *shape, int rank);
+using fsdp::rt::isTrailing;
+using fsdp::rt::numElements;
+using fsdp::rt::stridesOf;
 
 //===----------------------------------------------------------------------===//
 // Element types (device side)
@@ -169,12 +169,7 @@ int64_t numElements(const int64_t *shape, int rank);
 
 // bf16/f16 conversions bit for bit as the CPU backend's: the same
 // definitions (Common/FloatBits.h), compiled for the device.
-using bits::bf16ToFloat;
-using bits::bitsToFloat;
-using bits::f16ToFloat;
-using bits::floatToBf16;
-using bits::floatToBits;
-using bits::floatToF16;
+using namespace fsdp::rt::bits;
 
 /// The float element types as kernel template arguments: `T` is the
 /// storage, load widens element i to f32, store rounds to it.

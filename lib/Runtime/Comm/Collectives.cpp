@@ -109,7 +109,14 @@ int64_t leadingProduct(const int64_t *dims, int64_t n) {
   return p;
 }
 
-/// What every start does first: the group, the operand check, the future.
+/// Adds one call sending `bytes` to the counters of (`kind`, `mask`).
+void count(Collective kind, uint32_t mask, int64_t bytes) {
+  fsdp_rt_count_collective(fsdp_rt_collective_kind(kind), mask, bytes);
+}
+
+/// What every start does first: the group, the operand check, the future,
+/// and the counters by the kind's traffic (a routed collective's bytes are
+/// known only to its transport, which returns them).
 struct Start {
   const char *op;
   const Group &g;
@@ -120,22 +127,12 @@ struct Start {
       : op(accounting::nameOf(kind)), g(groupOf(*p, op, mask)) {
     checkOperand(op, r, x);
     f = comm::open(op, g, mask, r, x);
+    if (accounting::trafficOf(kind) != accounting::Traffic::Routed)
+      count(kind, mask, accounting::bytesSent(kind, byteSize(x->type), g.size));
   }
 
   char *result() const { return static_cast<char *>(comm::resultOf(f)->data); }
 };
-
-/// Adds one call sending `bytes` to the counters of (`kind`, `mask`).
-void count(Collective kind, uint32_t mask, int64_t bytes) {
-  fsdp_rt_count_collective(fsdp_rt_collective_kind(kind), mask, bytes);
-}
-
-/// Counts a collective of `kind` whose input is `x` over `g`, by its
-/// traffic.
-void countSent(Collective kind, uint32_t mask, const fsdp_type &x,
-               const Group &g) {
-  count(kind, mask, accounting::bytesSent(kind, byteSize(x), g.size));
-}
 
 } // namespace
 
@@ -149,7 +146,6 @@ fsdp_future *fsdp_op_all_gather_start(fsdp_program *p, fsdp_type r,
   Start s(p, Collective::AllGather, r, x, axis_mask);
   checkDim(s.op, x->type, dim);
   checkScaledDim(s.op, r, x->type, dim, s.g.size);
-  countSent(Collective::AllGather, axis_mask, x->type, s.g);
   // Blocks arrive as [n, x]; along dim d > 0 they are [n, outer, piece] and
   // the result is [outer, n, piece].
   int64_t bytes = byteSize(x->type);
@@ -172,7 +168,6 @@ fsdp_future *fsdp_op_reduce_scatter_start(fsdp_program *p, fsdp_type r,
   Start s(p, Collective::ReduceScatter, r, x, axis_mask);
   checkDim(s.op, x->type, dim);
   checkScaledDim(s.op, x->type, r, dim, s.g.size);
-  countSent(Collective::ReduceScatter, axis_mask, x->type, s.g);
   // Block i (member i's part) must be contiguous: [outer, n, piece] ->
   // [n, outer, piece].
   comm::reduceScatter(s.f, x, leadingProduct(r.dims, dim), reduction);
@@ -184,7 +179,6 @@ fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
                                       fsdp_reduction reduction) {
   Start s(p, Collective::AllReduce, r, x, axis_mask);
   checkScaledDim(s.op, r, x->type, -1, 1);
-  countSent(Collective::AllReduce, axis_mask, x->type, s.g);
   comm::allReduce(s.f, x, reduction);
   return comm::started(*p, s.f);
 }
@@ -197,7 +191,6 @@ fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
   const fsdp_type &in = x->type;
   // The block each rank sends to one peer.
   fsdp_type block = allToAllBlock(s.op, r, in, n, split_dim, concat_dim);
-  countSent(Collective::AllToAll, axis_mask, in, s.g);
   int64_t bytes = byteSize(in), blockBytes = bytes / n;
   // Send side: [outer, n, piece] along split_dim -> [n, outer, piece];
   // receive side: [n, outer, piece] -> [outer, n, piece] along concat_dim.
@@ -229,7 +222,6 @@ fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                    uint32_t axis_mask, int64_t offset) {
   Start s(p, Collective::Permute, r, x, axis_mask);
   checkScaledDim(s.op, r, x->type, -1, 1);
-  countSent(Collective::Permute, axis_mask, x->type, s.g);
   int64_t bytes = byteSize(x->type), n = s.g.size;
   int64_t shift = ((offset % n) + n) % n;
   int to = int((s.g.rank + shift) % n), from = int((s.g.rank - shift + n) % n);
@@ -250,7 +242,6 @@ fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
   if (root < 0 || root >= s.g.size)
     fail(s.op, "root " + std::to_string(root) + " is not in a group of " +
                    std::to_string(s.g.size));
-  countSent(Collective::Broadcast, axis_mask, x->type, s.g);
   comm::launch(s.f);
   comm::broadcast(s.f, x->data, s.result(), byteSize(x->type), int(root));
   return comm::started(*p, s.f);

@@ -71,3 +71,15 @@ int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls) {
 }
 
 int64_t fsdp_rt_host_syncs(void) { return hostSyncs.load(); }
+
+size_t fsdp_rt_dtype_size(fsdp_rt_dtype dtype) {
+  switch (dtype) {
+  case FSDP_RT_BF16:
+  case FSDP_RT_F16:
+    return 2;
+  case FSDP_RT_I64:
+    return 8;
+  default:
+    return 4;
+  }
+}

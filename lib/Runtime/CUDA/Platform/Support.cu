@@ -56,38 +56,6 @@ void fsdp::rt::cuda::check(cublasStatus_t status, const char *where) {
   std::abort();
 }
 
-//===----------------------------------------------------------------------===//
-// Shapes and element types
-//===----------------------------------------------------------------------===//
-
-void fsdp::rt::cuda::stridesOf(const int64_t *shape, int rank,
-                               int64_t *strides) {
-  int64_t stride = 1;
-  for (int i = rank - 1; i >= 0; --i) {
-    strides[i] = stride;
-    stride *= shape[i];
-  }
-}
-
-int64_t fsdp::rt::cuda::numElements(const int64_t *shape, int rank) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; ++i)
-    n *= shape[i];
-  return n;
-}
-
-size_t fsdp_rt_dtype_size(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_BF16:
-  case FSDP_RT_F16:
-    return 2;
-  case FSDP_RT_I64:
-    return 8;
-  default:
-    return 4;
-  }
-}
-
 // Threads are how the CPU backend shares a node's cores among its ranks;
 // CUDA kernels run on the rank's GPU, so there is nothing to share.
 void fsdp_rt_set_threads(int) {}
