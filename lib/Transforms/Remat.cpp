@@ -61,9 +61,10 @@ DenseSet<Value> keptValues(ArrayRef<Operation *> ops,
   for (Operation *op : ops) {
     bool keep = false;
     if (selective) {
-      if (isa<nn::LinearOp, nn::MatmulOp, nn::BatchMatmulOp>(op))
+      if (op->hasTrait<nn::RematProduct>())
         keep = ++matmuls % 2 == 1;
-      keep |= isa<nn::AttentionOp, dist::CollectiveOpInterface>(op);
+      keep |= op->hasTrait<nn::RematSaved>() ||
+              isa<dist::CollectiveOpInterface>(op);
     }
     for (Value result : op->getResults())
       if (keep || llvm::any_of(result.getUsers(), [&](Operation *user) {

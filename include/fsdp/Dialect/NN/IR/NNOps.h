@@ -101,6 +101,13 @@ class GradientBuilder;
 template <typename ConcreteType>
 class ActivationTrait
     : public mlir::OpTrait::TraitBase<ConcreteType, ActivationTrait> {};
+/// What selective activation checkpointing saves (NNOps.td): every other
+/// matrix product, and each op with RematSaved.
+template <typename ConcreteType>
+class RematProduct
+    : public mlir::OpTrait::TraitBase<ConcreteType, RematProduct> {};
+template <typename ConcreteType>
+class RematSaved : public mlir::OpTrait::TraitBase<ConcreteType, RematSaved> {};
 } // namespace fsdp::nn
 
 #include "fsdp/Dialect/NN/IR/NNInterfaces.h.inc"

@@ -104,6 +104,18 @@ def NN_ActivationTrait : NativeOpTrait<"ActivationTrait"> {
   let cppNamespace = "::fsdp::nn";
 }
 
+/// Selective activation checkpointing (fsdp-build-train-step): a matrix
+/// product, every other one of which a layer saves for its backward...
+def NN_RematProduct : NativeOpTrait<"RematProduct"> {
+  let cppNamespace = "::fsdp::nn";
+}
+/// ...and an op whose result a layer always saves (attention: recomputing
+/// it costs the most per byte saved). The collectives are always saved
+/// too: recomputing one would communicate again.
+def NN_RematSaved : NativeOpTrait<"RematSaved"> {
+  let cppNamespace = "::fsdp::nn";
+}
+
 /// A pointwise activation `y = f(x)` whose gradient is its op
 /// `gradClass` (NN_ActivationGradOp): `dx = dy · f'(x)`. The class gives it
 /// all an op needs but `f`: its shape, shard and gradient rules and its
@@ -206,6 +218,7 @@ def NN_EmbeddingOp : NN_Op<"embedding", [
 
 def NN_LinearOp : NN_Op<"linear", [
     RuntimeCall<"fsdp_op_linear", "", 3>, NN_Differentiable, NN_Costed,
+    NN_RematProduct,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "PyTorch `nn.Linear`: `input · weightᵀ + bias`";
   let description = [{
@@ -228,7 +241,7 @@ def NN_LinearOp : NN_Op<"linear", [
 
 def NN_MatmulOp : NN_Op<"matmul", [
     RuntimeCall<"fsdp_op_matmul", "transpose_a:bool transpose_b:bool">,
-    NN_Differentiable, NN_Costed,
+    NN_Differentiable, NN_Costed, NN_RematProduct,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Matrix product of a batch of rows with one matrix";
   let description = [{
@@ -247,7 +260,7 @@ def NN_MatmulOp : NN_Op<"matmul", [
 
 def NN_BatchMatmulOp : NN_Op<"batch_matmul", [
     RuntimeCall<"fsdp_op_batch_matmul", "transpose_a:bool transpose_b:bool">,
-    NN_Differentiable, NN_Costed]> {
+    NN_Differentiable, NN_Costed, NN_RematProduct]> {
   let summary = "Batched matrix product with equal batch dimensions";
   let description = [{
     `lhs` is `[b..., M, K]`, `rhs` `[b..., K, N]` with the same rank (>= 3)
@@ -362,7 +375,7 @@ def NN_RotaryOp : NN_Op<"rotary", [
 
 def NN_AttentionOp : NN_Op<"attention", [
     RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">,
-    NN_Differentiable, NN_Costed,
+    NN_Differentiable, NN_Costed, NN_RematSaved,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
   let description = [{
