@@ -38,17 +38,15 @@ struct Volume {
   int64_t calls = 0, bytes = 0;
 };
 
-struct CommReportPass : fsdp::impl::CommReportPassBase<CommReportPass> {
-  using CommReportPassBase::CommReportPassBase;
+struct CommReportPass
+    : EntryFunctionPass<CommReportPass, fsdp::impl::CommReportPassBase> {
+  using EntryFunctionPass::EntryFunctionPass;
+  static constexpr llvm::StringLiteral kPurpose = "report on";
 
   /// Where the JSON goes instead of `output`, when set.
   std::shared_ptr<JsonReport> report;
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    func::FuncOp func = lookupEntry(module, entry, "report on");
-    if (!func)
-      return signalPassFailure();
+  void runOnEntry(ModuleOp module, func::FuncOp func) {
     // (kind, axis mask in mesh order) -> volume, and the group names.
     std::map<std::pair<accounting::Collective, uint32_t>, Volume> volumes;
     std::map<uint32_t, std::string> groupNames;

@@ -35,17 +35,15 @@ using namespace fsdp;
 
 namespace {
 
-struct MemoryReportPass : fsdp::impl::MemoryReportPassBase<MemoryReportPass> {
-  using MemoryReportPassBase::MemoryReportPassBase;
+struct MemoryReportPass
+    : EntryFunctionPass<MemoryReportPass, fsdp::impl::MemoryReportPassBase> {
+  using EntryFunctionPass::EntryFunctionPass;
+  static constexpr llvm::StringLiteral kPurpose = "report on";
 
   /// Where the JSON goes instead of `output`, when set.
   std::shared_ptr<JsonReport> report;
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    func::FuncOp step = lookupEntry(module, entry, "report on");
-    if (!step)
-      return signalPassFailure();
+  void runOnEntry(ModuleOp module, func::FuncOp step) {
     FailureOr<dist::MeshOp> mesh = meshForCollectives(module, step, "size");
     if (failed(mesh))
       return signalPassFailure();

@@ -25,6 +25,7 @@
 
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Dialect/NN/IR/Partitioning.h"
 #include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -84,7 +85,10 @@ struct Split {
   Operation *by = nullptr;
 };
 
-class Partitioner {
+/// The partitioner; the ops' own rules (NNPartitionRules.cpp) build their
+/// per-rank forms through its nn::TPPartitioner side, for the op being
+/// partitioned (`current`, styled as `style`).
+class Partitioner : public nn::TPPartitioner {
 public:
   Partitioner(func::FuncOp forward, dist::MeshOp mesh, int64_t tp)
       : forward(forward), b(forward.getContext()), tp(tp),
@@ -96,31 +100,63 @@ public:
   unsigned numSplitParams() const { return splits.size(); }
 
 private:
+  // nn::TPPartitioner, for the current op.
+  OpBuilder &builder() override { return b; }
+  int64_t parts() const override { return tp; }
+  std::string entry() const override { return tp::entryOf(current); }
+  bool inputDeclaredSharded() const override { return style.input.shard; }
+  Value lookup(Value old) const override { return map.lookup(old); }
+  nn::OperandShard shardOf(Value now) const override {
+    Layout layout = layoutOf(now);
+    return layout.kind == Layout::Partial ? nn::OperandShard{0, 1}
+                                          : layout.shard();
+  }
+  std::string describeLayout(Value now) const override {
+    return layoutOf(now).str();
+  }
+  FailureOr<Value> activation(Value x) override;
+  Value copyIn(Value v) override;
+  FailureOr<Value> reduce(Value partial) override {
+    return resolve(current, partial);
+  }
+  Value allReduce(Value v, bool max) override;
+  Value axisIndex() override;
+  int64_t fusedGroups() override;
+  Operation *rebuild(ValueRange operands) override {
+    return rebuild(*current, operands);
+  }
+  LogicalResult partitionByShardRule() override { return generic(*current); }
+  void bind(unsigned result, Value now, nn::OperandShard split) override {
+    set(current->getResult(result), now,
+        split.isSplit() ? Layout::sharded(split.dim, split.groups)
+                        : Layout::replicated());
+  }
+  void bindPartial(Value now) override {
+    set(current->getResult(0), now, Layout::partial(style.output));
+  }
+  void bindLike(Value now, Value like) override {
+    set(current->getResult(0), now, layoutOf(like));
+  }
+  LogicalResult bindModuleOutput(Value now, int64_t dim,
+                                 int64_t groups) override;
+
   // Parameters.
   LogicalResult decideSplits();
   LogicalResult repeatKeyValueHeads();
-  int64_t fusedGroups(Operation *op);
+  /// The number of equal parts `projection`'s output is split into along
+  /// its features (a fused [Q | K | V] projection), or 1.
+  int64_t fusedGroupsOf(Operation *projection);
 
   // Ops.
   LogicalResult partition(Operation &op);
-  LogicalResult styled(Operation &op, const TPStyle &style);
   /// A norm under a SequenceParallel entry: on the rank's sequence block.
   LogicalResult sequenceParallelNorm(Operation &op);
-  /// The per-rank form of `x`, the activation operand of `op` under a
-  /// column- or row-parallel `style`: whole for column-parallel, the
-  /// rank's features for row-parallel.
-  FailureOr<Value> styledActivation(Operation &op, const TPStyle &style,
-                                    Value x);
   LogicalResult generic(Operation &op);
-  LogicalResult crossEntropy(nn::CrossEntropyOp op);
-  LogicalResult finishModule(Operation &op, Value result, const TPStyle &style,
-                             Layout layout);
 
   // Conversions of new values.
   FailureOr<Value> resolve(Operation *at, Value v);
   FailureOr<Value> gather(Operation *at, Value v, bool replicatedGrad);
   FailureOr<Value> slice(Operation *at, Value v, int64_t dim);
-  Value copyIn(Value v);
 
   /// Rebuilds `op` on `operands` through its shape rule, with `attrs`.
   Operation *rebuild(Operation &op, ValueRange operands,
@@ -130,7 +166,6 @@ private:
     layouts[now] = layout;
   }
   Layout layoutOf(Value now) const { return layouts.lookup(now); }
-  Value lookup(Value old) const { return map.lookup(old); }
   std::string entryOf(Operation &op) const { return tp::entryOf(&op); }
 
   func::FuncOp forward;
@@ -143,23 +178,27 @@ private:
   DenseMap<Value, Layout> layouts;
   DenseMap<Value, Value> copies, localGathers, replicatedGathers, slices,
       resolved;
-  Value axisIndex;
+  Value rankIndex;
+  /// The op being partitioned and its style.
+  Operation *current = nullptr;
+  TPStyle style;
 };
 
 //===----------------------------------------------------------------------===//
 // Parameters
 //===----------------------------------------------------------------------===//
 
-/// The number of equal parts a column-parallel module's output is split
-/// into along its features (a fused [Q | K | V] projection), or 1.
-int64_t Partitioner::fusedGroups(Operation *op) {
-  auto path = op->getAttrOfType<StringAttr>("path");
-  Value out = op->getResult(0);
+int64_t Partitioner::fusedGroupsOf(Operation *projection) {
+  if (!projection)
+    return 1;
+  auto path = projection->getAttrOfType<StringAttr>("path");
+  Value out = projection->getResult(0);
   // Through the rest of the module (a Conv1D's bias add).
   while (out.hasOneUse()) {
     Operation *user = *out.getUsers().begin();
-    if (user->getAttrOfType<StringAttr>("path") != path ||
-        !isa<nn::AddOp>(user))
+    auto styled = dyn_cast<nn::TPStyleOpInterface>(user);
+    if (user->getAttrOfType<StringAttr>("path") != path || !styled ||
+        styled.getTPProjection() != out.getDefiningOp())
       break;
     out = user->getResult(0);
   }
@@ -185,29 +224,31 @@ int64_t Partitioner::fusedGroups(Operation *op) {
 /// gradients follow: the repeat sums its copies, the gather's transpose
 /// keeps the rank's columns.
 LogicalResult Partitioner::repeatKeyValueHeads() {
-  SmallVector<nn::AttentionOp> attentions;
-  forward.walk([&](nn::AttentionOp op) {
-    int64_t kv = op.getKey().getType().getDimSize(2);
+  SmallVector<nn::MultiHeadOpInterface> attentions;
+  forward.walk([&](nn::MultiHeadOpInterface op) {
+    int64_t kv = op.getNumKeyValueHeads();
     if (kv % tp != 0 && tp % kv == 0)
       attentions.push_back(op);
   });
-  for (nn::AttentionOp attention : attentions) {
-    for (unsigned i : {1u, 2u}) {
+  for (nn::MultiHeadOpInterface attention : attentions) {
+    for (unsigned i : attention.getKeyValueOperands()) {
       Value kv = attention->getOperand(i);
-      // The projection: back through the per-head ops to the linear.
+      // The projection: back through the per-head ops (a reshape to heads,
+      // a norm, the rotary) to the first styled op.
       Operation *producer = kv.getDefiningOp();
-      while (
-          isa_and_nonnull<nn::RotaryOp, nn::RMSNormOp, nn::ReshapeOp>(producer))
+      while (producer && !tp::decode(producer) &&
+             producer->getNumOperands() > 0)
         producer = producer->getOperand(0).getDefiningOp();
       std::optional<TPStyle> style =
           producer ? tp::decode(producer) : std::nullopt;
-      if (!isa_and_nonnull<nn::LinearOp>(producer) || !style ||
+      auto projection = dyn_cast_or_null<nn::TPStyleOpInterface>(producer);
+      if (!projection || projection.getTPProjection() != producer || !style ||
           style->kind != TPStyle::Colwise)
-        return attention.emitOpError("has ")
-               << attention.getKey().getType().getDimSize(2)
+        return attention->emitOpError("has ")
+               << attention.getNumKeyValueHeads()
                << " key/value heads, fewer than tp = " << tp
                << ", and its keys and values must come from column-parallel "
-                  "linear projections to be repeated per rank";
+                  "projections to be repeated per rank";
       style->output = TPLayout::replicate();
       producer->setAttr(tp::kStyleAttrName,
                         tp::encode(b, *style, tp::entryOf(producer)));
@@ -225,7 +266,7 @@ LogicalResult Partitioner::repeatKeyValueHeads() {
       Value repeated = nn::ReshapeOp::create(
           b, loc, all, ArrayRef<int64_t>{shape[0], shape[1], tp, shape[3]},
           StringAttr());
-      if (auto path = attention.getPathAttr())
+      if (auto path = attention->getAttrOfType<StringAttr>("path"))
         for (Value v : {one, all, repeated})
           v.getDefiningOp()->setAttr("path", path);
       attention->setOperand(i, repeated);
@@ -247,27 +288,18 @@ LogicalResult Partitioner::decideSplits() {
     std::optional<TPStyle> style = tp::decode(&op);
     if (!style || style->kind == TPStyle::SequenceParallel)
       continue;
-    if (!isa<nn::LinearOp, nn::MatmulOp, nn::EmbeddingOp, nn::AddOp>(op))
+    auto styled = dyn_cast<nn::TPStyleOpInterface>(op);
+    if (!styled)
       return op.emitOpError("is matched by tensor-parallel plan entry '")
              << entryOf(op) << "' (" << style->kindName()
              << "), which applies to linear, embedding and Conv1D (matmul "
                 "+ add) modules";
-    if (auto matmul = dyn_cast<nn::MatmulOp>(op);
-        matmul && (matmul.getTransposeA() || matmul.getTransposeB() ||
-                   matmul.getRhs().getType().getRank() != 2))
-      return op.emitOpError("is matched by tensor-parallel plan entry '")
-             << entryOf(op)
-             << "', which splits a matmul only as a Conv1D (x · W, W "
-                "[in, out])";
+    bool col = style->kind == TPStyle::Colwise;
+    if (failed(styled.checkTPStyle(col, entryOf(op))))
+      return failure();
     // A column-parallel projection (or a Conv1D's bias add after one) whose
     // output is split into equal parts is split per part.
-    int64_t groups = 1;
-    if (style->kind == TPStyle::Colwise) {
-      Operation *projection =
-          isa<nn::AddOp>(op) ? op.getOperand(0).getDefiningOp() : &op;
-      if (projection && !isa<nn::EmbeddingOp>(op))
-        groups = fusedGroups(projection);
-    }
+    int64_t groups = col ? fusedGroupsOf(styled.getTPProjection()) : 1;
     for (auto [value, dim] : tp::splitOperands(&op, *style)) {
       auto arg = dyn_cast<BlockArgument>(value);
       if (!arg || !forward.getArgAttr(arg.getArgNumber(),
@@ -275,10 +307,9 @@ LogicalResult Partitioner::decideSplits() {
         return op.emitOpError("is split by tensor-parallel plan entry '")
                << entryOf(op) << "', so its weight must be a parameter";
       RankedTensorType type = tensorOf(arg);
-      bool vocabRows =
-          dim == 0 && groups == 1 && vocab > 0 && type.getDimSize(0) == vocab &&
-          (isa<nn::EmbeddingOp>(op) ||
-           (isa<nn::LinearOp>(op) && style->kind == TPStyle::Colwise));
+      bool vocabRows = dim == 0 && groups == 1 && vocab > 0 &&
+                       type.getDimSize(0) == vocab &&
+                       styled.mayPadVocabulary(col);
       if (type.getDimSize(dim) % (tp * groups) != 0 && !vocabRows)
         return op.emitOpError("weight ")
                << type << " dim " << dim << " does not divide by tp = " << tp
@@ -439,23 +470,44 @@ Operation *Partitioner::rebuild(Operation &op, ValueRange operands,
 /// The module's result: a partial sum waits for its reduction into the
 /// style's output layout; a column-parallel output the style wants whole is
 /// gathered.
-LogicalResult Partitioner::finishModule(Operation &op, Value result,
-                                        const TPStyle &style, Layout layout) {
-  layouts[result] = layout;
-  if (layout.kind == Layout::Sharded && !style.output.shard) {
+LogicalResult Partitioner::bindModuleOutput(Value result, int64_t dim,
+                                            int64_t groups) {
+  layouts[result] = Layout::sharded(dim, groups);
+  if (!style.output.shard) {
     // colwise_rep: the whole features, for computation every rank repeats.
-    FailureOr<Value> whole = gather(&op, result, /*replicatedGrad=*/true);
+    FailureOr<Value> whole = gather(current, result, /*replicatedGrad=*/true);
     if (failed(whole))
       return failure();
     result = *whole;
   }
-  map[op.getResult(0)] = result;
+  map[current->getResult(0)] = result;
   return success();
+}
+
+int64_t Partitioner::fusedGroups() {
+  return fusedGroupsOf(cast<nn::TPStyleOpInterface>(current).getTPProjection());
+}
+
+Value Partitioner::axisIndex() {
+  if (!rankIndex)
+    rankIndex = dist::AxisIndexOp::create(
+                    b, current->getLoc(),
+                    RankedTensorType::get({}, b.getI64Type()), meshRef, tpAxes)
+                    .getResult();
+  return rankIndex;
+}
+
+Value Partitioner::allReduce(Value v, bool max) {
+  auto kind = max ? dist::ReductionKind::max : dist::ReductionKind::sum;
+  return dist::AllReduceOp::create(
+             b, current->getLoc(), v.getType(), v, meshRef, tpAxes,
+             dist::ReductionKindAttr::get(b.getContext(), kind))
+      .getResult();
 }
 
 LogicalResult Partitioner::sequenceParallelNorm(Operation &op) {
   // A norm on the rank's sequence block; its weights are replicated.
-  if (!isa<nn::RMSNormOp, nn::LayerNormOp>(op))
+  if (!op.hasTrait<nn::TokenwiseNorm>())
     return op.emitOpError("is matched by sequence-parallel plan entry '")
            << entryOf(op) << "', which applies to norms";
   SmallVector<Value> operands;
@@ -480,8 +532,8 @@ LogicalResult Partitioner::sequenceParallelNorm(Operation &op) {
   return success();
 }
 
-FailureOr<Value> Partitioner::styledActivation(Operation &op,
-                                               const TPStyle &style, Value x) {
+FailureOr<Value> Partitioner::activation(Value x) {
+  Operation &op = *current;
   auto declared = [&](Value v, TPLayout want) -> LogicalResult {
     Layout have = layoutOf(v);
     int64_t rank = tensorOf(v).getRank();
@@ -529,146 +581,9 @@ FailureOr<Value> Partitioner::styledActivation(Operation &op,
          << have.str() << "; a row-parallel module needs the features sharded";
 }
 
-LogicalResult Partitioner::styled(Operation &op, const TPStyle &style) {
-  if (style.kind == TPStyle::SequenceParallel)
-    return sequenceParallelNorm(op);
-  bool col = style.kind == TPStyle::Colwise;
-  auto activation = [&](Value x) { return styledActivation(op, style, x); };
-
-  if (auto linear = dyn_cast<nn::LinearOp>(op)) {
-    FailureOr<Value> x = activation(linear.getInput());
-    if (failed(x))
-      return failure();
-    SmallVector<Value> operands = {*x, lookup(linear.getWeight())};
-    Value bias = linear.getBias() ? lookup(linear.getBias()) : Value();
-    if (col && bias)
-      operands.push_back(bias);
-    Operation *copy = rebuild(op, operands);
-    if (!copy)
-      return failure();
-    Value result = copy->getResult(0);
-    int64_t last = tensorOf(result).getRank() - 1;
-    if (col)
-      return finishModule(op, result, style,
-                          Layout::sharded(last, fusedGroups(&op)));
-    // Row-parallel with a bias: reduce first, then add it once.
-    layouts[result] = Layout::partial(style.output);
-    if (bias) {
-      FailureOr<Value> sum = resolve(&op, result);
-      if (failed(sum))
-        return failure();
-      // Added on every rank to a whole value it needs no copy; to a
-      // sequence block it does (its gradient sums the blocks').
-      Value b2 = layoutOf(*sum).isReplicated() ? bias : copyIn(bias);
-      result = nn::AddOp::create(b, op.getLoc(), *sum, b2, StringAttr());
-      layouts[result] = layoutOf(*sum);
-    }
-    map[op.getResult(0)] = result;
-    return success();
-  }
-  if (auto matmul = dyn_cast<nn::MatmulOp>(op)) {
-    FailureOr<Value> x = activation(matmul.getLhs());
-    if (failed(x))
-      return failure();
-    Operation *copy = rebuild(op, {*x, lookup(matmul.getRhs())});
-    if (!copy)
-      return failure();
-    Value result = copy->getResult(0);
-    int64_t last = tensorOf(result).getRank() - 1;
-    if (col) {
-      // The bias add of the same module follows the sharded features.
-      set(op.getResult(0), result, Layout::sharded(last, fusedGroups(&op)));
-      return success();
-    }
-    layouts[result] = Layout::partial(style.output);
-    map[op.getResult(0)] = result;
-    return success();
-  }
-  if (auto embedding = dyn_cast<nn::EmbeddingOp>(op)) {
-    Value ids = lookup(embedding.getIds());
-    if (!layoutOf(ids).isReplicated() || style.input.shard)
-      return op.emitOpError("is a ")
-             << style.kindName()
-             << " embedding, whose ids must be replicated "
-                "(input_layouts Replicate())";
-    Value table = lookup(embedding.getTable());
-    if (col) {
-      Operation *copy = rebuild(op, {table, ids});
-      if (!copy)
-        return failure();
-      Value result = copy->getResult(0);
-      return finishModule(op, result, style,
-                          Layout::sharded(tensorOf(result).getRank() - 1));
-    }
-    // Vocabulary-parallel: the rank's rows; other ids give zero rows.
-    if (!axisIndex)
-      axisIndex = dist::AxisIndexOp::create(
-                      b, op.getLoc(), RankedTensorType::get({}, b.getI64Type()),
-                      meshRef, tpAxes)
-                      .getResult();
-    Operation *copy = rebuild(op, {table, ids, axisIndex});
-    if (!copy)
-      return failure();
-    Value result = copy->getResult(0);
-    layouts[result] = Layout::partial(style.output);
-    map[op.getResult(0)] = result;
-    return success();
-  }
-  if (isa<nn::AddOp>(op))
-    // A Conv1D's bias add: the operands' layouts decide.
-    return generic(op);
-  return op.emitOpError("cannot be split by tensor-parallel plan entry '")
-         << entryOf(op) << "'";
-}
-
 //===----------------------------------------------------------------------===//
 // Everything else
 //===----------------------------------------------------------------------===//
-
-LogicalResult Partitioner::crossEntropy(nn::CrossEntropyOp op) {
-  Value logits = lookup(op.getLogits()), labels = lookup(op.getLabels());
-  Layout layout = layoutOf(logits);
-  int64_t last = tensorOf(logits).getRank() - 1;
-  if (layout.kind != Layout::Sharded || layout.dim != last ||
-      layout.groups != 1 || !layoutOf(labels).isReplicated())
-    return op.emitOpError("takes logits ")
-           << layout.str()
-           << "; a cross-entropy is partitioned only over the vocabulary "
-              "(lm_head column-parallel with output_layouts Shard(-1))";
-  // The vocabulary-parallel loss: the global row max, then each rank's
-  // Σexp and target logit, summed over the ranks.
-  Location loc = op.getLoc();
-  MLIRContext *context = b.getContext();
-  auto allReduce = [&](Value v, dist::ReductionKind kind) {
-    return dist::AllReduceOp::create(
-               b, loc, v.getType(), v, meshRef, tpAxes,
-               dist::ReductionKindAttr::get(context, kind))
-        .getResult();
-  };
-  if (!axisIndex)
-    axisIndex =
-        dist::AxisIndexOp::create(
-            b, loc, RankedTensorType::get({}, b.getI64Type()), meshRef, tpAxes)
-            .getResult();
-  StringAttr path = op.getPathAttr();
-  auto max = nn::ReduceMaxOp::create(b, loc, logits, path);
-  Value shift = allReduce(max, dist::ReductionKind::max);
-  // Padded classes (vocabulary not divisible by tp) are left out.
-  int64_t classes = op.getLogits().getType().getShape().back();
-  IntegerAttr numClasses = tensorOf(logits).getShape().back() * tp != classes
-                               ? b.getI64IntegerAttr(classes)
-                               : IntegerAttr();
-  auto partial = nn::CrossEntropyPartialOp::create(
-      b, loc, logits, labels, shift, axisIndex, op.getIgnoreIndexAttr(),
-      numClasses, path);
-  Value sumExp = allReduce(partial.getSumExp(), dist::ReductionKind::sum);
-  Value target = allReduce(partial.getTarget(), dist::ReductionKind::sum);
-  auto loss = nn::CrossEntropyCombineOp::create(b, loc, sumExp, target, labels,
-                                                op.getIgnoreIndexAttr(),
-                                                op.getReductionAttr(), path);
-  set(op.getResult(), loss, Layout::replicated());
-  return success();
-}
 
 LogicalResult Partitioner::generic(Operation &op) {
   SmallVector<Value> operands;
@@ -687,8 +602,10 @@ LogicalResult Partitioner::generic(Operation &op) {
       set(old, now, Layout::replicated());
     return success();
   }
-  if (auto loss = dyn_cast<nn::CrossEntropyOp>(op))
-    return crossEntropy(loss);
+  if (auto expansion = dyn_cast<nn::SplitExpansionOpInterface>(op)) {
+    current = &op;
+    return expansion.partitionSplit(*this);
+  }
 
   // The op's own rule (ShardRuleOpInterface) says where its results are
   // split and what its replicated operands become.
@@ -731,8 +648,15 @@ LogicalResult Partitioner::generic(Operation &op) {
 LogicalResult Partitioner::partition(Operation &op) {
   if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>())
     return op.emitOpError("cannot be partitioned over tp (not an nn op)");
-  std::optional<TPStyle> style = tp::decode(&op);
-  return style ? styled(op, *style) : generic(op);
+  std::optional<TPStyle> styleOf = tp::decode(&op);
+  if (!styleOf)
+    return generic(op);
+  current = &op;
+  style = *styleOf;
+  if (style.kind == TPStyle::SequenceParallel)
+    return sequenceParallelNorm(op);
+  return cast<nn::TPStyleOpInterface>(op).partitionStyled(
+      *this, style.kind == TPStyle::Colwise);
 }
 
 //===----------------------------------------------------------------------===//
@@ -822,14 +746,12 @@ LogicalResult Partitioner::run() {
   return success();
 }
 
-struct PartitionPass : fsdp::impl::PartitionPassBase<PartitionPass> {
-  using PartitionPassBase::PartitionPassBase;
+struct PartitionPass
+    : EntryFunctionPass<PartitionPass, fsdp::impl::PartitionPassBase> {
+  using EntryFunctionPass::EntryFunctionPass;
+  static constexpr llvm::StringLiteral kPurpose = "partition";
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    func::FuncOp forward = lookupEntry(module, entry, "partition");
-    if (!forward)
-      return signalPassFailure();
+  void runOnEntry(ModuleOp module, func::FuncOp forward) {
     bool annotated = false;
     forward.walk([&](Operation *op) {
       annotated |= bool(op->getAttr(tp::kStyleAttrName));

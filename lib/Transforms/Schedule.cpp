@@ -231,14 +231,12 @@ bool isGradientSync(dist::CollectiveOpInterface op) {
   });
 }
 
-struct SchedulePass : fsdp::impl::SchedulePassBase<SchedulePass> {
-  using SchedulePassBase::SchedulePassBase;
+struct SchedulePass
+    : EntryFunctionPass<SchedulePass, fsdp::impl::SchedulePassBase> {
+  using EntryFunctionPass::EntryFunctionPass;
+  static constexpr llvm::StringLiteral kPurpose = "schedule";
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    func::FuncOp step = lookupEntry(module, entry, "schedule");
-    if (!step)
-      return signalPassFailure();
+  void runOnEntry(ModuleOp module, func::FuncOp step) {
     Scheduler scheduler(step);
     SmallVector<Operation *> forward, backward, syncs;
     for (Operation &op : scheduler.body) {

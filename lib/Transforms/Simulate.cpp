@@ -119,14 +119,12 @@ double tokensPerGpu(func::FuncOp step, dist::MeshOp mesh, int64_t world) {
   return 0;
 }
 
-struct SimulatePass : fsdp::impl::SimulatePassBase<SimulatePass> {
-  using SimulatePassBase::SimulatePassBase;
+struct SimulatePass
+    : EntryFunctionPass<SimulatePass, fsdp::impl::SimulatePassBase> {
+  using EntryFunctionPass::EntryFunctionPass;
+  static constexpr llvm::StringLiteral kPurpose = "simulate";
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    func::FuncOp step = lookupEntry(module, entry, "simulate");
-    if (!step)
-      return signalPassFailure();
+  void runOnEntry(ModuleOp module, func::FuncOp step) {
     FailureOr<Hardware> hw = loadHardware(module);
     if (failed(hw))
       return signalPassFailure();

@@ -77,30 +77,19 @@ inline std::optional<TPStyle> decode(mlir::Operation *op) {
   return std::nullopt;
 }
 
-/// The operands a style splits over tp and the dim of each: the weight (a
-/// linear's [out, in] rows for column-parallel, columns for row-parallel; a
-/// Conv1D matmul's [in, out] the other way; an embedding table's columns or
-/// rows) and a column-parallel bias. fsdp-tp-plan reports them and
-/// fsdp-partition splits them.
+/// The operands a style splits over tp and the dim of each, as the op's
+/// TPStyleOpInterface says. fsdp-tp-plan reports them and fsdp-partition
+/// splits them.
 inline llvm::SmallVector<std::pair<mlir::Value, int64_t>>
 splitOperands(mlir::Operation *op, const TPStyle &style) {
-  if (style.kind == TPStyle::SequenceParallel)
+  auto styled = llvm::dyn_cast<nn::TPStyleOpInterface>(op);
+  if (!styled || style.kind == TPStyle::SequenceParallel)
     return {};
-  bool col = style.kind == TPStyle::Colwise;
-  if (auto linear = llvm::dyn_cast<nn::LinearOp>(op)) {
-    llvm::SmallVector<std::pair<mlir::Value, int64_t>> split = {
-        {linear.getWeight(), col ? 0 : 1}};
-    if (col && linear.getBias())
-      split.push_back({linear.getBias(), 0});
-    return split;
-  }
-  if (auto matmul = llvm::dyn_cast<nn::MatmulOp>(op))
-    return {{matmul.getRhs(), col ? 1 : 0}};
-  if (auto embedding = llvm::dyn_cast<nn::EmbeddingOp>(op))
-    return {{embedding.getTable(), col ? 1 : 0}};
-  if (auto add = llvm::dyn_cast<nn::AddOp>(op); add && col)
-    return {{add.getRhs(), 0}}; // A Conv1D's bias.
-  return {};
+  llvm::SmallVector<std::pair<mlir::Value, int64_t>> split;
+  for (auto [index, dim] :
+       styled.getTPSplitOperands(style.kind == TPStyle::Colwise))
+    split.push_back({op->getOperand(index), dim});
+  return split;
 }
 
 /// The plan key an annotation came from, for messages.

@@ -190,12 +190,12 @@ std::vector<TPPlanEntry> planOf(ParallelConfigAttr config, StringRef arch,
 /// divide it (fewer KV heads than ranks: each is repeated on the ranks of
 /// its query heads, as Megatron and torchtitan do).
 LogicalResult checkHeads(func::FuncOp forward, int64_t tpSize) {
-  WalkResult heads = forward.walk([&](nn::AttentionOp attention) {
-    int64_t q = attention.getQuery().getType().getDimSize(2);
-    int64_t kv = attention.getKey().getType().getDimSize(2);
+  WalkResult heads = forward.walk([&](nn::MultiHeadOpInterface attention) {
+    int64_t q = attention.getNumHeads();
+    int64_t kv = attention.getNumKeyValueHeads();
     if (q % tpSize == 0 && (kv % tpSize == 0 || tpSize % kv == 0))
       return WalkResult::advance();
-    attention.emitOpError("has ")
+    attention->emitOpError("has ")
         << q << " query heads and " << kv
         << " key/value heads; the query heads must divide by tp = " << tpSize
         << " and the key/value heads divide it or be divided by it";

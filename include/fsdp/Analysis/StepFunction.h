@@ -28,6 +28,23 @@ llvm::FailureOr<dist::MeshOp> meshForCollectives(mlir::ModuleOp module,
                                                  mlir::func::FuncOp step,
                                                  llvm::StringRef verb);
 
+/// A pass over the module's entry function (its option `entry`): finds it
+/// as lookupEntry does, for `Derived::kPurpose`, and runs
+/// `Derived::runOnEntry(module, function)`; fails where there is none.
+template <typename Derived, template <typename> class Base>
+struct EntryFunctionPass : Base<Derived> {
+  using Base<Derived>::Base;
+
+  void runOnOperation() final {
+    mlir::ModuleOp module = this->getOperation();
+    mlir::func::FuncOp function =
+        lookupEntry(module, this->entry, Derived::kPurpose);
+    if (!function)
+      return this->signalPassFailure();
+    static_cast<Derived *>(this)->runOnEntry(module, function);
+  }
+};
+
 } // namespace fsdp
 
 #endif // FSDP_ANALYSIS_STEPFUNCTION_H

@@ -28,14 +28,12 @@ using namespace fsdp;
 namespace {
 
 struct LowerToRuntimePass
-    : fsdp::impl::LowerToRuntimePassBase<LowerToRuntimePass> {
-  using LowerToRuntimePassBase::LowerToRuntimePassBase;
+    : EntryFunctionPass<LowerToRuntimePass,
+                        fsdp::impl::LowerToRuntimePassBase> {
+  using EntryFunctionPass::EntryFunctionPass;
+  static constexpr llvm::StringLiteral kPurpose = "lower";
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    func::FuncOp func = lookupEntry(module, entry, "lower");
-    if (!func)
-      return signalPassFailure();
+  void runOnEntry(ModuleOp module, func::FuncOp func) {
     RuntimeLoweringStats stats;
     if (failed(lowerToRuntime(module, func, outlineLayers, memoryPlan, stats)))
       return signalPassFailure();

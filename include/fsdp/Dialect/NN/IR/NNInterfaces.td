@@ -76,6 +76,88 @@ def NN_ShardRuleOpInterface : OpInterface<"ShardRuleOpInterface"> {
   ];
 }
 
+def NN_TPStyleOpInterface : OpInterface<"TPStyleOpInterface"> {
+  let cppNamespace = "::fsdp::nn";
+  let description = [{
+    An op a tensor-parallel plan entry can style column- or row-parallel
+    (PyTorch's `ColwiseParallel`, `RowwiseParallel`): the parameters the
+    style splits, and the op's per-rank form, built through the partitioner
+    (`TPPartitioner`, Partitioning.h). fsdp-tp-plan and fsdp-partition ask
+    the op; they hold no case per op. The rules live in NNPartitionRules.cpp.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        The operands (by index) the style splits over tp and the dim of each:
+        the weight, and a column-parallel bias.
+      }],
+      "::llvm::SmallVector<std::pair<unsigned, int64_t>>", "getTPSplitOperands",
+      (ins "bool":$colwise)>,
+    InterfaceMethod<[{
+        Emits an error naming plan entry `entry` and fails when the op, as
+        configured, cannot take the style.
+      }],
+      "::llvm::LogicalResult", "checkTPStyle",
+      (ins "bool":$colwise, "::llvm::StringRef":$entry), [{}],
+      [{ return ::mlir::success(); }]>,
+    InterfaceMethod<[{
+        The projection whose output features a column-parallel split of this
+        op follows (itself; a Conv1D bias add's matmul), or null when the
+        split is not along a projection's features (an embedding's).
+      }],
+      "::mlir::Operation *", "getTPProjection", (ins), [{}],
+      [{ return $_op; }]>,
+    InterfaceMethod<[{
+        Whether a split parameter may be a vocabulary table padded to a
+        multiple of tp (Megatron's padding): its rows are the loss's classes.
+      }],
+      "bool", "mayPadVocabulary", (ins "bool":$colwise), [{}],
+      [{ return false; }]>,
+    InterfaceMethod<[{
+        Builds the per-rank form of the op under a column- or row-parallel
+        style and binds its result; emits an error and fails when the
+        operands' layouts do not allow it.
+      }],
+      "::llvm::LogicalResult", "partitionStyled",
+      (ins "::fsdp::nn::TPPartitioner &":$partitioner, "bool":$colwise)>,
+  ];
+}
+
+def NN_SplitExpansionOpInterface : OpInterface<"SplitExpansionOpInterface"> {
+  let cppNamespace = "::fsdp::nn";
+  let description = [{
+    An op whose form on split operands is several ops with collectives
+    between them, which a shard rule cannot say (the vocabulary-parallel
+    cross-entropy: a global max, then each rank's sums, then their total).
+    fsdp-partition asks it when any operand is split.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Builds the per-rank form on split operands through the partitioner
+        and binds the results; emits an error and fails on splits the op
+        cannot take.
+      }],
+      "::llvm::LogicalResult", "partitionSplit",
+      (ins "::fsdp::nn::TPPartitioner &":$partitioner)>,
+  ];
+}
+
+def NN_MultiHeadOpInterface : OpInterface<"MultiHeadOpInterface"> {
+  let cppNamespace = "::fsdp::nn";
+  let description = [{
+    An attention over heads: queries `[B, S, Hq, D]` and keys and values
+    `[B, S, Hkv, D]` (Hq a multiple of Hkv, grouped-query). Tensor
+    parallelism splits the heads: fsdp-tp-plan checks they divide, and
+    fsdp-partition repeats key/value heads when there are fewer than tp.
+  }];
+  let methods = [
+    InterfaceMethod<"The number of query heads.", "int64_t", "getNumHeads">,
+    InterfaceMethod<"The number of key/value heads.", "int64_t",
+      "getNumKeyValueHeads">,
+    InterfaceMethod<"The indices of the key and value operands.",
+      "::llvm::SmallVector<unsigned, 2>", "getKeyValueOperands">,
+  ];
+}
+
 def NN_GradientOpInterface : OpInterface<"GradientOpInterface"> {
   let cppNamespace = "::fsdp::nn";
   let description = [{

@@ -96,6 +96,8 @@ OpCost streamingCost(mlir::Operation *op);
 
 /// The state gradient rules work on (Gradient.h).
 class GradientBuilder;
+/// The partitioner as tensor-parallel rules see it (Partitioning.h).
+class TPPartitioner;
 
 /// Marks the pointwise activations of NN_Activation (NNOps.td).
 template <typename ConcreteType>
@@ -108,6 +110,11 @@ class RematProduct
     : public mlir::OpTrait::TraitBase<ConcreteType, RematProduct> {};
 template <typename ConcreteType>
 class RematSaved : public mlir::OpTrait::TraitBase<ConcreteType, RematSaved> {};
+/// Normalizes each token on its own, so sequence parallelism can run it on
+/// the rank's block of the sequence (NNOps.td).
+template <typename ConcreteType>
+class TokenwiseNorm
+    : public mlir::OpTrait::TraitBase<ConcreteType, TokenwiseNorm> {};
 } // namespace fsdp::nn
 
 #include "fsdp/Dialect/NN/IR/NNInterfaces.h.inc"

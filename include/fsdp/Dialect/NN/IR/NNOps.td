@@ -115,6 +115,11 @@ def NN_RematProduct : NativeOpTrait<"RematProduct"> {
 def NN_RematSaved : NativeOpTrait<"RematSaved"> {
   let cppNamespace = "::fsdp::nn";
 }
+/// A norm of each token on its own: a SequenceParallel plan entry runs it on
+/// the rank's block of the sequence, its weights replicated.
+def NN_TokenwiseNorm : NativeOpTrait<"TokenwiseNorm"> {
+  let cppNamespace = "::fsdp::nn";
+}
 
 /// A pointwise activation `y = f(x)` whose gradient is its op
 /// `gradClass` (NN_ActivationGradOp): `dx = dy · f'(x)`. The class gives it
@@ -190,7 +195,9 @@ class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
 
 def NN_EmbeddingOp : NN_Op<"embedding", [
     RuntimeCall<"fsdp_op_embedding", "", 3>, NN_Differentiable, NN_Costed,
-    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
+    DeclareOpInterfaceMethods<NN_TPStyleOpInterface,
+                              ["getTPProjection", "mayPadVocabulary"]>]> {
   let summary = "Table lookup: rows of `table` selected by integer ids";
   let description = [{
     `table` is `[V, H]`, `ids` any shape `[...]` of i32/i64; the result is
@@ -219,7 +226,8 @@ def NN_EmbeddingOp : NN_Op<"embedding", [
 def NN_LinearOp : NN_Op<"linear", [
     RuntimeCall<"fsdp_op_linear", "", 3>, NN_Differentiable, NN_Costed,
     NN_RematProduct,
-    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
+    DeclareOpInterfaceMethods<NN_TPStyleOpInterface, ["mayPadVocabulary"]>]> {
   let summary = "PyTorch `nn.Linear`: `input · weightᵀ + bias`";
   let description = [{
     `input` is `[..., K]`, `weight` `[N, K]` (PyTorch's out-by-in layout),
@@ -242,7 +250,8 @@ def NN_LinearOp : NN_Op<"linear", [
 def NN_MatmulOp : NN_Op<"matmul", [
     RuntimeCall<"fsdp_op_matmul", "transpose_a:bool transpose_b:bool">,
     NN_Differentiable, NN_Costed, NN_RematProduct,
-    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
+    DeclareOpInterfaceMethods<NN_TPStyleOpInterface, ["checkTPStyle"]>]> {
   let summary = "Matrix product of a batch of rows with one matrix";
   let description = [{
     `lhs` is `[..., M, K]` (rank >= 2), `rhs` is `[K, N]`; the result is
@@ -280,7 +289,8 @@ def NN_BatchMatmulOp : NN_Op<"batch_matmul", [
 //===----------------------------------------------------------------------===//
 
 def NN_AddOp : NN_BinaryOp<"add", [
-    RuntimeCall<"fsdp_op_add">, NN_Differentiable, Commutative]> {
+    RuntimeCall<"fsdp_op_add">, NN_Differentiable, Commutative,
+    DeclareOpInterfaceMethods<NN_TPStyleOpInterface, ["getTPProjection"]>]> {
   let summary = "Elementwise sum with NumPy trailing-dimension broadcast";
 }
 def NN_SubOp : NN_BinaryOp<"sub", [
@@ -325,7 +335,7 @@ def NN_GeluOp : NN_SameTypeOp<"gelu", [
 
 def NN_RMSNormOp : NN_Op<"rms_norm", [
     RuntimeCall<"fsdp_op_rms_norm", "eps:f64">, NN_Differentiable,
-    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
+    NN_TokenwiseNorm, DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "RMS norm over the last dim: `x / sqrt(mean(x²) + eps) · weight`";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                             F64Attr:$eps), NN_Path);
@@ -336,7 +346,7 @@ def NN_RMSNormOp : NN_Op<"rms_norm", [
 
 def NN_LayerNormOp : NN_Op<"layer_norm", [
     RuntimeCall<"fsdp_op_layer_norm", "eps:f64", 3>, NN_Differentiable,
-    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
+    NN_TokenwiseNorm, DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Layer norm over the last dim with weight and optional bias";
   let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                             Optional<NN_FloatTensor>:$bias, F64Attr:$eps),
@@ -376,7 +386,8 @@ def NN_RotaryOp : NN_Op<"rotary", [
 def NN_AttentionOp : NN_Op<"attention", [
     RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">,
     NN_Differentiable, NN_Costed, NN_RematSaved,
-    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
+    DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
+    DeclareOpInterfaceMethods<NN_MultiHeadOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
   let description = [{
     `query` `[B, S, Nq, D]`, `key` `[B, Skv, Nkv, D]`, `value`
@@ -520,7 +531,8 @@ def NN_CastOp : NN_Op<"cast", [RuntimeCall<"fsdp_op_cast">, NN_Differentiable,
 //===----------------------------------------------------------------------===//
 
 def NN_CrossEntropyOp : NN_Op<"cross_entropy", [
-    RuntimeCall<"fsdp_op_cross_entropy", "ignore_index:int reduction:loss">]> {
+    RuntimeCall<"fsdp_op_cross_entropy", "ignore_index:int reduction:loss">,
+    DeclareOpInterfaceMethods<NN_SplitExpansionOpInterface>]> {
   let summary = "Softmax cross-entropy against integer labels";
   let description = [{
     `logits` `[..., V]`, `labels` `[...]` (i32/i64). Each position
