@@ -34,54 +34,27 @@ using json = nlohmann::json;
 
 namespace {
 
+/// How a JSON attribute value becomes an MLIR attribute.
+enum class AttrKind { Unit, F64, I64, I64Array, F64Array, String, Dtype };
+
+/// An attribute a graph.json node may give its op.
+struct ImportAttr {
+  StringRef name;
+  AttrKind kind;
+  bool required;
+};
+
 /// What the importer must know about an op before its own rules apply.
 struct OpInfo {
   StringRef name; ///< the graph.json spelling; the op is `nn.<name>`
   unsigned minOperands, maxOperands;
-  ArrayRef<StringRef> requiredAttrs;
+  ArrayRef<ImportAttr> attrs;
 };
 
 constexpr unsigned kVariadic = ~0u;
-const StringRef kEps[] = {"eps"};
-const StringRef kTheta[] = {"theta"};
-const StringRef kFactor[] = {"factor"};
-const StringRef kDim[] = {"dim"};
-const StringRef kShape[] = {"shape"};
-const StringRef kPerm[] = {"perm"};
-const StringRef kSlice[] = {"dim", "start", "size"};
-const StringRef kSplit[] = {"dim", "sizes"};
-const StringRef kDtype[] = {"dtype"};
 
-const OpInfo kOps[] = {
-    {"embedding", 2, 2, {}},    {"linear", 2, 3, {}},
-    {"matmul", 2, 2, {}},       {"batch_matmul", 2, 2, {}},
-    {"add", 2, 2, {}},          {"sub", 2, 2, {}},
-    {"mul", 2, 2, {}},          {"neg", 1, 1, {}},
-    {"scale", 1, 1, kFactor},   {"gelu", 1, 1, {}},
-    {"rms_norm", 2, 2, kEps},   {"layer_norm", 2, 3, kEps},
-    {"rotary", 2, 2, kTheta},   {"attention", 3, 3, {}},
-    {"softmax", 1, 1, kDim},    {"reshape", 1, 1, kShape},
-    {"transpose", 1, 1, kPerm}, {"slice", 1, 1, kSlice},
-    {"split", 1, 1, kSplit},    {"concat", 1, kVariadic, kDim},
-    {"cast", 1, 1, kDtype},     {"cross_entropy", 2, 2, {}},
-};
-
-/// How a JSON attribute value becomes an MLIR attribute, by attribute name.
-enum class AttrKind { Unit, F64, I64, I64Array, F64Array, String, Dtype };
-
-std::optional<AttrKind> attrKind(StringRef name) {
-  return llvm::StringSwitch<std::optional<AttrKind>>(name)
-      .Cases({"transpose_a", "transpose_b", "causal"}, AttrKind::Unit)
-      .Cases({"factor", "eps", "theta", "scale", "attention_scaling"},
-             AttrKind::F64)
-      .Case("inv_freq", AttrKind::F64Array)
-      .Cases({"dim", "start", "size", "sliding_window", "ignore_index"},
-             AttrKind::I64)
-      .Cases({"shape", "perm", "sizes"}, AttrKind::I64Array)
-      .Cases({"approximate", "reduction"}, AttrKind::String)
-      .Case("dtype", AttrKind::Dtype)
-      .Default(std::nullopt);
-}
+// kOps: every op with the NN_Imported trait, from its ODS.
+#include "NNImportTable.inc"
 
 /// The JSON type name used in messages.
 std::string jsonTypeName(const json &value) { return value.type_name(); }
@@ -407,16 +380,8 @@ FailureOr<const OpInfo *> GraphImporter::opInfo(const json &node,
   opName = opIt->get<std::string>();
   const OpInfo *info =
       llvm::find_if(kOps, [&](const OpInfo &op) { return op.name == opName; });
-  // The activations (NN_Activation in NNOps.td) take one input and no
-  // required attribute; their trait says which they are.
-  static const OpInfo kActivation = {"", 1, 1, {}};
-  if (info == std::end(kOps)) {
-    std::optional<RegisteredOperationName> registered =
-        RegisteredOperationName::lookup("nn." + opName, context);
-    if (!registered || !registered->hasTrait<fsdp::nn::ActivationTrait>())
-      return fail(loc, where + ": field 'op': unknown op '" + opName + "'");
-    info = &kActivation;
-  }
+  if (info == std::end(kOps))
+    return fail(loc, where + ": field 'op': unknown op '" + opName + "'");
   where += " (op '" + opName + "')";
   return info;
 }
@@ -525,23 +490,22 @@ LogicalResult GraphImporter::importAttrs(const json &node, const OpInfo &info,
   if (auto attrsIt = node.find("attrs"); attrsIt != node.end()) {
     if (!attrsIt->is_object())
       return fail(loc, where + ": field 'attrs' must be an object");
-    ArrayRef<StringAttr> known = mlirName.getAttributeNames();
     for (auto &[key, value] : attrsIt->items()) {
-      std::optional<AttrKind> kind = attrKind(key);
       const std::string &name = key;
-      if (!kind || name == "path" ||
-          llvm::none_of(known, [&](StringAttr a) { return a == name; }))
+      const ImportAttr *attr = llvm::find_if(
+          info.attrs, [&](const ImportAttr &a) { return a.name == name; });
+      if (attr == info.attrs.end())
         return fail(loc, where + ": op '" + opName + "' has no attribute '" +
                              name + "'");
-      if (failed(importAttr(name, value, *kind,
+      if (failed(importAttr(name, value, attr->kind,
                             where + ": field 'attrs." + name + "'", loc,
                             attrs)))
         return failure();
     }
   }
-  for (StringRef required : info.requiredAttrs)
-    if (!attrs.get(required))
-      return fail(loc, where + ": missing attribute 'attrs." + required + "'");
+  for (const ImportAttr &attr : info.attrs)
+    if (attr.required && !attrs.get(attr.name))
+      return fail(loc, where + ": missing attribute 'attrs." + attr.name + "'");
   // The shape rules read defaulted attributes (cross_entropy's reduction).
   mlirName.populateDefaultAttrs(attrs);
   if (auto moduleIt = node.find("module"); moduleIt != node.end()) {

@@ -115,6 +115,9 @@ class RematSaved : public mlir::OpTrait::TraitBase<ConcreteType, RematSaved> {};
 template <typename ConcreteType>
 class TokenwiseNorm
     : public mlir::OpTrait::TraitBase<ConcreteType, TokenwiseNorm> {};
+/// An op a graph.json node may name (NNOps.td).
+template <typename ConcreteType>
+class Imported : public mlir::OpTrait::TraitBase<ConcreteType, Imported> {};
 } // namespace fsdp::nn
 
 #include "fsdp/Dialect/NN/IR/NNInterfaces.h.inc"

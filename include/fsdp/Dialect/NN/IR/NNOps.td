@@ -56,6 +56,8 @@ defvar NN_InferReturnTypes = [{
 class NN_OpBase<string mnemonic, list<Trait> traits>
     : Op<NN_Dialect, mnemonic,
          !listconcat([NN_ShapeRuleOpInterface, Pure], traits)> {
+  /// Arguments passes set and graph.json may not (NN_Imported).
+  list<string> internalArgs = [];
   let extraClassDeclaration = [{
     /// The op's shape and dtype rule.
     static ::llvm::LogicalResult
@@ -120,6 +122,12 @@ def NN_RematSaved : NativeOpTrait<"RematSaved"> {
 def NN_TokenwiseNorm : NativeOpTrait<"TokenwiseNorm"> {
   let cppNamespace = "::fsdp::nn";
 }
+/// An op a graph.json node may name: the importer's table of its operands
+/// and attributes is generated from its ODS (lib/Import/gen_import_table.py),
+/// leaving out the arguments it lists in `internalArgs`.
+def NN_Imported : NativeOpTrait<"Imported"> {
+  let cppNamespace = "::fsdp::nn";
+}
 
 /// A pointwise activation `y = f(x)` whose gradient is its op
 /// `gradClass` (NN_ActivationGradOp): `dx = dy · f'(x)`. The class gives it
@@ -128,7 +136,8 @@ def NN_TokenwiseNorm : NativeOpTrait<"TokenwiseNorm"> {
 /// of include/fsdp/Runtime/Activations.def.
 class NN_ActivationOp<string mnemonic, string gradClass>
     : NN_UnaryOp<mnemonic, [RuntimeCall<"fsdp_op_" # mnemonic>,
-                            NN_Differentiable, NN_ActivationTrait]> {
+                            NN_Differentiable, NN_ActivationTrait,
+                            NN_Imported]> {
   let extraClassDefinition = NN_SameTypeRule # [{
     ::llvm::FailureOr<::fsdp::nn::ShardRule>
     $cppClass::getShardRule(::llvm::ArrayRef<::fsdp::nn::OperandShard> operands,
@@ -193,12 +202,13 @@ class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
 // Embedding and linear algebra
 //===----------------------------------------------------------------------===//
 
-def NN_EmbeddingOp : NN_Op<"embedding", [
+def NN_EmbeddingOp : NN_Op<"embedding", [NN_Imported, 
     RuntimeCall<"fsdp_op_embedding", "", 3>, NN_Differentiable, NN_Costed,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
     DeclareOpInterfaceMethods<NN_TPStyleOpInterface,
                               ["getTPProjection", "mayPadVocabulary"]>]> {
   let summary = "Table lookup: rows of `table` selected by integer ids";
+  let internalArgs = ["shard_index"];
   let description = [{
     `table` is `[V, H]`, `ids` any shape `[...]` of i32/i64; the result is
     `[..., H]`. Ids outside `[0, V)` are a runtime error.
@@ -223,7 +233,7 @@ def NN_EmbeddingOp : NN_Op<"embedding", [
   }];
 }
 
-def NN_LinearOp : NN_Op<"linear", [
+def NN_LinearOp : NN_Op<"linear", [NN_Imported, 
     RuntimeCall<"fsdp_op_linear", "", 3>, NN_Differentiable, NN_Costed,
     NN_RematProduct,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
@@ -247,7 +257,7 @@ def NN_LinearOp : NN_Op<"linear", [
   }];
 }
 
-def NN_MatmulOp : NN_Op<"matmul", [
+def NN_MatmulOp : NN_Op<"matmul", [NN_Imported, 
     RuntimeCall<"fsdp_op_matmul", "transpose_a:bool transpose_b:bool">,
     NN_Differentiable, NN_Costed, NN_RematProduct,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
@@ -267,7 +277,7 @@ def NN_MatmulOp : NN_Op<"matmul", [
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_BatchMatmulOp : NN_Op<"batch_matmul", [
+def NN_BatchMatmulOp : NN_Op<"batch_matmul", [NN_Imported, 
     RuntimeCall<"fsdp_op_batch_matmul", "transpose_a:bool transpose_b:bool">,
     NN_Differentiable, NN_Costed, NN_RematProduct]> {
   let summary = "Batched matrix product with equal batch dimensions";
@@ -288,26 +298,26 @@ def NN_BatchMatmulOp : NN_Op<"batch_matmul", [
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-def NN_AddOp : NN_BinaryOp<"add", [
+def NN_AddOp : NN_BinaryOp<"add", [NN_Imported, 
     RuntimeCall<"fsdp_op_add">, NN_Differentiable, Commutative,
     DeclareOpInterfaceMethods<NN_TPStyleOpInterface, ["getTPProjection"]>]> {
   let summary = "Elementwise sum with NumPy trailing-dimension broadcast";
 }
-def NN_SubOp : NN_BinaryOp<"sub", [
+def NN_SubOp : NN_BinaryOp<"sub", [NN_Imported, 
     RuntimeCall<"fsdp_op_sub">, NN_Differentiable]> {
   let summary = "Elementwise difference with NumPy trailing-dimension broadcast";
 }
-def NN_MulOp : NN_BinaryOp<"mul", [
+def NN_MulOp : NN_BinaryOp<"mul", [NN_Imported, 
     RuntimeCall<"fsdp_op_mul">, NN_Differentiable, Commutative]> {
   let summary = "Elementwise product with NumPy trailing-dimension broadcast";
 }
 
-def NN_NegOp : NN_UnaryOp<"neg", [
+def NN_NegOp : NN_UnaryOp<"neg", [NN_Imported, 
     RuntimeCall<"fsdp_op_neg">, NN_Differentiable]> {
   let summary = "Elementwise negation";
 }
 
-def NN_ScaleOp : NN_SameTypeOp<"scale", [
+def NN_ScaleOp : NN_SameTypeOp<"scale", [NN_Imported, 
     RuntimeCall<"fsdp_op_scale", "factor:f64">, NN_Differentiable]> {
   let summary = "Multiplication by a constant: `input · factor`";
   let arguments = !con((ins NN_FloatTensor:$input, F64Attr:$factor), NN_Path);
@@ -318,7 +328,7 @@ def NN_ScaleOp : NN_SameTypeOp<"scale", [
 defm NN_Silu : NN_Activation<"silu", "SiLU / swish: `x · sigmoid(x)`">;
 defm NN_Relu : NN_Activation<"relu", "ReLU: `max(x, 0)`">;
 
-def NN_GeluOp : NN_SameTypeOp<"gelu", [
+def NN_GeluOp : NN_SameTypeOp<"gelu", [NN_Imported, 
     RuntimeCall<"fsdp_op_gelu", "approximate:tanh">, NN_Differentiable]> {
   let summary = "GELU, exact (`erf`) or with the `tanh` approximation";
   let arguments = !con((ins NN_FloatTensor:$input,
@@ -333,7 +343,7 @@ def NN_GeluOp : NN_SameTypeOp<"gelu", [
 // Normalization, rotary embedding, attention, softmax
 //===----------------------------------------------------------------------===//
 
-def NN_RMSNormOp : NN_Op<"rms_norm", [
+def NN_RMSNormOp : NN_Op<"rms_norm", [NN_Imported, 
     RuntimeCall<"fsdp_op_rms_norm", "eps:f64">, NN_Differentiable,
     NN_TokenwiseNorm, DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "RMS norm over the last dim: `x / sqrt(mean(x²) + eps) · weight`";
@@ -344,7 +354,7 @@ def NN_RMSNormOp : NN_Op<"rms_norm", [
       "$input `,` $weight attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_LayerNormOp : NN_Op<"layer_norm", [
+def NN_LayerNormOp : NN_Op<"layer_norm", [NN_Imported, 
     RuntimeCall<"fsdp_op_layer_norm", "eps:f64", 3>, NN_Differentiable,
     NN_TokenwiseNorm, DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Layer norm over the last dim with weight and optional bias";
@@ -357,11 +367,12 @@ def NN_LayerNormOp : NN_Op<"layer_norm", [
   }];
 }
 
-def NN_RotaryOp : NN_Op<"rotary", [
+def NN_RotaryOp : NN_Op<"rotary", [NN_Imported, 
     RuntimeCall<"fsdp_op_rotary", "theta:f64 inv_freq:table attention_scaling:f64 inverse:bool">,
     NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Rotary position embedding (rotate-half convention)";
+  let internalArgs = ["inverse"];
   let description = [{
     `input` is `[B, S, N, D]` (D even), `positions` `[B, S]` integers. With
     `inv_freq[i] = theta^(-2i/D)` and `a = pos · inv_freq`, the result is
@@ -383,7 +394,7 @@ def NN_RotaryOp : NN_Op<"rotary", [
       "$input `,` $positions attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_AttentionOp : NN_Op<"attention", [
+def NN_AttentionOp : NN_Op<"attention", [NN_Imported, 
     RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">,
     NN_Differentiable, NN_Costed, NN_RematSaved,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
@@ -418,7 +429,7 @@ def NN_AttentionOp : NN_Op<"attention", [
   }];
 }
 
-def NN_SoftmaxOp : NN_SameTypeOp<"softmax", [
+def NN_SoftmaxOp : NN_SameTypeOp<"softmax", [NN_Imported, 
     RuntimeCall<"fsdp_op_softmax", "dim:dim">, NN_Differentiable]> {
   let summary = "Softmax along `dim` (negative counts from the end)";
   let arguments = !con((ins NN_FloatTensor:$input, I64Attr:$dim), NN_Path);
@@ -431,7 +442,7 @@ def NN_SoftmaxOp : NN_SameTypeOp<"softmax", [
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def NN_ReshapeOp : NN_Op<"reshape", [
+def NN_ReshapeOp : NN_Op<"reshape", [NN_Imported, 
     RuntimeCall<"fsdp_op_reshape">, NN_Differentiable, NN_Costed,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Reinterpret a tensor with another static shape";
@@ -442,7 +453,7 @@ def NN_ReshapeOp : NN_Op<"reshape", [
       "$input `to` $shape attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_TransposeOp : NN_Op<"transpose", [
+def NN_TransposeOp : NN_Op<"transpose", [NN_Imported, 
     RuntimeCall<"fsdp_op_transpose", "perm:ints">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Permute dimensions: result dim `i` is input dim `perm[i]`";
@@ -453,7 +464,7 @@ def NN_TransposeOp : NN_Op<"transpose", [
       "$input `perm` $perm attr-dict `:` type($input) `->` type($result)";
 }
 
-def NN_SliceOp : NN_Op<"slice", [
+def NN_SliceOp : NN_Op<"slice", [NN_Imported, 
     RuntimeCall<"fsdp_op_slice", "dim:dim start:int">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "The range `[start, start + size)` of one dimension";
@@ -495,7 +506,7 @@ def NN_RollOp : NN_Op<"roll", []> {
   }];
 }
 
-def NN_SplitOp : NN_Op<"split", [NN_Differentiable,
+def NN_SplitOp : NN_Op<"split", [NN_Imported, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Cut one dimension into consecutive pieces of the given sizes";
   let arguments = !con((ins NN_AnyTensor:$input, I64Attr:$dim,
@@ -506,7 +517,7 @@ def NN_SplitOp : NN_Op<"split", [NN_Differentiable,
   }];
 }
 
-def NN_ConcatOp : NN_Op<"concat", [NN_Differentiable,
+def NN_ConcatOp : NN_Op<"concat", [NN_Imported, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Join tensors along one dimension";
   let arguments = !con((ins Variadic<NN_AnyTensor>:$inputs, I64Attr:$dim),
@@ -517,7 +528,7 @@ def NN_ConcatOp : NN_Op<"concat", [NN_Differentiable,
   }];
 }
 
-def NN_CastOp : NN_Op<"cast", [RuntimeCall<"fsdp_op_cast">, NN_Differentiable,
+def NN_CastOp : NN_Op<"cast", [NN_Imported, RuntimeCall<"fsdp_op_cast">, NN_Differentiable,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Convert a float tensor to another float element type";
   let arguments = !con((ins NN_FloatTensor:$input, TypeAttr:$dtype), NN_Path);
@@ -530,7 +541,7 @@ def NN_CastOp : NN_Op<"cast", [RuntimeCall<"fsdp_op_cast">, NN_Differentiable,
 // Loss
 //===----------------------------------------------------------------------===//
 
-def NN_CrossEntropyOp : NN_Op<"cross_entropy", [
+def NN_CrossEntropyOp : NN_Op<"cross_entropy", [NN_Imported, 
     RuntimeCall<"fsdp_op_cross_entropy", "ignore_index:int reduction:loss">,
     DeclareOpInterfaceMethods<NN_SplitExpansionOpInterface>]> {
   let summary = "Softmax cross-entropy against integer labels";
