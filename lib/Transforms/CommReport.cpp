@@ -79,26 +79,17 @@ struct CommReportPass
     }
     llvm::json::Object json{{"collectives", std::move(rows)},
                             {"total_bytes", total}};
-    if (report) {
-      if (failed(report->write(module, "communication", std::move(json))))
-        return signalPassFailure();
-      return markAllAnalysesPreserved();
-    }
-    auto write = [&](raw_ostream &os) {
-      if (format == ReportFormat::Json) {
-        os << llvm::formatv("{0:2}", llvm::json::Value(std::move(json)))
-           << "\n";
-      } else {
-        os << llvm::format("%-16s %-12s %10s %14s\n", "collective", "group",
-                           "calls", "bytes sent");
-        for (auto &[key, v] : volumes)
-          os << llvm::format("%-16s %-12s %10lld %14lld\n",
-                             accounting::nameOf(key.first),
-                             groupNames[key.second].c_str(), (long long)v.calls,
-                             (long long)v.bytes);
-      }
+    auto table = [&](raw_ostream &os) {
+      os << llvm::format("%-16s %-12s %10s %14s\n", "collective", "group",
+                         "calls", "bytes sent");
+      for (auto &[key, v] : volumes)
+        os << llvm::format("%-16s %-12s %10lld %14lld\n",
+                           accounting::nameOf(key.first),
+                           groupNames[key.second].c_str(), (long long)v.calls,
+                           (long long)v.bytes);
     };
-    if (failed(writeReport(module, output, "", write)))
+    if (failed(writePassReport(module, report.get(), "communication", format,
+                               output, std::move(json), table)))
       return signalPassFailure();
     markAllAnalysesPreserved();
   }

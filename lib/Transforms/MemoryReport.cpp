@@ -87,73 +87,61 @@ struct MemoryReportPass
                                         {"inputs", r.host.inputs},
                                         {"temporaries_peak", r.host.peak},
                                         {"estimated_peak", r.host.estimate()}};
-    if (report) {
-      if (failed(report->write(module, "memory", std::move(json))))
-        return signalPassFailure();
-      return markAllAnalysesPreserved();
-    }
-
-    auto write = [&](raw_ostream &os) {
-      if (format == ReportFormat::Json) {
-        os << llvm::formatv("{0:2}", llvm::json::Value(std::move(json)))
-           << "\n";
-      } else {
-        auto row = [&](StringRef what, int64_t bytes) {
-          os << llvm::formatv("{0,-34} {1,16}\n", what, bytes);
-        };
-        os << llvm::formatv("{0,-34} {1,16}\n", "memory per rank", "bytes");
-        row("parameters (this rank's blocks)", r.params);
-        row("optimizer state", r.state);
-        row("inputs", r.inputs);
-        row("gradients (blocks, at the update)", r.grads);
-        row("largest gathered unit", r.gathered);
-        row("activations and temporaries, peak", r.peak);
-        if (r.plan) {
-          row("memory plan arena", r.plan->arena);
-          row("outside the arena, peak", r.plan->outside);
-        }
-        if (r.saved)
-          row("saved for the backward", *r.saved);
-        row("estimated peak", r.estimate());
-        if (r.offloaded()) {
-          os << llvm::formatv("{0,-34} {1,16}\n",
-                              "host memory per rank (CPU offload)", "bytes");
-          row("parameters (this rank's blocks)", r.host.params);
-          row("optimizer state", r.host.state);
-          row("inputs", r.host.inputs);
-          row("gradients, optimizer results, peak", r.host.peak);
-          row("estimated peak", r.host.estimate());
-        }
-        if (r.plan)
-          os << llvm::formatv(
-              "memory plan: {0} buffers in an arena of {1} "
-              "bytes; at most {2} bytes of them live at "
-              "once ({3:f1}% packing overhead)\n",
-              r.plan->buffers, r.plan->arena, r.plan->livePeak,
-              r.plan->livePeak
-                  ? 100.0 * double(r.plan->arena - r.plan->livePeak) /
-                        double(r.plan->livePeak)
-                  : 0.0);
-        if (!precisionText.empty())
-          os << "precision: " << precisionText << "\n";
-        if (r.updates > 0)
-          os << llvm::formatv("optimizer: {0} of {1} results updated in "
-                              "place{2}\n",
-                              r.updatesInPlace, r.updates,
-                              r.deferred
-                                  ? "; AdamW deferred to the step's end, "
-                                    "multi-tensor"
-                                  : "");
-        if (r.recomputedFlops > 0)
-          os << llvm::formatv("activation checkpointing recomputes {0:e3} "
-                              "FLOPs per step ({1:f2} of the forward's "
-                              "{2:e3})\n",
-                              r.recomputedFlops,
-                              r.recomputedFlops / r.forwardFlops,
-                              r.forwardFlops);
+    auto table = [&](raw_ostream &os) {
+      auto row = [&](StringRef what, int64_t bytes) {
+        os << llvm::formatv("{0,-34} {1,16}\n", what, bytes);
+      };
+      os << llvm::formatv("{0,-34} {1,16}\n", "memory per rank", "bytes");
+      row("parameters (this rank's blocks)", r.params);
+      row("optimizer state", r.state);
+      row("inputs", r.inputs);
+      row("gradients (blocks, at the update)", r.grads);
+      row("largest gathered unit", r.gathered);
+      row("activations and temporaries, peak", r.peak);
+      if (r.plan) {
+        row("memory plan arena", r.plan->arena);
+        row("outside the arena, peak", r.plan->outside);
       }
+      if (r.saved)
+        row("saved for the backward", *r.saved);
+      row("estimated peak", r.estimate());
+      if (r.offloaded()) {
+        os << llvm::formatv("{0,-34} {1,16}\n",
+                            "host memory per rank (CPU offload)", "bytes");
+        row("parameters (this rank's blocks)", r.host.params);
+        row("optimizer state", r.host.state);
+        row("inputs", r.host.inputs);
+        row("gradients, optimizer results, peak", r.host.peak);
+        row("estimated peak", r.host.estimate());
+      }
+      if (r.plan)
+        os << llvm::formatv("memory plan: {0} buffers in an arena of {1} "
+                            "bytes; at most {2} bytes of them live at "
+                            "once ({3:f1}% packing overhead)\n",
+                            r.plan->buffers, r.plan->arena, r.plan->livePeak,
+                            r.plan->livePeak
+                                ? 100.0 *
+                                      double(r.plan->arena - r.plan->livePeak) /
+                                      double(r.plan->livePeak)
+                                : 0.0);
+      if (!precisionText.empty())
+        os << "precision: " << precisionText << "\n";
+      if (r.updates > 0)
+        os << llvm::formatv("optimizer: {0} of {1} results updated in "
+                            "place{2}\n",
+                            r.updatesInPlace, r.updates,
+                            r.deferred ? "; AdamW deferred to the step's end, "
+                                         "multi-tensor"
+                                       : "");
+      if (r.recomputedFlops > 0)
+        os << llvm::formatv("activation checkpointing recomputes {0:e3} "
+                            "FLOPs per step ({1:f2} of the forward's "
+                            "{2:e3})\n",
+                            r.recomputedFlops,
+                            r.recomputedFlops / r.forwardFlops, r.forwardFlops);
     };
-    if (failed(writeReport(module, output, "", write)))
+    if (failed(writePassReport(module, report.get(), "memory", format, output,
+                               std::move(json), table)))
       return signalPassFailure();
     markAllAnalysesPreserved();
   }

@@ -66,3 +66,17 @@ LogicalResult fsdp::JsonReport::write(Operation *op, StringRef member,
            << "\n";
       });
 }
+
+LogicalResult
+fsdp::writePassReport(Operation *op, JsonReport *report, StringRef member,
+                      ReportFormat format, StringRef path,
+                      llvm::json::Object json,
+                      llvm::function_ref<void(llvm::raw_ostream &)> table) {
+  if (report)
+    return report->write(op, member, std::move(json));
+  return writeReport(op, path, "", [&](raw_ostream &os) {
+    if (format == ReportFormat::Table)
+      return table(os);
+    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(json))) << "\n";
+  });
+}

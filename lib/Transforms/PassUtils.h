@@ -12,10 +12,12 @@
 #include "fsdp/Analysis/StepBuffers.h"
 #include "fsdp/Analysis/StepFunction.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace fsdp {
@@ -40,6 +42,15 @@ std::string decoderLayerOf(llvm::StringRef name);
 llvm::LogicalResult
 writeReport(mlir::Operation *op, llvm::StringRef path, llvm::StringRef what,
             llvm::function_ref<void(llvm::raw_ostream &)> write);
+
+/// A report pass's output: member `member` of the shared JSON report when
+/// there is one, else `json` or the table `table` writes (by `format`) to
+/// `path`.
+llvm::LogicalResult
+writePassReport(mlir::Operation *op, JsonReport *report, llvm::StringRef member,
+                ReportFormat format, llvm::StringRef path,
+                llvm::json::Object json,
+                llvm::function_ref<void(llvm::raw_ostream &)> table);
 
 } // namespace fsdp
 
