@@ -64,17 +64,15 @@ void fsdp_rt_slice(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                    const int64_t *shape, int rank, int dim, int64_t start,
                    int64_t size, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
-  if (dim < 0)
-    dim += rank;
   // A slice is `outer` contiguous chunks of size·inner elements.
   size_t elt = fsdp_rt_dtype_size(dtype);
-  int64_t outer = numElements(shape, dim),
-          inner = numElements(shape + dim + 1, rank - dim - 1);
+  AxisView v = viewAround(shape, rank, dim);
+  int64_t outer = v.outer, inner = v.inner;
   size_t chunk = size * inner * elt;
   for (int64_t o = 0; o < outer; ++o)
     std::memcpy(static_cast<char *>(out) + o * chunk,
                 static_cast<const char *>(x) +
-                    (o * shape[dim] + start) * inner * elt,
+                    (o * v.len + start) * inner * elt,
                 chunk);
 }
 
@@ -82,11 +80,9 @@ void fsdp_rt_concat(fsdp_rt_stream, fsdp_rt_dtype dtype, int num_inputs,
                     const void *const *inputs, const int64_t *dim_sizes,
                     const int64_t *out_shape, int rank, int dim, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
-  if (dim < 0)
-    dim += rank;
   size_t elt = fsdp_rt_dtype_size(dtype);
-  int64_t outer = numElements(out_shape, dim),
-          inner = numElements(out_shape + dim + 1, rank - dim - 1);
+  AxisView v = viewAround(out_shape, rank, dim);
+  int64_t outer = v.outer, inner = v.inner;
   char *o = static_cast<char *>(out);
   for (int64_t r = 0; r < outer; ++r) {
     for (int i = 0; i < num_inputs; ++i) {
@@ -184,13 +180,11 @@ void fsdp_rt_pad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                  const int64_t *shape, int rank, int dim, int64_t before,
                  int64_t after, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
-  if (dim < 0)
-    dim += rank;
   // Zero bits are zero in every element type.
   size_t elt = fsdp_rt_dtype_size(dtype);
-  int64_t outer = numElements(shape, dim),
-          inner = numElements(shape + dim + 1, rank - dim - 1);
-  size_t chunk = shape[dim] * inner * elt, head = before * inner * elt,
+  AxisView v = viewAround(shape, rank, dim);
+  int64_t outer = v.outer, inner = v.inner;
+  size_t chunk = v.len * inner * elt, head = before * inner * elt,
          tail = after * inner * elt;
   char *o = static_cast<char *>(out);
   for (int64_t r = 0; r < outer; ++r) {

@@ -125,10 +125,8 @@ constexpr int64_t kRowGrain = 8;
 void fsdp_rt_softmax(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                      const int64_t *shape, int rank, int dim, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_SOFTMAX);
-  if (dim < 0)
-    dim += rank;
-  int64_t outer = numElements(shape, dim), len = shape[dim],
-          inner = numElements(shape + dim + 1, rank - dim - 1);
+  AxisView v = viewAround(shape, rank, dim);
+  int64_t outer = v.outer, len = v.len, inner = v.inner;
   int64_t n = outer * len * inner;
   if (inner == 1) {
     // Along the last dim: contiguous rows, on the threads.
@@ -213,10 +211,8 @@ void fsdp_rt_softmax_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *y,
                           const void *dy, const int64_t *shape, int rank,
                           int dim, void *dx) {
   KernelTimer timer(FSDP_RT_KERNEL_SOFTMAX);
-  if (dim < 0)
-    dim += rank;
-  int64_t outer = numElements(shape, dim), len = shape[dim],
-          inner = numElements(shape + dim + 1, rank - dim - 1);
+  AxisView v = viewAround(shape, rank, dim);
+  int64_t outer = v.outer, len = v.len, inner = v.inner;
   int64_t n = outer * len * inner;
   FloatInput fy(dtype, y, n), fdy(dtype, dy, n);
   FloatOutput fo(dtype, dx, n);

@@ -127,17 +127,15 @@ void fsdp_rt_slice(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                    const int64_t *shape, int rank, int dim, int64_t start,
                    int64_t size, void *out) {
   KernelScope scope(FSDP_RT_KERNEL_DATA_MOVEMENT, stream, "fsdp_rt_slice");
-  if (dim < 0)
-    dim += rank;
-  int64_t outer = numElements(shape, dim),
-          inner = numElements(shape + dim + 1, rank - dim - 1);
+  AxisView v = viewAround(shape, rank, dim);
+  int64_t outer = v.outer, inner = v.inner;
   int64_t n = outer * size * inner;
   if (n == 0)
     return;
   dispatchWord(dtype, scope.name(), [&](auto w) {
     using W = decltype(w);
     sliceKernel<<<gridFor(n), kThreads, 0, scope.stream()>>>(
-        static_cast<const W *>(x), shape[dim], inner, start, size, n,
+        static_cast<const W *>(x), v.len, inner, start, size, n,
         static_cast<W *>(out));
   });
 }
@@ -210,17 +208,15 @@ void fsdp_rt_pad(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                  const int64_t *shape, int rank, int dim, int64_t before,
                  int64_t after, void *out) {
   KernelScope scope(FSDP_RT_KERNEL_DATA_MOVEMENT, stream, "fsdp_rt_pad");
-  if (dim < 0)
-    dim += rank;
-  int64_t outer = numElements(shape, dim),
-          inner = numElements(shape + dim + 1, rank - dim - 1);
-  int64_t outLen = before + shape[dim] + after, n = outer * outLen * inner;
+  AxisView v = viewAround(shape, rank, dim);
+  int64_t outer = v.outer, inner = v.inner;
+  int64_t outLen = before + v.len + after, n = outer * outLen * inner;
   if (n == 0)
     return;
   dispatchWord(dtype, scope.name(), [&](auto w) {
     using W = decltype(w);
     padKernel<<<gridFor(n), kThreads, 0, scope.stream()>>>(
-        static_cast<const W *>(x), shape[dim], inner, before, outLen, n,
+        static_cast<const W *>(x), v.len, inner, before, outLen, n,
         static_cast<W *>(out));
   });
 }
@@ -231,8 +227,8 @@ void fsdp_rt_cuda_pack_rows(fsdp_rt_stream stream, const void *src,
   KernelScope scope(FSDP_RT_KERNEL_DATA_MOVEMENT, stream,
                     "fsdp_rt_cuda_pack_rows");
   rows::packRows<<<rows::rowGrid(n * capacity), rows::kRowThreads, 0,
-                   scope.stream()>>>(static_cast<const char *>(src), counts,
-                                     n, capacity, row_bytes,
+                   scope.stream()>>>(static_cast<const char *>(src), counts, n,
+                                     capacity, row_bytes,
                                      static_cast<char *>(dst));
 }
 

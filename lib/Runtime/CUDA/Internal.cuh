@@ -162,6 +162,8 @@ constexpr int kMaxRank = 8;
 using fsdp::rt::isTrailing;
 using fsdp::rt::numElements;
 using fsdp::rt::stridesOf;
+using fsdp::rt::AxisView;
+using fsdp::rt::viewAround;
 
 //===----------------------------------------------------------------------===//
 // Element types (device side)

@@ -115,23 +115,13 @@ __global__ void reduceMaxKernel(const typename E::T *x, int64_t rows, int64_t n,
       E::store(out, r, m);
   }
 }
-
-/// [outer, len, inner] around `dim` (negative counts from the end).
-void splitAt(const int64_t *shape, int rank, int dim, int64_t &outer,
-             int64_t &len, int64_t &inner) {
-  if (dim < 0)
-    dim += rank;
-  outer = numElements(shape, dim);
-  len = shape[dim];
-  inner = numElements(shape + dim + 1, rank - dim - 1);
-}
 } // namespace
 
 void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                      const int64_t *shape, int rank, int dim, void *out) {
   KernelScope scope(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_softmax");
-  int64_t outer, len, inner;
-  splitAt(shape, rank, dim, outer, len, inner);
+  AxisView v = viewAround(shape, rank, dim);
+  int64_t outer = v.outer, len = v.len, inner = v.inner;
   if (outer * len * inner == 0)
     return;
   dispatchFloat(dtype, scope.name(), [&](auto e) {
@@ -150,8 +140,8 @@ void fsdp_rt_softmax_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                           const void *y, const void *dy, const int64_t *shape,
                           int rank, int dim, void *dx) {
   KernelScope scope(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_softmax_grad");
-  int64_t outer, len, inner;
-  splitAt(shape, rank, dim, outer, len, inner);
+  AxisView v = viewAround(shape, rank, dim);
+  int64_t outer = v.outer, len = v.len, inner = v.inner;
   if (outer * len * inner == 0)
     return;
   dispatchFloat(dtype, scope.name(), [&](auto e) {

@@ -20,6 +20,18 @@ inline int64_t numElements(const int64_t *shape, int rank) {
   return n;
 }
 
+/// `shape` seen as [outer, len, inner] around its dim `dim` (negative from
+/// the back): the elements before the dim, the dim, those after it.
+struct AxisView {
+  int64_t outer, len, inner;
+};
+inline AxisView viewAround(const int64_t *shape, int rank, int dim) {
+  if (dim < 0)
+    dim += rank;
+  return {numElements(shape, dim), shape[dim],
+          numElements(shape + dim + 1, rank - dim - 1)};
+}
+
 /// Row-major strides of `shape`, into `strides`.
 inline void stridesOf(const int64_t *shape, int rank, int64_t *strides) {
   int64_t stride = 1;
