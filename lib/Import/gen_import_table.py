@@ -15,13 +15,15 @@ import json
 import sys
 
 # How an attribute's C++ return type reads from JSON (GraphImport.cpp's
-# AttrKind), first match wins.
-KINDS = [("bool", "Unit"), ("APFloat", "F64"), ("ArrayRef<double>", "F64Array"),
+# AttrKind), first match wins; a UnitAttr is a JSON boolean.
+KINDS = [("APFloat", "F64"), ("ArrayRef<double>", "F64Array"),
          ("ArrayRef<int64_t>", "I64Array"), ("int64_t", "I64"),
          ("StringRef", "String"), ("::mlir::Type", "Dtype")]
 
 
-def attr_kind(op, name, record):
+def attr_kind(op, name, record, defname):
+    if defname == "UnitAttr":
+        return "Unit"
     ret = record.get("returnType", "")
     for needle, kind in KINDS:
         if needle in ret:
@@ -44,7 +46,8 @@ def op_entry(records, op):
             required = (not record.get("isOptional")
                         and "DefaultValuedAttr" not in supers
                         and record.get("defaultValue") in (None, ""))
-            attrs.append((arg_name, attr_kind(name, arg_name, record),
+            attrs.append((arg_name,
+                          attr_kind(name, arg_name, record, arg["def"]),
                           required))
         elif "Variadic" in supers:
             # A graph node gives a variadic operand at least one input.

@@ -106,10 +106,11 @@ private:
   std::string entry() const override { return tp::entryOf(current); }
   bool inputDeclaredSharded() const override { return style.input.shard; }
   Value lookup(Value old) const override { return map.lookup(old); }
+  bool isReplicated(Value now) const override {
+    return layoutOf(now).isReplicated();
+  }
   nn::OperandShard shardOf(Value now) const override {
-    Layout layout = layoutOf(now);
-    return layout.kind == Layout::Partial ? nn::OperandShard{0, 1}
-                                          : layout.shard();
+    return layoutOf(now).shard();
   }
   std::string describeLayout(Value now) const override {
     return layoutOf(now).str();

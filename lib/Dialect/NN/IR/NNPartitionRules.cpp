@@ -61,7 +61,7 @@ LogicalResult LinearOp::partitionStyled(TPPartitioner &p, bool colwise) {
   if (failed(sum))
     return failure();
   OpBuilder &b = p.builder();
-  Value b2 = p.shardOf(*sum).isSplit() ? p.copyIn(bias) : bias;
+  Value b2 = p.isReplicated(*sum) ? bias : p.copyIn(bias);
   p.bindLike(AddOp::create(b, getLoc(), *sum, b2, StringAttr()), *sum);
   return success();
 }
@@ -126,7 +126,7 @@ bool EmbeddingOp::mayPadVocabulary(bool) { return true; }
 
 LogicalResult EmbeddingOp::partitionStyled(TPPartitioner &p, bool colwise) {
   Value ids = p.lookup(getIds());
-  if (p.shardOf(ids).isSplit() || p.inputDeclaredSharded())
+  if (!p.isReplicated(ids) || p.inputDeclaredSharded())
     return emitOpError("is a ")
            << (colwise ? "colwise" : "rowwise")
            << " embedding, whose ids must be replicated (input_layouts "
@@ -155,7 +155,7 @@ LogicalResult CrossEntropyOp::partitionSplit(TPPartitioner &p) {
   Value logits = p.lookup(getLogits()), labels = p.lookup(getLabels());
   OperandShard split = p.shardOf(logits);
   int64_t last = tensorOf(logits).getRank() - 1;
-  if (split.dim != last || split.groups != 1 || p.shardOf(labels).isSplit())
+  if (split.dim != last || split.groups != 1 || !p.isReplicated(labels))
     return emitOpError("takes logits ")
            << p.describeLayout(logits)
            << "; a cross-entropy is partitioned only over the vocabulary "

@@ -99,10 +99,6 @@ class GradientBuilder;
 /// The partitioner as tensor-parallel rules see it (Partitioning.h).
 class TPPartitioner;
 
-/// Marks the pointwise activations of NN_Activation (NNOps.td).
-template <typename ConcreteType>
-class ActivationTrait
-    : public mlir::OpTrait::TraitBase<ConcreteType, ActivationTrait> {};
 /// What selective activation checkpointing saves (NNOps.td): every other
 /// matrix product, and each op with RematSaved.
 template <typename ConcreteType>

@@ -100,11 +100,6 @@ class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-/// Marks the pointwise activations (NN_Activation), so that the graph
-/// importer knows their operands without a table of its own.
-def NN_ActivationTrait : NativeOpTrait<"ActivationTrait"> {
-  let cppNamespace = "::fsdp::nn";
-}
 
 /// Selective activation checkpointing (fsdp-build-train-step): a matrix
 /// product, every other one of which a layer saves for its backward...
@@ -136,8 +131,7 @@ def NN_Imported : NativeOpTrait<"Imported"> {
 /// of include/fsdp/Runtime/Activations.def.
 class NN_ActivationOp<string mnemonic, string gradClass>
     : NN_UnaryOp<mnemonic, [RuntimeCall<"fsdp_op_" # mnemonic>,
-                            NN_Differentiable, NN_ActivationTrait,
-                            NN_Imported]> {
+                            NN_Differentiable, NN_Imported]> {
   let extraClassDefinition = NN_SameTypeRule # [{
     ::llvm::FailureOr<::fsdp::nn::ShardRule>
     $cppClass::getShardRule(::llvm::ArrayRef<::fsdp::nn::OperandShard> operands,

@@ -1,5 +1,4 @@
-//===- Partitioning.h - What an op's tensor-parallel rule may ask -*- C++
-//-*-===//
+//===- Partitioning.h - The partitioner as TP rules see it ------*- C++ -*-===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -40,8 +39,11 @@ public:
 
   /// The per-rank value of a value of the global program.
   virtual mlir::Value lookup(mlir::Value global) const = 0;
-  /// Where a per-rank value is split (dim -1: replicated; a partial sum
-  /// counts as split).
+  /// Whether a per-rank value is whole on every rank (neither split nor a
+  /// pending partial sum).
+  virtual bool isReplicated(mlir::Value perRank) const = 0;
+  /// Where a per-rank value is split (dim -1 when it is not: replicated or a
+  /// partial sum).
   virtual OperandShard shardOf(mlir::Value perRank) const = 0;
   /// "replicated", "sharded on dim 2", "a partial sum", for messages.
   virtual std::string describeLayout(mlir::Value perRank) const = 0;
@@ -55,7 +57,7 @@ public:
   virtual mlir::Value copyIn(mlir::Value perRank) = 0;
   /// A partial sum reduced into its style's output layout.
   virtual mlir::FailureOr<mlir::Value> reduce(mlir::Value partial) = 0;
-  /// `value` reduced with `kind` over the tp ranks.
+  /// `value` reduced over the tp ranks: their maximum, or their sum.
   virtual mlir::Value allReduce(mlir::Value value, bool max) = 0;
   /// This rank's index on the tp axis (an i64 scalar tensor).
   virtual mlir::Value axisIndex() = 0;
