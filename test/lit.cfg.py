@@ -100,10 +100,10 @@ def venv_feature(variable, venv, feature, substitution):
         config.substitutions.append((substitution, python))
 
 
-# The pinned virtual environments .ci/setup makes: transformers over
-# Debian's torch (the tests against Hugging Face models), and PyTorch 2.x
-# with transformers (torch.export, which fsdp_mlir.export needs).
-venv_feature("FSDP_HF_PYTHON", "venv-transformers-4.46.3", "transformers",
+# The pinned virtual environment .ci/setup makes: the current PyTorch and
+# transformers, for the tests against Hugging Face models (%hf_python) and
+# torch.export, which fsdp_mlir.export needs (%torch_python).
+venv_feature("FSDP_HF_PYTHON", "venv-torch-2.15.0", "transformers",
              "%hf_python")
-venv_feature("FSDP_TORCH_PYTHON", "venv-torch-2.11.0", "torch-export",
+venv_feature("FSDP_TORCH_PYTHON", "venv-torch-2.15.0", "torch-export",
              "%torch_python")

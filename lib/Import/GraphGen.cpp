@@ -313,7 +313,7 @@ void readQwenWindows(const json &config, ConfigReader &reader,
 }
 
 /// Computes a scaled RoPE's frequencies from `rope_scaling` (or
-/// transformers 5's `rope_parameters`), as transformers 4.46's
+/// transformers 5's `rope_parameters`), as transformers 5.25's
 /// modeling_rope_utils does for `linear`, `llama3` and `yarn`. Any other
 /// type, or a field that version would not read, is an error: a silently
 /// different rotation would train a different model.
@@ -380,15 +380,25 @@ void readRopeScaling(ConfigReader &reader, ModelConfig &model) {
           nested.getNumber("attention_factor", model.ropeAttentionScaling);
     double fast = nested.getNumber("beta_fast", 32.0);
     double slow = nested.getNumber("beta_slow", 1.0);
+    // The pretrained context: transformers 5 saves it in the rope
+    // parameters (the model's own when converting an older config).
     int64_t positions = reader.getInt("max_position_embeddings");
+    if (nested.lookup("original_max_position_embeddings"))
+      positions = nested.getInt("original_max_position_embeddings");
+    bool truncate = nested.getBool("truncate", true);
     // The dimension index at which a wavelength makes `rotations` turns
     // over the context, and the ramp between the two bounds.
     auto correction = [&](double rotations) {
       return dim * std::log(double(positions) / (rotations * 2 * M_PI)) /
              (2 * std::log(model.ropeTheta));
     };
-    double lo = std::max(std::floor(correction(fast)), 0.0);
-    double hi = std::min(std::ceil(correction(slow)), double(dim - 1));
+    double lo = correction(fast), hi = correction(slow);
+    if (truncate) {
+      lo = std::floor(lo);
+      hi = std::ceil(hi);
+    }
+    lo = std::max(lo, 0.0);
+    hi = std::min(hi, double(dim - 1));
     if (lo == hi)
       hi += 0.001;
     for (int64_t i = 0; i < half; ++i) {
@@ -398,7 +408,8 @@ void readRopeScaling(ConfigReader &reader, ModelConfig &model) {
           freq[i] / factor * (1 - extrapolation) + freq[i] * extrapolation;
     }
     known.insert(known.end(),
-                 {"factor", "attention_factor", "beta_fast", "beta_slow"});
+                 {"factor", "attention_factor", "beta_fast", "beta_slow",
+                  "original_max_position_embeddings", "truncate"});
   } else {
     return reader.fail("field '" + std::string(field) + "' has rope type '" +
                        type +

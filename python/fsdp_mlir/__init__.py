@@ -11,7 +11,7 @@ __all__ = ["CompileError", "Compiled", "ExportError", "compile", "export",
 
 
 def __getattr__(name):
-    # export needs torch (PyTorch 2.11); import it on first use, so that
+    # export needs torch (tested: PyTorch 2.15); import it on first use, so that
     # compile and run work without torch. (Its module is `exporter`, so
     # that no submodule shadows the function.)
     if name in ("export", "ExportError"):

@@ -20,9 +20,12 @@ values of what depends on no input (masks).
   `[B, S, N, D]` values becomes one `attention`; grouped-query key/value
   heads repeated by `unsqueeze/expand/reshape` (`repeat_kv`) are read once
   (the op is grouped-query itself), as with `enable_gqa`. A mask tensor
-  that depends on no input is evaluated: a causal mask becomes
-  `causal: true`, a causal band of width W `sliding_window: W`; any other
-  mask (padding, a bias) is an error.
+  that depends on no input is evaluated, and so is one that depends on
+  `position_ids` alone (transformers 5 builds its masks from the
+  positions) for the positions the runtime feeds, 0..S-1 in every row
+  (unpacked rows): a causal mask becomes `causal: true`, a causal band of
+  width W `sliding_window: W`; any other mask (padding, a bias) is an
+  error.
 - A Conv1D (`addmm` of a flattened input) becomes `matmul` + `add` on the
   unflattened value, and `split` + `getitem` one multi-result `split`.
 
@@ -144,6 +147,7 @@ class Exporter:
         self.tables = {}
         self.meta_tables = {}
         self.graph_module = ep.graph_module
+        self.graph_signature = sig
 
     # -- helpers --------------------------------------------------------
 
@@ -182,28 +186,52 @@ class Exporter:
 
     def constant(self, node):
         """The value of `node` when it depends on no input, parameter or
-        buffer (a mask built from aranges), else None: its ancestors run
-        in graph order."""
-        if node in self.consts:
-            return self.consts[node]
+        buffer (a mask built from aranges), else None."""
+        if node not in self.consts:
+            self.consts[node] = self.evaluate(node, {})
+        return self.consts[node]
+
+    def evaluate(self, node, inputs):
+        """The value of `node` computed from the placeholder values
+        `inputs` ({node: tensor}) alone, else None when it depends on
+        another input, parameter or buffer: its ancestors run in graph
+        order."""
         needed, stack = set(), [node]
         while stack:
             n = stack.pop()
-            if n in needed or n in self.consts:
+            if n in needed or n in inputs:
                 continue
             if n.op != "call_function":
-                self.consts[node] = None
                 return None
             needed.add(n)
             stack.extend(n.all_input_nodes)
+        env = dict(inputs)
+        look = lambda a: env[a] if isinstance(a, torch.fx.Node) else a
         for n in self.graph.nodes:
             if n in needed:
-                env = lambda a: self.consts[a] if isinstance(
-                    a, torch.fx.Node) else a
-                self.consts[n] = n.target(
-                    *torch.fx.node.map_aggregate(n.args, env),
-                    **torch.fx.node.map_aggregate(n.kwargs, env))
-        return self.consts[node]
+                env[n] = n.target(
+                    *torch.fx.node.map_aggregate(n.args, look),
+                    **torch.fx.node.map_aggregate(n.kwargs, look))
+        return env[node]
+
+    def positional_mask(self, mask):
+        """The value of a mask that depends on the `position_ids` input
+        only (transformers 5 builds its causal and sliding-window masks
+        from the positions, and splits packed rows where they restart),
+        for the positions the runtime feeds, 0..S-1 in every row; None
+        when it depends on another input or differs for positions
+        starting elsewhere (it would be a mask of their values)."""
+        positions = self.placeholders.get("position_ids")
+        if positions is None or "position_ids" not in self.user_inputs:
+            return None
+        val = positions.meta["val"]
+        rows = torch.arange(val.shape[-1], dtype=val.dtype).expand(
+            tuple(val.shape))
+        m = self.evaluate(mask, {positions: rows})
+        if m is None or not torch.equal(
+                m, self.evaluate(mask, {positions: rows + 5})):
+            return None
+        return m
 
     # -- values ---------------------------------------------------------
 
@@ -301,6 +329,9 @@ class Exporter:
             shape = self.shape(node)
             if not v.bnsd and (v.shape or self.shape(args[0])) == shape:
                 return _Value(v.name)
+            # A transposed value viewed as its own shape stays held so.
+            if v.bnsd and self.shape(args[0]) == shape:
+                return v
             return _Value(self.add(node, "reshape", [self.plain(args[0])],
                                    {"shape": shape}))
         if t in ("aten.transpose.int", "aten.permute.default"):
@@ -453,56 +484,124 @@ class Exporter:
     def rotary_tables(self, node):
         """(position_ids node, inv_freq, attention_scaling, 0 for cos or 1
         for sin) when `node` is a rotary embedding's cos or sin (maybe
-        unsqueezed), else None."""
+        unsqueezed), else None. The rotary module runs either inside a
+        no-grad wrapper (PyTorch 2.11 with transformers 4) or inline
+        (transformers 5)."""
         while _target(node) in ("aten.unsqueeze.default", "aten.to.dtype"):
             node = node.args[0]
-        if node.target is not operator.getitem:
+        if node.target is operator.getitem:
+            wrap = node.args[0]
+            if "wrap_with_set_grad_enabled" not in _target(wrap):
+                return None
+            if wrap not in self.tables:
+                self.tables[wrap] = self.wrapped_rotary(wrap)
+            return self.tables[wrap] + (node.args[1],)
+        # Inline: cos or sin of the angles, times attention_scaling.
+        trig, factor = node, 1.0
+        while _target(trig) == "aten.mul.Tensor" and \
+                not isinstance(trig.args[1], torch.fx.Node):
+            factor *= float(trig.args[1])
+            trig = trig.args[0]
+        index = {"aten.cos.default": 0,
+                 "aten.sin.default": 1}.get(_target(trig))
+        if index is None or not isinstance(trig.args[0], torch.fx.Node):
             return None
-        wrap = node.args[0]
-        if "wrap_with_set_grad_enabled" not in _target(wrap):
-            return None
-        if wrap not in self.tables:
-            self.tables[wrap] = self.rotary_module(wrap)
-        return self.tables[wrap] + (node.args[1],)
+        angles = trig.args[0]
+        path, _ = _module(angles)
+        if angles not in self.tables:
+            self.tables[angles] = self.inline_rotary(angles, path)
+        scaling = self.tables[angles][2]
+        if abs(factor - scaling) > 1e-6 * abs(scaling):
+            self.fail(node, f"rotary module '{path}' scales cos/sin by "
+                      f"{factor}, not its attention_scaling {scaling}")
+        return self.tables[angles] + (index,)
 
-    def rotary_module(self, wrap):
-        """(position_ids node, inv_freq, attention_scaling) of the no-grad
-        rotary module `wrap` calls, after checking that it computes
-        cos/sin of cat(f, f), f = position · inv_freq, on sample
-        positions."""
-        path, _ = _module(wrap)
+    def rotary_frequencies(self, node, path):
+        """(inv_freq, attention_scaling) of the rotary module at `path`."""
         module = self.model.get_submodule(path)
         inv_freq = getattr(module, "inv_freq", None)
         scaling = getattr(module, "attention_scaling", 1.0)
         if inv_freq is None:
-            self.fail(wrap, f"rotary module '{path}' has no inv_freq")
+            self.fail(node, f"rotary module '{path}' has no inv_freq")
         if path in self.meta_tables:
             inv_freq, scaling = self.meta_tables[path]
         elif _no_values(inv_freq):
-            self.fail(wrap, f"rotary module '{path}' has its frequencies "
-                      "on the meta device and no rope_init_fn")
-        operands = wrap.args[2:]
-        ints = [a for a in operands if isinstance(a, torch.fx.Node) and
-                not a.meta["val"].dtype.is_floating_point]
-        if len(ints) != 1:
-            self.fail(wrap, f"rotary module '{path}' without one integer "
-                      "position input")
-        positions = torch.arange(0, 96, 3).reshape(1, -1)
-        sample = [positions if a is ints[0] else inv_freq.float()
-                  for a in operands]
-        body = self.graph_module.get_submodule(wrap.args[1].target)
+            self.fail(node, f"rotary module '{path}' has its frequencies "
+                      "on the meta device and no rule to compute them")
+        return inv_freq, scaling
+
+    def check_rotary(self, node, path, positions, inv_freq, scaling, run):
+        """(position_ids node, inv_freq, attention_scaling) once `run`
+        (sample positions -> (cos, sin)) computes cos/sin of cat(f, f),
+        f = position · inv_freq, times attention_scaling."""
         with torch.no_grad():
-            cos, sin = body(*sample)[:2]
+            cos, sin = run(positions)
             angles = positions[..., None].double() * inv_freq.double()
             angles = torch.cat([angles, angles], -1)
             err = max(((cos - angles.cos() * scaling).abs().max()),
                       ((sin - angles.sin() * scaling).abs().max())).item()
         # The module rounds cos/sin to the model's dtype (bf16: 2^-8).
         if not err < max(1e-4, 2 * torch.finfo(cos.dtype).eps):
-            self.fail(wrap, f"rotary module '{path}' does not compute "
+            self.fail(node, f"rotary module '{path}' does not compute "
                       "cos/sin of cat(f, f), f = position * inv_freq "
                       f"(difference {err:.2e} on sample positions)")
-        return ints[0], [float(f) for f in inv_freq], float(scaling)
+        return [float(f) for f in inv_freq], float(scaling)
+
+    def wrapped_rotary(self, wrap):
+        """The tables of the no-grad rotary module `wrap` calls."""
+        path, _ = _module(wrap)
+        inv_freq, scaling = self.rotary_frequencies(wrap, path)
+        operands = wrap.args[2:]
+        ints = [a for a in operands if isinstance(a, torch.fx.Node) and
+                not a.meta["val"].dtype.is_floating_point]
+        if len(ints) != 1:
+            self.fail(wrap, f"rotary module '{path}' without one integer "
+                      "position input")
+        body = self.graph_module.get_submodule(wrap.args[1].target)
+
+        def run(positions):
+            return body(*[positions if a is ints[0] else inv_freq.float()
+                          for a in operands])[:2]
+        return (ints[0],) + self.check_rotary(
+            wrap, path, torch.arange(0, 96, 3).reshape(1, -1), inv_freq,
+            scaling, run)
+
+    def inline_rotary(self, angles, path):
+        """The tables of a rotary module whose ops are inline: `angles`
+        (the argument of its cos and sin) computed from the one integer
+        input and the module's buffers."""
+        inv_freq, scaling = self.rotary_frequencies(angles, path)
+        found, stack, seen = [], [angles], set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "placeholder":
+                found.append(n)
+            stack.extend(n.all_input_nodes)
+        buffers = self.graph_signature.inputs_to_buffers
+        ints = [n for n in found if n.name not in buffers]
+        if len(ints) != 1 or ints[0].meta["val"].dtype.is_floating_point:
+            self.fail(angles, f"rotary module '{path}' without one integer "
+                      "position input")
+        given = {}
+        for n in found:
+            if n.name in buffers:
+                fqn = buffers[n.name]
+                given[n] = inv_freq if fqn == (path + ".inv_freq") \
+                    else self.model.get_buffer(fqn)
+        shape = tuple(ints[0].meta["val"].shape)
+        numel = math.prod(shape)
+
+        def run(positions):
+            x = self.evaluate(angles, {**given, ints[0]: positions})
+            return x.cos() * scaling, x.sin() * scaling
+        # Positions below 96, as for the wrapped form: f32 angles of large
+        # positions differ from the double reference by their rounding.
+        sample = (torch.arange(numel) % 32 * 3).reshape(shape)
+        return (ints[0],) + self.check_rotary(angles, path, sample,
+                                              inv_freq, scaling, run)
 
     def rotary(self, node):
         a, b = node.args[:2]
@@ -530,8 +629,7 @@ class Exporter:
             return None
         v = self.value(x)
         positions = self.plain(tc[0])
-        theta = float(getattr(getattr(self.model, "config", None),
-                              "rope_theta", 10000.0))
+        theta = _rope_theta(getattr(self.model, "config", None))
         attrs = {"theta": theta}
         # Frequencies theta's own (computed in f32) stay implicit; scaled
         # ones are listed.
@@ -563,6 +661,8 @@ class Exporter:
         """(causal, sliding window or None) that the constant mask `mask`
         of an `s`-token attention is."""
         m = self.constant(mask)
+        if m is None:
+            m = self.positional_mask(mask)
         if m is None:
             self.fail(node, "an attention mask that depends on the inputs "
                       "(padding): only causal and sliding-window masks are "
@@ -631,6 +731,34 @@ class Exporter:
         return logits_name
 
 
+def _rope_theta(config):
+    """The rotary base: transformers 5's `rope_parameters`, else 4's
+    `rope_theta`, else 10000."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and "rope_theta" in params:
+        return float(params["rope_theta"])
+    return float(getattr(config, "rope_theta", 10000.0))
+
+
+def _rope_init(module):
+    """The rule computing a rotary module's (inv_freq, attention_scaling)
+    from its config: transformers 4's `rope_init_fn(config, device)`, or
+    5's `compute_default_rope_parameters` and ROPE_INIT_FUNCTIONS by
+    `rope_type`; None for a module without one."""
+    init = getattr(module, "rope_init_fn", None)
+    if init is not None:
+        return lambda: init(module.config, "cpu")
+    rope_type = getattr(module, "rope_type", None)
+    if rope_type is None or not hasattr(module, "config"):
+        return None
+    if rope_type == "default":
+        default = getattr(module, "compute_default_rope_parameters", None)
+        return default and (lambda: default(module.config))
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    init = ROPE_INIT_FUNCTIONS.get(rope_type)
+    return init and (lambda: init(module.config))
+
+
 def _init_std(model, name):
     """The normal init's std: the config's initializer_range, scaled as
     Hugging Face's GPT-2 scales its residual projections."""
@@ -653,9 +781,9 @@ def _export_meta(model, kwargs):
     tables = {}
     for path, module in model.named_modules():
         inv_freq = getattr(module, "inv_freq", None)
-        init = getattr(module, "rope_init_fn", None)
+        init = _rope_init(module)
         if isinstance(inv_freq, torch.Tensor) and inv_freq.is_meta and init:
-            tables[path] = init(module.config, "cpu")
+            tables[path] = init()
     with FakeTensorMode(allow_non_fake_inputs=True):
         model.to_empty(device="cpu")
         fake = {k: torch.empty(v.shape, dtype=v.dtype) if isinstance(

@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 import benchutil  # noqa: E402
 
 TORCH_PYTHON = os.path.expanduser(
-    "~/.cache/fsdp-mlir/venv-torch-2.11.0/bin/python")
+    "~/.cache/fsdp-mlir/venv-torch-2.15.0/bin/python")
 MIXED = {
     "f32": benchutil.F32,
     "bf16": {"mp_policy": {"param_dtype": "bfloat16",
