@@ -103,8 +103,16 @@ struct BuildTrainStepPass
   friend class TrainStep;
 
   void runOnOperation() override;
-  /// Checks the optimizer options against torch.optim's bounds.
+  /// Checks the optimizer options against torch.optim's bounds, and the
+  /// schedule's.
   LogicalResult checkOptions(func::FuncOp forward);
+  /// weight-decay, else torch's default for the optimizer (AdamW 0.01,
+  /// SGD 0).
+  double resolvedWeightDecay() {
+    if (weightDecay.hasValue())
+      return weightDecay;
+    return optimizer == Optimizer::SGD ? 0.0 : 0.01;
+  }
   /// The activation checkpointing to apply: the option's, else the parallel
   /// config's.
   Checkpointing checkpointingMode() {
@@ -146,7 +154,7 @@ LogicalResult BuildTrainStepPass::checkOptions(func::FuncOp forward) {
         Bound{"beta1", beta1, 0.0, 1.0, true},
         Bound{"beta2", beta2, 0.0, 1.0, true},
         Bound{"eps", eps, 0.0, INFINITY, false},
-        Bound{"weight-decay", weightDecay, 0.0, INFINITY, false},
+        Bound{"weight-decay", resolvedWeightDecay(), 0.0, INFINITY, false},
         Bound{"momentum", momentum, 0.0, INFINITY, false},
         Bound{"max-grad-norm", maxGradNorm, 0.0, INFINITY, false}})
     if (!std::isfinite(check.value) || check.value < check.low ||
@@ -155,6 +163,25 @@ LogicalResult BuildTrainStepPass::checkOptions(func::FuncOp forward) {
              << check.name << " must be a finite number in [" << check.low
              << ", " << (check.highOpen ? "1)" : "inf)") << ", got "
              << check.value;
+  bool decays = lrSchedule != fsdp::LrSchedule::Constant;
+  if (optimizer == Optimizer::None && (decays || warmupSteps != 0))
+    return forward.emitOpError(
+        "a learning-rate schedule needs an optimizer (optimizer=none)");
+  if (warmupSteps < 0)
+    return forward.emitOpError("option warmup-steps must be >= 0, got ")
+           << int64_t(warmupSteps);
+  if (decays && totalSteps <= warmupSteps)
+    return forward.emitOpError("lr-schedule ")
+           << (lrSchedule == fsdp::LrSchedule::Linear ? "linear" : "cosine")
+           << " needs total-steps > warmup-steps (" << int64_t(warmupSteps)
+           << "), got " << int64_t(totalSteps);
+  if (!decays && (totalSteps != 0 || minLrRatio != 0.0))
+    return forward.emitOpError(
+        "options total-steps and min-lr-ratio shape a decay: they need "
+        "lr-schedule=linear or cosine");
+  if (!(minLrRatio >= 0.0 && minLrRatio <= 1.0))
+    return forward.emitOpError("option min-lr-ratio must be in [0, 1], got ")
+           << double(minLrRatio);
   return success();
 }
 
@@ -187,7 +214,9 @@ private:
   LogicalResult backward(int64_t m, ArrayRef<Operation *> cloned,
                          IRMapping &map, Value logits, Value labels, Value sum,
                          Value seed, DeferredGradSync &sync);
-  Value clipScale();
+  Value gradSumSquares();
+  Value clipScale(Value sumSquares);
+  Value lrScale();
   LogicalResult optimizerUpdates();
   void addOutput(Value v, DictionaryAttr attrs) {
     results.push_back(v);
@@ -217,6 +246,8 @@ private:
   RankedTensorType f32;
   Type computeType, outputType, reduceType;
   bool train = false;
+  /// Scalars the training step outputs after the model's: (name, value).
+  SmallVector<std::pair<StringRef, Value>> trainingOutputs;
 
   // The forward's loss.
   Operation *loss = nullptr;
@@ -510,13 +541,12 @@ LogicalResult TrainStep::reportRemat() {
   return success();
 }
 
-/// torch's clip_grad_norm_ over the whole model: every element counted once.
-/// A gradient block split over mesh axes sums over those axes; a copy
-/// replicated over an axis (identical on its ranks) counts once. Parameters
-/// split the same way share one all-reduce.
-Value TrainStep::clipScale() {
-  if (pass.maxGradNorm <= 0.0)
-    return build.fill(1.0, f32);
+/// The squared global gradient norm, as torch's clip_grad_norm_ computes it
+/// over the whole model: every element counted once. A gradient block split
+/// over mesh axes sums over those axes; a copy replicated over an axis
+/// (identical on its ranks) counts once. Parameters split the same way
+/// share one all-reduce.
+Value TrainStep::gradSumSquares() {
   llvm::MapVector<ArrayAttr, Value> partials;
   for (auto [k, g] : llvm::enumerate(paramGrads)) {
     SmallVector<Attribute> axes;
@@ -543,7 +573,28 @@ Value TrainStep::clipScale() {
     Value global = allReduceSum(sum, axes);
     total = total ? build.make<AddOp>(total, global).getResult() : global;
   }
-  return build.make<ClipCoefficientOp>(total, APFloat(pass.maxGradNorm));
+  return total;
+}
+
+/// clip_grad_norm_'s coefficient, or 1 without clipping.
+Value TrainStep::clipScale(Value sumSquares) {
+  if (pass.maxGradNorm <= 0.0)
+    return build.fill(1.0, f32);
+  return build.make<ClipCoefficientOp>(sumSquares, APFloat(pass.maxGradNorm));
+}
+
+/// The schedule's factor of the learning rate at this step, or null for a
+/// constant rate without warmup.
+Value TrainStep::lrScale() {
+  if (pass.lrSchedule == fsdp::LrSchedule::Constant && pass.warmupSteps == 0)
+    return Value();
+  nn::LrSchedule schedule =
+      pass.lrSchedule == fsdp::LrSchedule::Linear   ? nn::LrSchedule::linear
+      : pass.lrSchedule == fsdp::LrSchedule::Cosine ? nn::LrSchedule::cosine
+                                                    : nn::LrSchedule::constant;
+  return build.make<LrScheduleOp>(entryBlock->getArgument(dataArgs.size()),
+                                  schedule, pass.warmupSteps, pass.totalSteps,
+                                  APFloat(pass.minLrRatio));
 }
 
 void TrainStep::addUpdate(Value v, StringRef name, unsigned arg) {
@@ -556,8 +607,12 @@ void TrainStep::addUpdate(Value v, StringRef name, unsigned arg) {
 
 /// The optimizer's step on every parameter, as `updated.*` outputs.
 LogicalResult TrainStep::optimizerUpdates() {
-  Value scale = clipScale();
+  bool norm = pass.maxGradNorm > 0.0 || pass.gradNorm;
+  Value sumSquares = norm ? gradSumSquares() : Value();
+  Value scale = clipScale(sumSquares);
+  Value lrFactor = lrScale();
   Value stepCount = entryBlock->getArgument(dataArgs.size());
+  double weightDecay = pass.resolvedWeightDecay();
   for (unsigned k = 0; k < paramGrads.size(); ++k) {
     unsigned stateArg = firstState + k * stateNames.size();
     Value param = paramValue(k);
@@ -565,9 +620,9 @@ LogicalResult TrainStep::optimizerUpdates() {
     if (pass.optimizer == Optimizer::AdamW) {
       auto o = build.make<AdamWOp>(
           param, paramGrads[k], entryBlock->getArgument(stateArg),
-          entryBlock->getArgument(stateArg + 1), stepCount, scale,
+          entryBlock->getArgument(stateArg + 1), stepCount, scale, lrFactor,
           APFloat(pass.lr), APFloat(pass.beta1), APFloat(pass.beta2),
-          APFloat(pass.eps), APFloat(pass.weightDecay));
+          APFloat(pass.eps), APFloat(weightDecay));
       addUpdate(o.getNewParam(), name, firstParam + k);
       addUpdate(o.getNewExpAvg(), name + ".exp_avg", stateArg);
       addUpdate(o.getNewExpAvgSq(), name + ".exp_avg_sq", stateArg + 1);
@@ -577,12 +632,20 @@ LogicalResult TrainStep::optimizerUpdates() {
     Value buffer = stateNames.empty() ? build.fill(0.0, tensorOf(param))
                                       : entryBlock->getArgument(stateArg);
     auto o = build.make<SGDOp>(param, paramGrads[k], buffer, stepCount, scale,
-                               APFloat(pass.lr), APFloat(pass.momentum),
-                               APFloat(pass.weightDecay));
+                               lrFactor, APFloat(pass.lr),
+                               APFloat(pass.momentum), APFloat(weightDecay));
     addUpdate(o->getResult(0), name, firstParam + k);
     if (!stateNames.empty())
       addUpdate(o->getResult(1), name + ".momentum_buffer", stateArg);
   }
+  // What the step line and the metrics report: this step's learning rate
+  // and the squared global gradient norm.
+  trainingOutputs.push_back(
+      {"lr", lrFactor
+                 ? build.make<ScaleOp>(lrFactor, APFloat(pass.lr)).getResult()
+                 : build.fill(pass.lr, f32)});
+  if (sumSquares)
+    trainingOutputs.push_back({"grad_sum_squares", sumSquares});
   return success();
 }
 
@@ -634,6 +697,8 @@ LogicalResult TrainStep::run() {
   for (unsigned r = 0; r < forward.getNumResults(); ++r)
     if (ret.getOperand(r) != loss->getResult(0) && next < extraOutputs.size())
       addOutput(extraOutputs[next++], forward.getResultAttrDict(r));
+  for (auto [name, value] : trainingOutputs)
+    addOutput(value, dict(NNDialect::kOutputAttrName, b.getStringAttr(name)));
   pass.numGradOps += gradOps + build.getNumCreated();
   if (failed(reportRemat()))
     return failure();

@@ -6,11 +6,17 @@
 # reference model of reference.py from the program's dumped initial weights
 # with torch.optim.AdamW or SGD and the same hyperparameters, on the same
 # batches (the runtime reads sample b of step k at token offset
-# ((k * B + b) * (S + 1)) mod (tokens - S - 1)).
+# ((k * B + b) * (S + 1)) mod (tokens - S - 1)). Without --weight-decay
+# neither side is given one: each uses its default (torch's: AdamW 0.01,
+# SGD 0). With --schedule (fsdp-build-train-step's lr-schedule options),
+# PyTorch's optimizer takes, step by step, the learning rate the program
+# reports in its metrics file (lr_schedule_check.py checks those against
+# transformers' get_scheduler).
 #
 # Usage: /usr/bin/python3 train_check.py --config C --bin-dir build/bin
 #            --work DIR [--optimizer adamw|sgd] [--steps 20] [--lr 1e-2]
-#            [--max-grad-norm 0] [--batch 2] [--seq 16] [--rtol 1e-4]
+#            [--max-grad-norm 0] [--weight-decay W] [--schedule OPTIONS]
+#            [--batch 2] [--seq 16] [--rtol 1e-4]
 #            [--mpirun "mpirun ..."]
 
 import argparse
@@ -46,7 +52,8 @@ def main():
     parser.add_argument("--optimizer", default="adamw")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--weight-decay", type=float)
+    parser.add_argument("--schedule", default="")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--max-grad-norm", type=float, default=0.0)
     parser.add_argument("--batch", type=int, default=2)
@@ -63,9 +70,11 @@ def main():
     prog = os.path.join(args.work, "step")
     tokens_path = os.path.join(args.work, "tokens.bin")
     dump = os.path.join(args.work, "dump")
+    metrics_path = os.path.join(args.work, "metrics.jsonl")
 
-    opts = f"optimizer={args.optimizer} lr={args.lr} " \
-           f"weight-decay={args.weight_decay}"
+    opts = f"optimizer={args.optimizer} lr={args.lr} {args.schedule}"
+    if args.weight_decay is not None:
+        opts += f" weight-decay={args.weight_decay}"
     if args.optimizer == "sgd":
         opts += f" momentum={args.momentum}"
     if args.max_grad_norm > 0:
@@ -79,7 +88,9 @@ def main():
     tokens.tofile(tokens_path)
     out = run(shlex.split(args.mpirun) + [
         "-np", "1", prog, "--steps", str(args.steps), "--data", tokens_path,
-        "--dump-dir", dump])
+        "--dump-dir", dump, "--metrics", metrics_path])
+    with open(metrics_path) as f:
+        lrs = [json.loads(line)["lr"] for line in f]
     ours = [float(m.group(2)) for m in map(STEP.match, out.splitlines()) if m]
     if len(ours) != args.steps:
         sys.exit(f"error: expected {args.steps} loss lines, got:\n{out}")
@@ -90,13 +101,13 @@ def main():
     params = {n: reference.load_tensor(directory, n, *manifest[n])
               .to(torch.float64).requires_grad_(True)
               for n in spec.parameter_shapes()}
+    decay = {} if args.weight_decay is None else \
+        {"weight_decay": args.weight_decay}
     if args.optimizer == "adamw":
-        opt = torch.optim.AdamW(params.values(), lr=args.lr,
-                                weight_decay=args.weight_decay)
+        opt = torch.optim.AdamW(params.values(), lr=args.lr, **decay)
     else:
         opt = torch.optim.SGD(params.values(), lr=args.lr,
-                              momentum=args.momentum,
-                              weight_decay=args.weight_decay)
+                              momentum=args.momentum, **decay)
     b, s = args.batch, args.seq
     window = len(tokens) - s - 1
     positions = torch.arange(s).repeat(b, 1)
@@ -111,6 +122,12 @@ def main():
         loss.backward()
         if args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(params.values(), args.max_grad_norm)
+        if args.schedule:
+            for group in opt.param_groups:
+                group["lr"] = lrs[k]
+        elif abs(lrs[k] - args.lr) > 1e-6 * args.lr:
+            sys.exit(f"error: step {k} reports lr {lrs[k]} without a "
+                     f"schedule, not {args.lr}")
         opt.step()
         err = abs(ours[k] - loss.item()) / abs(loss.item())
         worst = max(worst, err)

@@ -360,7 +360,8 @@ bool runAdamW(const char *name, fsdp_rt_dtype gradType,
     cpu[k] = s;
   }
   const double lr = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
-  float scale = 0.5f;
+  // The gradient's scale and a schedule's factor of the learning rate.
+  float scale = 0.5f, lrScale = 0.75f;
   for (int step = 1; step <= 3; ++step) {
     float count1 = float(step);
     for (size_t k = 0; k < count; ++k)
@@ -384,7 +385,7 @@ bool runAdamW(const char *name, fsdp_rt_dtype gradType,
     std::vector<fsdp_rt_adamw_tensor> cpuTable = table(cpu);
     for (const fsdp_rt_adamw_tensor &t : cpuTable)
       fsdp_rt_adamw(nullptr, 1, &t, gradType, lr, beta1, beta2, eps, wd,
-                    &count1, &scale);
+                    &count1, &scale, &lrScale);
     std::vector<fsdp_rt_adamw_tensor> emuTable = table(emu);
     adamw::Hyper hyper = {lr, beta1, beta2, eps, wd};
     for (size_t first = 0; first < count; first += adamw::kTable) {
@@ -392,9 +393,11 @@ bool runAdamW(const char *name, fsdp_rt_dtype gradType,
       int64_t chunks =
           adamw::fillTable(launchTable, emuTable.data() + first,
                            int(std::min<size_t>(count - first, adamw::kTable)));
-      emu::launch(
-          grid ? grid : adamw::adamwGrid(chunks), 1, 1, adamw::kAdamWThreads, 0,
-          [&] { adamw::adamwMulti<E>(launchTable, hyper, &count1, &scale); });
+      emu::launch(grid ? grid : adamw::adamwGrid(chunks), 1, 1,
+                  adamw::kAdamWThreads, 0, [&] {
+                    adamw::adamwMulti<E>(launchTable, hyper, &count1, &scale,
+                                         &lrScale);
+                  });
     }
     for (std::vector<State> *states : {&emu, &cpu})
       for (size_t k = 1; k < count; k += 2) {

@@ -711,12 +711,12 @@ void optimizerCase(Writer &w, const char *name, bool adam, double momentum,
       }
       fsdp_rt_adamw(nullptr, int64_t(tensors.size()), tensors.data(), gradType,
                     lr, beta1, beta2, eps, wd, counts.back().as<float>(),
-                    scale.as<float>());
+                    scale.as<float>(), nullptr);
     } else
       fsdp_rt_sgd(nullptr, param.as<float>(),
                   momentum != 0 ? m.as<float>() : nullptr, gradType,
                   grads.back().data(), n, lr, momentum, wd,
-                  counts.back().as<float>(), scale.as<float>());
+                  counts.back().as<float>(), scale.as<float>(), nullptr);
   }
   w.begin(name, adam ? "adamw" : "sgd");
   w.attr("lr", lr);

@@ -304,6 +304,11 @@ void fsdp_prog_defer_updates(fsdp_program *p);
 /// backend's kernels do not run on them (CUDA). Without this call they run
 /// as backend kernels reading host memory ("gpu").
 void fsdp_prog_optimizer_on_host_cores(fsdp_program *p);
+/// The model FLOPs of one step on this rank (the cost model's: matmuls and
+/// attention, recomputation excluded) and the dtype they run in: MFU on
+/// the step line and in --metrics against the peak of that dtype.
+void fsdp_prog_model_flops(fsdp_program *p, double flops,
+                           fsdp_rt_dtype compute_dtype);
 /// The compiler's memory plan of the step: `count` (bytes, offset) pairs in
 /// `table`, one per device buffer the step allocates, in the order it
 /// allocates them. A buffer with an offset lives at that offset of one
@@ -376,17 +381,22 @@ void fsdp_op_token_count(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *labels,
                          int64_t ignore_index);
 void fsdp_op_clip_coefficient(fsdp_program *p, fsdp_tensor *out,
                               fsdp_tensor *sum_of_squares, double max_norm);
+void fsdp_op_lr_schedule(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *step,
+                         int64_t schedule, int64_t warmup_steps,
+                         int64_t total_steps, double min_ratio);
+/// `lr_scale` (the schedule's factor) may be NULL: no schedule.
 void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
                    fsdp_tensor *new_exp_avg, fsdp_tensor *new_exp_avg_sq,
                    fsdp_tensor *param, fsdp_tensor *grad, fsdp_tensor *exp_avg,
                    fsdp_tensor *exp_avg_sq, fsdp_tensor *step,
-                   fsdp_tensor *grad_scale, double lr, double beta1,
-                   double beta2, double eps, double weight_decay);
+                   fsdp_tensor *grad_scale, fsdp_tensor *lr_scale, double lr,
+                   double beta1, double beta2, double eps, double weight_decay);
 void fsdp_op_sgd(fsdp_program *p, fsdp_tensor *new_param,
                  fsdp_tensor *new_momentum_buffer, fsdp_tensor *param,
                  fsdp_tensor *grad, fsdp_tensor *momentum_buffer,
-                 fsdp_tensor *step, fsdp_tensor *grad_scale, double lr,
-                 double momentum, double weight_decay);
+                 fsdp_tensor *step, fsdp_tensor *grad_scale,
+                 fsdp_tensor *lr_scale, double lr, double momentum,
+                 double weight_decay);
 
 //===----------------------------------------------------------------------===//
 // Defined by the generated program

@@ -570,30 +570,52 @@ typedef struct fsdp_rt_adamw_tensor {
 /// g = grad_scale · grad. The multi-tensor (fused) form: on CUDA one launch
 /// per FSDP_RT_ADAMW_TABLE tensors, on the CPU one parallel loop.
 /// `grad_scale` (an f32 scalar the step computes, such as the clipping
-/// coefficient) and `step` are runtime buffers, read by the kernel so that
-/// the host never waits for them.
+/// coefficient), `step` and `lr_scale` (the schedule's factor of `lr`;
+/// NULL: 1) are runtime buffers, read by the kernel so that the host never
+/// waits for them.
 void fsdp_rt_adamw(fsdp_rt_stream stream, int64_t count,
                    const fsdp_rt_adamw_tensor *tensors,
                    fsdp_rt_dtype grad_dtype, double lr, double beta1,
                    double beta2, double eps, double weight_decay,
-                   const float *step, const float *grad_scale);
+                   const float *step, const float *grad_scale,
+                   const float *lr_scale);
 /// The tensors one CUDA launch of fsdp_rt_adamw takes: the table
 /// travels as a kernel argument (under 4 KiB).
 #define FSDP_RT_ADAMW_TABLE 40
 
 /// One torch.optim.SGD step (no dampening, not Nesterov): g += weight_decay·p;
 /// buf = g at step 1, momentum·buf + g after; p -= lr·buf. With momentum 0
-/// there is no buffer (`momentum_buffer` may be NULL) and p -= lr·g.
+/// there is no buffer (`momentum_buffer` may be NULL) and p -= lr·g. The
+/// learning rate is lr · lr_scale[0] (`lr_scale` NULL: lr).
 void fsdp_rt_sgd(fsdp_rt_stream stream, float *param, float *momentum_buffer,
                  fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                  double lr, double momentum, double weight_decay,
-                 const float *step, const float *grad_scale);
+                 const float *step, const float *grad_scale,
+                 const float *lr_scale);
 
 /// out[0] = the number of `labels` different from `ignore_index`, as f32:
 /// the tokens a mean loss divides by.
 void fsdp_rt_count_labels(fsdp_rt_stream stream, fsdp_rt_dtype labels_dtype,
                           const void *labels, int64_t numel,
                           int64_t ignore_index, float *out);
+
+/// A learning-rate schedule (fsdp-build-train-step's lr-schedule; the
+/// values of nn.lr_schedule's `schedule`).
+typedef enum fsdp_rt_lr_schedule_kind {
+  FSDP_LR_CONSTANT = 0,
+  FSDP_LR_LINEAR = 1,
+  FSDP_LR_COSINE = 2,
+} fsdp_rt_lr_schedule_kind;
+
+/// out[0] = the factor of optimizer step step[0] (1-based) under `schedule`
+/// with `warmup_steps`, `total_steps` and `min_ratio`, as transformers'
+/// get_scheduler defines it (lib/Runtime/Common/LrSchedule.h), computed in
+/// double from the step count on the device: no host wait, and a resumed
+/// run continues the schedule.
+void fsdp_rt_lr_schedule(fsdp_rt_stream stream, const float *step,
+                         fsdp_rt_lr_schedule_kind schedule,
+                         int64_t warmup_steps, int64_t total_steps,
+                         double min_ratio, float *out);
 
 /// out[0] = min(1, max_norm / (sqrt(sum_of_squares[0]) + 1e-6)), computed in
 /// double: torch.nn.utils.clip_grad_norm_'s coefficient, left on the device.

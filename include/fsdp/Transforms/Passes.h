@@ -18,6 +18,10 @@ namespace fsdp {
 /// The optimizer fsdp-build-train-step appends.
 enum class Optimizer { AdamW, SGD, None };
 
+/// The learning-rate schedule fsdp-build-train-step applies
+/// (transformers' get_scheduler: constant, linear, cosine).
+enum class LrSchedule { Constant, Linear, Cosine };
+
 /// A floating-point element type chosen by an option; `Same` is the
 /// default of the options that follow another dtype.
 enum class Dtype { F32, BF16, F16, Same };

@@ -84,7 +84,31 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
     Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
     Option<"weightDecay", "weight-decay", "double", /*default=*/"0.01",
-           "Weight decay (decoupled for AdamW, L2 for SGD)">,
+           "Weight decay (decoupled for AdamW, L2 for SGD); unset, torch's "
+           "default: 0.01 for AdamW, 0 for SGD">,
+    Option<"lrSchedule", "lr-schedule", "fsdp::LrSchedule",
+           /*default=*/"fsdp::LrSchedule::Constant",
+           "The learning-rate schedule (transformers' get_scheduler), "
+           "computed on the device from the step count", [{
+      ::llvm::cl::values(
+          clEnumValN(fsdp::LrSchedule::Constant, "constant",
+                     "lr after the warmup"),
+          clEnumValN(fsdp::LrSchedule::Linear, "linear",
+                     "linear decay to min-lr-ratio at total-steps"),
+          clEnumValN(fsdp::LrSchedule::Cosine, "cosine",
+                     "half-cosine decay to min-lr-ratio at total-steps"))
+    }]>,
+    Option<"warmupSteps", "warmup-steps", "int64_t", /*default=*/"0",
+           "Steps of linear warmup from 0 to lr">,
+    Option<"totalSteps", "total-steps", "int64_t", /*default=*/"0",
+           "The step at which linear and cosine reach min-lr-ratio · lr "
+           "(held after it)">,
+    Option<"minLrRatio", "min-lr-ratio", "double", /*default=*/"0.0",
+           "The decayed schedules' final learning rate, as a fraction of lr "
+           "(transformers' min_lr_rate)">,
+    Option<"gradNorm", "grad-norm", "bool", /*default=*/"false",
+           "Output the global gradient norm (`grad_norm`) even without "
+           "clipping (with max-grad-norm it always is)">,
     Option<"momentum", "momentum", "double", /*default=*/"0.0",
            "SGD momentum">,
     Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0.0",

@@ -42,6 +42,7 @@ public:
       : entry(entry), state(state), builder(builder) {}
 
   LogicalResult emitDescribe(Location loc, bool memoryPlan);
+  void emitModelFlops(Location loc);
   /// The function emitDescribe wrote.
   emitc::FuncOp function;
 
@@ -240,6 +241,30 @@ void Describer::emitMemoryPlan(Location loc) {
       .emit(builder, loc);
 }
 
+/// One step's model FLOPs on this rank, as the simulator counts them (the
+/// cost model's, recomputation excluded), and the dtype they run in.
+void Describer::emitModelFlops(Location loc) {
+  double flops = 0;
+  for (Operation &op : entry.getBody().front())
+    if (auto cost = dyn_cast<nn::CostOpInterface>(&op);
+        cost && !op.hasAttr("fsdp.recompute"))
+      flops += cost.getCost().modelFlops;
+  if (flops <= 0)
+    return;
+  StringRef dtype = "f32";
+  if (auto module = entry->getParentOfType<ModuleOp>())
+    if (auto precision =
+            module->getAttrOfType<DictionaryAttr>("fsdp.precision"))
+      if (auto param = precision.getAs<StringAttr>("param"))
+        dtype = param.getValue();
+  call("fsdp_prog_model_flops")
+      .literal(doubleLiteral(flops))
+      .literal(dtype == "bf16"  ? "FSDP_RT_BF16"
+               : dtype == "f16" ? "FSDP_RT_F16"
+                                : "FSDP_RT_F32")
+      .emit(builder, loc);
+}
+
 LogicalResult Describer::emitDescribe(Location loc, bool memoryPlan) {
   auto func = function = emitc::FuncOp::create(
       builder, loc, "fsdp_program_describe",
@@ -300,6 +325,7 @@ LogicalResult Describer::emitDescribe(Location loc, bool memoryPlan) {
     call("fsdp_prog_optimizer_on_host_cores").emit(builder, loc);
   if (memoryPlan)
     emitMemoryPlan(loc);
+  emitModelFlops(loc);
   for (uint32_t mask : state.groups)
     call("fsdp_prog_group").literal(maskLiteral(mask)).emit(builder, loc);
   emitc::ReturnOp::create(builder, loc, Value());

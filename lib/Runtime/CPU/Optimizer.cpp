@@ -12,6 +12,7 @@
 
 #include "Internal.h"
 
+#include "../Common/LrSchedule.h"
 #include "../Common/OptimizerMath.h"
 
 #include <algorithm>
@@ -38,22 +39,34 @@ void fsdp_rt_adamw(fsdp_rt_stream, int64_t count,
                    const fsdp_rt_adamw_tensor *tensors,
                    fsdp_rt_dtype grad_dtype, double lr, double beta1,
                    double beta2, double eps, double weight_decay,
-                   const float *step_count, const float *grad_scale) {
+                   const float *step_count, const float *grad_scale,
+                   const float *lr_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
   optimizer::adamw(optimizerThreads, count, tensors, grad_dtype,
-                   optimizer::adamwCoefficients(lr, beta1, beta2, eps,
-                                                weight_decay, step_count[0],
-                                                grad_scale[0]));
+                   optimizer::adamwCoefficients(
+                       optimizer::scaledLr(lr, lr_scale), beta1, beta2, eps,
+                       weight_decay, step_count[0], grad_scale[0]));
 }
 
 void fsdp_rt_sgd(fsdp_rt_stream, float *param, float *momentum_buffer,
                  fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                  double lr, double momentum, double weight_decay,
-                 const float *step, const float *grad_scale) {
+                 const float *step, const float *grad_scale,
+                 const float *lr_scale) {
   KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
   optimizer::sgd(optimizerThreads, param, momentum_buffer, grad_dtype, grad,
                  numel,
-                 {lr, momentum, weight_decay, grad_scale[0], step[0] == 1.0f});
+                 {optimizer::scaledLr(lr, lr_scale), momentum, weight_decay,
+                  grad_scale[0], step[0] == 1.0f});
+}
+
+void fsdp_rt_lr_schedule(fsdp_rt_stream, const float *step,
+                         fsdp_rt_lr_schedule_kind schedule,
+                         int64_t warmup_steps, int64_t total_steps,
+                         double min_ratio, float *out) {
+  KernelTimer timer(FSDP_RT_KERNEL_OPTIMIZER);
+  out[0] = float(lrScheduleFactor(schedule, step[0], double(warmup_steps),
+                                  double(total_steps), min_ratio));
 }
 
 void fsdp_rt_count_labels(fsdp_rt_stream, fsdp_rt_dtype labels_dtype,

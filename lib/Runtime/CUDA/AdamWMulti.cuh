@@ -1,4 +1,5 @@
-//===- AdamWMulti.cuh - Multi-tensor AdamW, also run emulated ---*- CUDA -*-===//
+//===- AdamWMulti.cuh - Multi-tensor AdamW, also run emulated ---*- CUDA
+//-*-===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -56,7 +57,8 @@ inline int64_t fillTable(Table &table, const fsdp_rt_adamw_tensor *tensors,
   for (int t = 0; t < count; ++t) {
     table.tensors[t] = tensors[t];
     table.firstChunk[t + 1] =
-        table.firstChunk[t] + (tensors[t].numel + kAdamWChunk - 1) / kAdamWChunk;
+        table.firstChunk[t] +
+        (tensors[t].numel + kAdamWChunk - 1) / kAdamWChunk;
   }
   return table.firstChunk[count];
 }
@@ -70,14 +72,17 @@ struct Coefficients {
   float decay, beta1, beta2, stepSize, correction2Sqrt, eps, gradScale;
 };
 
+/// `lrScale`: the schedule's factor of the learning rate (null: 1).
 PORTABLE_DEVICE Coefficients coefficients(const Hyper &h, const float *step,
-                                          const float *gradScale) {
+                                          const float *gradScale,
+                                          const float *lrScale) {
   double t = step[0];
+  double lr = lrScale ? h.lr * double(lrScale[0]) : h.lr;
   Coefficients c;
-  c.decay = float(1.0 - h.lr * h.weightDecay);
+  c.decay = float(1.0 - lr * h.weightDecay);
   c.beta1 = float(h.beta1);
   c.beta2 = float(h.beta2);
-  c.stepSize = float(h.lr / (1.0 - pow(h.beta1, t)));
+  c.stepSize = float(lr / (1.0 - pow(h.beta1, t)));
   c.correction2Sqrt = float(sqrt(1.0 - pow(h.beta2, t)));
   c.eps = float(h.eps);
   c.gradScale = gradScale[0];
@@ -87,10 +92,10 @@ PORTABLE_DEVICE Coefficients coefficients(const Hyper &h, const float *step,
 template <typename E>
 PORTABLE_KERNEL(kAdamWThreads)
 void adamwMulti(Table table, Hyper hyper, const float *step,
-                const float *gradScale) {
+                const float *gradScale, const float *lrScale) {
   PORTABLE_SHARED_ARRAY(Coefficients, shared, 1);
   if (threadIdx.x == 0)
-    shared[0] = coefficients(hyper, step, gradScale);
+    shared[0] = coefficients(hyper, step, gradScale, lrScale);
   barrier();
   Coefficients c = shared[0];
   int t = 0;

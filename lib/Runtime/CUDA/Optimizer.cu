@@ -10,12 +10,14 @@
 // `grad_scale` and the step count are read by the kernels from device
 // memory, so an update never waits for the host and a step's launches are
 // the same at every step (what a CUDA graph replays). AdamW runs as the
-// multi-tensor kernel of AdamWMulti.cuh, one launch per table of tensors. The squared-gradient sum adds fixed chunks in
-// double (a block reduction per chunk, then the chunks by one block), so
-// its bits do not depend on scheduling.
+// multi-tensor kernel of AdamWMulti.cuh, one launch per table of tensors. The
+// squared-gradient sum adds fixed chunks in double (a block reduction per
+// chunk, then the chunks by one block), so its bits do not depend on
+// scheduling.
 //
 //===----------------------------------------------------------------------===//
 
+#include "../Common/LrSchedule.h"
 #include "AdamWMulti.cuh"
 #include "Internal.cuh"
 
@@ -58,11 +60,13 @@ __global__ void sumChunksKernel(const double *partial, int64_t chunks,
 }
 
 template <typename E>
-__global__ void sgdKernel(float *param, float *buffer,
-                          const typename E::T *grad, const float *gradScale,
-                          int64_t n, double lr, double momentum,
-                          double weightDecay, const float *step) {
+__global__ void
+sgdKernel(float *param, float *buffer, const typename E::T *grad,
+          const float *gradScale, int64_t n, double lr, double momentum,
+          double weightDecay, const float *step, const float *lrScale) {
   double scale = gradScale[0];
+  if (lrScale)
+    lr *= double(lrScale[0]);
   bool first = step[0] == 1.0f;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -73,6 +77,15 @@ __global__ void sgdKernel(float *param, float *buffer,
     }
     param[i] = float(param[i] - lr * gi);
   }
+}
+
+/// out[0] = the schedule's factor at step step[0] (LrSchedule.h).
+__global__ void lrScheduleKernel(const float *step,
+                                 fsdp_rt_lr_schedule_kind schedule,
+                                 int64_t warmup, int64_t total, double minRatio,
+                                 float *out) {
+  out[0] = float(fsdp::rt::lrScheduleFactor(schedule, step[0], double(warmup),
+                                            double(total), minRatio));
 }
 
 /// torch.nn.utils.clip_grad_norm_'s min(1, max_norm / (norm + 1e-6)), with
@@ -102,10 +115,11 @@ void fsdp_rt_sum_squares(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 }
 
 void fsdp_rt_adamw(fsdp_rt_stream stream, int64_t count,
-                         const fsdp_rt_adamw_tensor *tensors,
-                         fsdp_rt_dtype grad_dtype, double lr, double beta1,
-                         double beta2, double eps, double weight_decay,
-                         const float *step, const float *grad_scale) {
+                   const fsdp_rt_adamw_tensor *tensors,
+                   fsdp_rt_dtype grad_dtype, double lr, double beta1,
+                   double beta2, double eps, double weight_decay,
+                   const float *step, const float *grad_scale,
+                   const float *lr_scale) {
   KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_adamw");
   adamw::Hyper hyper = {lr, beta1, beta2, eps, weight_decay};
   for (int64_t first = 0; first < count; first += adamw::kTable) {
@@ -119,7 +133,7 @@ void fsdp_rt_adamw(fsdp_rt_stream stream, int64_t count,
       using E = decltype(e);
       adamw::adamwMulti<Portable<E>>
           <<<adamw::adamwGrid(chunks), adamw::kAdamWThreads, 0,
-             scope.stream()>>>(table, hyper, step, grad_scale);
+             scope.stream()>>>(table, hyper, step, grad_scale, lr_scale);
     });
   }
 }
@@ -127,7 +141,8 @@ void fsdp_rt_adamw(fsdp_rt_stream stream, int64_t count,
 void fsdp_rt_sgd(fsdp_rt_stream stream, float *param, float *momentum_buffer,
                  fsdp_rt_dtype grad_dtype, const void *grad, int64_t numel,
                  double lr, double momentum, double weight_decay,
-                 const float *step, const float *grad_scale) {
+                 const float *step, const float *grad_scale,
+                 const float *lr_scale) {
   KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_sgd");
   if (numel == 0)
     return;
@@ -135,8 +150,17 @@ void fsdp_rt_sgd(fsdp_rt_stream stream, float *param, float *momentum_buffer,
     using E = decltype(e);
     sgdKernel<E><<<gridFor(numel), kThreads, 0, scope.stream()>>>(
         param, momentum_buffer, asIn<E>(grad), grad_scale, numel, lr, momentum,
-        weight_decay, step);
+        weight_decay, step, lr_scale);
   });
+}
+
+void fsdp_rt_lr_schedule(fsdp_rt_stream stream, const float *step,
+                         fsdp_rt_lr_schedule_kind schedule,
+                         int64_t warmup_steps, int64_t total_steps,
+                         double min_ratio, float *out) {
+  KernelScope scope(FSDP_RT_KERNEL_OPTIMIZER, stream, "fsdp_rt_lr_schedule");
+  lrScheduleKernel<<<1, 1, 0, scope.stream()>>>(step, schedule, warmup_steps,
+                                                total_steps, min_ratio, out);
 }
 
 void fsdp_rt_clip_coefficient(fsdp_rt_stream stream,

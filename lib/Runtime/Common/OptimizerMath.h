@@ -33,6 +33,12 @@ struct AdamWCoefficients {
   float decay, beta1, beta2, stepSize, correction2Sqrt, eps, gradScale;
 };
 
+/// The learning rate `lr` times the schedule's factor `lrScale` (a device
+/// scalar; null: none).
+inline double scaledLr(double lr, const float *lrScale) {
+  return lrScale ? lr * double(lrScale[0]) : lr;
+}
+
 AdamWCoefficients adamwCoefficients(double lr, double beta1, double beta2,
                                     double eps, double weightDecay, double step,
                                     float gradScale);

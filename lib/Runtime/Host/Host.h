@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -79,8 +80,8 @@ struct MeshAxis {
 /// holding a reference until the update runs, and its hyperparameters.
 struct PendingAdamW {
   /// new_param, new_exp_avg, new_exp_avg_sq, param, grad, exp_avg,
-  /// exp_avg_sq, step, grad_scale: the call's order.
-  fsdp_tensor *tensors[9];
+  /// exp_avg_sq, step, grad_scale, lr_scale (maybe null): the call's order.
+  fsdp_tensor *tensors[10];
   double lr, beta1, beta2, eps, weightDecay;
 };
 
@@ -169,6 +170,10 @@ struct fsdp_program {
   /// fsdp_prog_optimizer_on_host_cores: offloaded optimizer ops run on the
   /// host's cores (onHostCores).
   bool optimizerOnHostCores = false;
+  /// One step's model FLOPs on this rank and their dtype
+  /// (fsdp_prog_model_flops; 0 when not given).
+  double modelFlops = 0;
+  fsdp_rt_dtype computeDtype = FSDP_RT_F32;
   std::vector<fsdp::host::PendingAdamW> pendingAdamW;
   fsdp::host::MemoryPlan memoryPlan;
   std::vector<uint32_t> groupMasks;
@@ -255,6 +260,48 @@ void releasePlanned(void *data);
 void upload(fsdp_tensor *t, const void *host);
 /// `t`'s bytes as a host image (the device-to-host path).
 std::vector<char> download(const fsdp_tensor *t);
+/// The scalar float output `name` as a double, if the program has one.
+bool scalarOutput(const fsdp_program &p, const std::string &name,
+                  double &value);
+
+/// What a training run reports per logged step: the step line (loss, step
+/// time, learning rate, gradient norm, tokens/s, MFU, ETA) and, with a
+/// metrics file, one JSON object per logged step and per evaluation.
+class RunMetrics {
+public:
+  struct Options {
+    /// --metrics: the JSON-lines file (empty: none); appended to when the
+    /// run resumes.
+    std::string file;
+    bool append = false;
+    /// Peak FLOP/s of one rank's device in the step's compute dtype
+    /// (--peak-tflops or --hardware; 0: unknown, no MFU).
+    double peakFlops = 0;
+    /// Steps in this run, for the ETA.
+    int64_t steps = 0;
+    bool quiet = false;
+  };
+  RunMetrics(const fsdp_program &p, Options o);
+  ~RunMetrics();
+  /// Reports step `step`, which took `ms` (the window's mean) and after
+  /// which `remaining` steps of the run are left.
+  void step(int64_t step, double loss, double ms, int64_t remaining);
+  /// Reports the held-out loss after step `step` (`batches` batches).
+  void eval(int64_t step, double loss, int64_t batches);
+
+private:
+  const fsdp_program &p;
+  Options o;
+  std::FILE *file = nullptr;
+  /// Tokens one step trains on over all ranks, and the model FLOPs of one
+  /// step over all ranks.
+  double globalTokens = 0, globalFlops = 0;
+};
+
+/// The peak FLOP/s for `dtype` in a simulator hardware file
+/// (docs/hardware/*.json: `peak_flops.bf16|f16|f32`); fails naming the
+/// file and field.
+double hardwarePeakFlops(const std::string &path, fsdp_rt_dtype dtype);
 
 /// `{a,b}`: the mesh axes of an axis mask.
 std::string groupName(const fsdp_program &p, uint32_t mask);
@@ -400,12 +447,13 @@ void queueHostSumSquares(fsdp_rt_dtype dtype, const void *x, int64_t numel,
 void queueHostAdamW(std::vector<fsdp_rt_adamw_tensor> tensors,
                     fsdp_rt_dtype gradDtype, double lr, double beta1,
                     double beta2, double eps, double weightDecay,
-                    const float *step, const float *gradScale);
+                    const float *step, const float *gradScale,
+                    const float *lrScale);
 /// fsdp_rt_sgd on the host's cores.
 void queueHostSgd(float *param, float *momentumBuffer, fsdp_rt_dtype gradDtype,
                   const void *grad, int64_t numel, double lr, double momentum,
-                  double weightDecay, const float *step,
-                  const float *gradScale);
+                  double weightDecay, const float *step, const float *gradScale,
+                  const float *lrScale);
 /// What a group's collectives cost: how many ran, how long they were in
 /// flight and how long the rank blocked on them (the exposed communication;
 /// all of it for a synchronous one).

@@ -153,14 +153,15 @@ void fsdp::host::queueHostAdamW(std::vector<fsdp_rt_adamw_tensor> tensors,
                                 fsdp_rt_dtype gradDtype, double lr,
                                 double beta1, double beta2, double eps,
                                 double weightDecay, const float *step,
-                                const float *gradScale) {
-  // The step count and the scale are read when the call runs: the step
-  // (the clip coefficient) may have just written them.
+                                const float *gradScale, const float *lrScale) {
+  // The step count and the scales are read when the call runs: the step
+  // (the clip coefficient, the schedule) may have just written them.
   queue("adamw (host cores)", [=, tensors = std::move(tensors)] {
     optimizer::adamw(
         onThreads, int64_t(tensors.size()), tensors.data(), gradDtype,
-        optimizer::adamwCoefficients(lr, beta1, beta2, eps, weightDecay,
-                                     step[0], gradScale[0]));
+        optimizer::adamwCoefficients(optimizer::scaledLr(lr, lrScale), beta1,
+                                     beta2, eps, weightDecay, step[0],
+                                     gradScale[0]));
   });
 }
 
@@ -168,9 +169,10 @@ void fsdp::host::queueHostSgd(float *param, float *momentumBuffer,
                               fsdp_rt_dtype gradDtype, const void *grad,
                               int64_t numel, double lr, double momentum,
                               double weightDecay, const float *step,
-                              const float *gradScale) {
+                              const float *gradScale, const float *lrScale) {
   queue("sgd (host cores)", [=] {
     optimizer::sgd(onThreads, param, momentumBuffer, gradDtype, grad, numel,
-                   {lr, momentum, weightDecay, gradScale[0], step[0] == 1.0f});
+                   {optimizer::scaledLr(lr, lrScale), momentum, weightDecay,
+                    gradScale[0], step[0] == 1.0f});
   });
 }

@@ -9,11 +9,13 @@
 //      [--save DIR [--save-every N] [--keep K]] [--resume DIR]
 //      [--consolidate DIR --output FILE] [--collective-timeout S]
 //      [--dump-dir D] [--dump-step K] [--report] [--quiet] [--cuda-graph]
+//      [--metrics FILE.jsonl] [--peak-tflops T | --hardware HW.json]
 //
 // Describes the program, checks the rank count against its mesh, creates the
 // communicators, initializes, loads or resumes the parameters and runs the
-// steps, stopping on a non-finite loss and saving checkpoints on the way
-// (and on SIGTERM or SIGINT, at the next step boundary). With --cuda-graph
+// steps, reporting each logged one (RunMetrics: the step line and the
+// metrics file), stopping on a non-finite loss and saving checkpoints on the
+// way (and on SIGTERM or SIGINT, at the next step boundary). With --cuda-graph
 // (a CUDA program) the second step is recorded as a CUDA graph and every
 // later step replays it.
 //
@@ -30,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 using namespace fsdp::host;
 
@@ -53,6 +56,9 @@ struct Options {
   uint64_t seed = 0;
   bool seedGiven = false;
   std::string load, save, resume, data, dumpDir, consolidate, output;
+  std::string metrics, hardware;
+  /// The device's peak TFLOP/s (0: unknown).
+  double peakTflops = 0;
   int64_t saveEvery = 0, keep = 0;
   /// Read the loss (the step's one device-to-host copy) every N steps.
   int64_t logEvery = 1;
@@ -68,7 +74,8 @@ const char *kUsage =
     "          [--consolidate DIR --output FILE.safetensors]\n"
     "          [--collective-timeout SECONDS] [--dump-dir DIR]\n"
     "          [--dump-step K] [--log-every N] [--report] [--quiet]\n"
-    "          [--no-comm-thread] [--cuda-graph]\n";
+    "          [--no-comm-thread] [--cuda-graph] [--metrics FILE.jsonl]\n"
+    "          [--peak-tflops TFLOPS | --hardware HARDWARE.json]\n";
 
 /// Parses the options; returns false (after printing why on rank 0) if they
 /// are wrong.
@@ -126,18 +133,24 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       }
     } else if (arg == "--no-comm-thread") {
       o.commThread = false;
-    } else if (arg == "--collective-timeout") {
+    } else if (arg == "--collective-timeout" || arg == "--peak-tflops") {
+      bool timeout = arg == "--collective-timeout";
       char *end = nullptr;
       if (!next())
-        return bad(arg + " needs a number of seconds");
-      o.collectiveTimeout = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' ||
-          !(o.collectiveTimeout >= 0 && o.collectiveTimeout < 1e9))
-        return bad(arg + " needs a number of seconds >= 0 (0: none), got '" +
+        return bad(arg + " needs a number");
+      double &target = timeout ? o.collectiveTimeout : o.peakTflops;
+      target = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(target >= 0 && target < 1e9) ||
+          (!timeout && target == 0))
+        return bad(arg +
+                   (timeout ? " needs a number of seconds >= 0 (0: "
+                              "none), got '"
+                            : " needs a positive TFLOP/s, got '") +
                    value + "'");
     } else if (arg == "--load" || arg == "--save" || arg == "--data" ||
                arg == "--dump-dir" || arg == "--resume" ||
-               arg == "--consolidate" || arg == "--output") {
+               arg == "--consolidate" || arg == "--output" ||
+               arg == "--metrics" || arg == "--hardware") {
       if (!next() || value.empty())
         return bad(arg + " needs a path");
       (arg == "--load"          ? o.load
@@ -146,6 +159,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
        : arg == "--resume"      ? o.resume
        : arg == "--consolidate" ? o.consolidate
        : arg == "--output"      ? o.output
+       : arg == "--metrics"     ? o.metrics
+       : arg == "--hardware"    ? o.hardware
                                 : o.dumpDir) = value;
     } else if (arg == "--report" && !hasValue) {
       o.report = true;
@@ -176,6 +191,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
     return bad("--consolidate DIR and --output FILE go together");
   if (o.strictLoad && o.load.empty())
     return bad("--strict-load needs --load");
+  if (o.peakTflops > 0 && !o.hardware.empty())
+    return bad("--peak-tflops and --hardware both give the peak; use one");
   if (o.logEvery < 1)
     return bad("--log-every needs a number of steps >= 1");
   if (o.cudaGraph && !fsdp_rt_graph_supported())
@@ -200,23 +217,6 @@ void checkRecordedUpdates(fsdp_program &p) {
                   "so a replay would not see the update; run without "
                   "--cuda-graph");
   }
-}
-
-/// The scalar output `loss` as a double, if the program has one.
-bool lossOf(const fsdp_program &p, double &loss) {
-  for (size_t i = 0; i < p.outputs.size(); ++i) {
-    const fsdp_tensor *t = p.outputs[i];
-    if (p.outputNames[i] != "loss" || t->type.rank != 0 ||
-        t->type.dtype > FSDP_RT_F16)
-      continue;
-    // Not fsdp_rt_cast: reading the loss is no kernel time of the step.
-    float value = 0;
-    std::vector<char> image = fsdp::host::download(t);
-    fsdp::rt::toFloat(t->type.dtype, image.data(), 1, &value);
-    loss = value;
-    return true;
-  }
-  return false;
 }
 
 /// Seconds since `t`, in milliseconds.
@@ -268,6 +268,7 @@ private:
   CheckpointState state;
   DataOptions data;
   int64_t lastSaved = -1;
+  std::unique_ptr<RunMetrics> metrics;
   // Step times are per logging window: from the first step's start to the
   // loss read that ends it, which on a GPU waits for the queued work.
   std::chrono::steady_clock::time_point windowStart;
@@ -304,6 +305,16 @@ void TrainingRun::start() {
   }
   data.seed = state.seed;
   prepareInputs(p, data);
+  RunMetrics::Options m;
+  m.file = o.metrics;
+  m.append = !o.resume.empty();
+  m.peakFlops = o.peakTflops > 0 ? o.peakTflops * 1e12
+                : !o.hardware.empty()
+                    ? hardwarePeakFlops(o.hardware, p.computeDtype)
+                    : 0;
+  m.steps = o.steps;
+  m.quiet = o.quiet;
+  metrics = std::make_unique<RunMetrics>(p, m);
   if (!o.save.empty()) {
     std::signal(SIGTERM, [](int) { stopRequested = 1; });
     std::signal(SIGINT, [](int) { stopRequested = 1; });
@@ -355,7 +366,7 @@ void TrainingRun::log(int64_t i, int64_t step) {
   // The loss is the same on every rank (a global mean), so every rank
   // stops together on a non-finite one, before its updates are kept.
   double loss = 0;
-  bool hasLoss = lossOf(p, loss);
+  bool hasLoss = scalarOutput(p, "loss", loss);
   if (hasLoss && !std::isfinite(loss))
     failAll(p, "train",
             "step " + std::to_string(step) + ": the loss is " +
@@ -366,11 +377,8 @@ void TrainingRun::log(int64_t i, int64_t step) {
                      : ""));
   double ms = (msSince(windowStart) - windowExcludedMs) / windowSteps;
   windowSteps = 0;
-  if (!o.quiet && p.worldRank == 0 && hasLoss) {
-    std::printf("step %lld loss %.6f time %.3f ms\n", (long long)step, loss,
-                ms);
-    std::fflush(stdout);
-  }
+  if (hasLoss)
+    metrics->step(step, loss, ms, o.steps - (i + 1));
 }
 
 void TrainingRun::keepUpdates() {

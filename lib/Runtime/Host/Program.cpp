@@ -345,6 +345,12 @@ void fsdp_prog_optimizer_on_host_cores(fsdp_program *p) {
   p->optimizerOnHostCores = true;
 }
 
+void fsdp_prog_model_flops(fsdp_program *p, double flops,
+                           fsdp_rt_dtype compute_dtype) {
+  p->modelFlops = flops;
+  p->computeDtype = compute_dtype;
+}
+
 void fsdp_prog_output_name(fsdp_program *p, const char *name) {
   p->outputNames.push_back(name);
   p->outputs.push_back(nullptr);

@@ -326,8 +326,9 @@ void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
                    fsdp_tensor *new_exp_avg, fsdp_tensor *new_exp_avg_sq,
                    fsdp_tensor *param, fsdp_tensor *grad, fsdp_tensor *exp_avg,
                    fsdp_tensor *exp_avg_sq, fsdp_tensor *step,
-                   fsdp_tensor *grad_scale, double lr, double beta1,
-                   double beta2, double eps, double weight_decay) {
+                   fsdp_tensor *grad_scale, fsdp_tensor *lr_scale, double lr,
+                   double beta1, double beta2, double eps,
+                   double weight_decay) {
   for (fsdp_tensor *t :
        {new_param, new_exp_avg, new_exp_avg_sq, exp_avg, exp_avg_sq})
     sameType("adamw", t, param->type, "optimizer tensor");
@@ -336,18 +337,24 @@ void fsdp_op_adamw(fsdp_program *p, fsdp_tensor *new_param,
               typeString(param->type));
   f32Scalar("adamw", step, "step");
   f32Scalar("adamw", grad_scale, "grad_scale");
-  if (onHostCores(*p, param))
+  if (lr_scale)
+    f32Scalar("adamw", lr_scale, "lr_scale");
+  if (onHostCores(*p, param)) {
     requireHost("adamw", {new_param, new_exp_avg, new_exp_avg_sq, grad, exp_avg,
                           exp_avg_sq, step, grad_scale});
+    if (lr_scale)
+      requireHost("adamw", {lr_scale});
+  }
   PendingAdamW update = {{new_param, new_exp_avg, new_exp_avg_sq, param, grad,
-                          exp_avg, exp_avg_sq, step, grad_scale},
+                          exp_avg, exp_avg_sq, step, grad_scale, lr_scale},
                          lr,
                          beta1,
                          beta2,
                          eps,
                          weight_decay};
   for (fsdp_tensor *&t : update.tensors)
-    t = fsdp_retain(t);
+    if (t)
+      t = fsdp_retain(t);
   p->pendingAdamW.push_back(update);
   // Not deferred: the queue of this one call runs now.
   if (!p->deferUpdates)
@@ -369,6 +376,7 @@ void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
              a.tensors[4]->type.dtype == b.tensors[4]->type.dtype &&
              a.tensors[7]->data == b.tensors[7]->data &&
              a.tensors[8]->data == b.tensors[8]->data &&
+             a.tensors[9] == b.tensors[9] &&
              a.tensors[3]->host == b.tensors[3]->host;
     };
     group.clear();
@@ -379,24 +387,28 @@ void fsdp::host::applyDeferredUpdates(fsdp_program &p) {
       }
     const auto *step = static_cast<const float *>(a.tensors[7]->data);
     const auto *scale = static_cast<const float *>(a.tensors[8]->data);
+    const auto *lrScale =
+        a.tensors[9] ? static_cast<const float *>(a.tensors[9]->data) : nullptr;
     if (onHostCores(p, a.tensors[3]))
       queueHostAdamW(group, a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2,
-                     a.eps, a.weightDecay, step, scale);
+                     a.eps, a.weightDecay, step, scale, lrScale);
     else
       fsdp_rt_adamw(nullptr, int64_t(group.size()), group.data(),
                     a.tensors[4]->type.dtype, a.lr, a.beta1, a.beta2, a.eps,
-                    a.weightDecay, step, scale);
+                    a.weightDecay, step, scale, lrScale);
   }
   for (PendingAdamW &a : pending)
     for (fsdp_tensor *t : a.tensors)
-      fsdp_release(t);
+      if (t)
+        fsdp_release(t);
 }
 
 void fsdp_op_sgd(fsdp_program *p, fsdp_tensor *new_param,
                  fsdp_tensor *new_momentum_buffer, fsdp_tensor *param,
                  fsdp_tensor *grad, fsdp_tensor *momentum_buffer,
-                 fsdp_tensor *step, fsdp_tensor *grad_scale, double lr,
-                 double momentum, double weight_decay) {
+                 fsdp_tensor *step, fsdp_tensor *grad_scale,
+                 fsdp_tensor *lr_scale, double lr, double momentum,
+                 double weight_decay) {
   for (fsdp_tensor *t : {new_param, new_momentum_buffer, momentum_buffer})
     sameType("sgd", t, param->type, "optimizer tensor");
   require("sgd", numElements(grad->type) == numElements(param->type),
@@ -415,14 +427,31 @@ void fsdp_op_sgd(fsdp_program *p, fsdp_tensor *new_param,
                       : static_cast<float *>(new_momentum_buffer->data);
   const float *stepCount = f32Scalar("sgd", step, "step");
   const float *scale = f32Scalar("sgd", grad_scale, "grad_scale");
+  const float *lrScale =
+      lr_scale ? f32Scalar("sgd", lr_scale, "lr_scale") : nullptr;
   if (onHostCores(*p, param)) {
     requireHost("sgd", {new_param, new_momentum_buffer, grad, momentum_buffer,
                         step, grad_scale});
+    if (lr_scale)
+      requireHost("sgd", {lr_scale});
     return queueHostSgd(static_cast<float *>(new_param->data), buffer,
                         grad->type.dtype, grad->data, n, lr, momentum,
-                        weight_decay, stepCount, scale);
+                        weight_decay, stepCount, scale, lrScale);
   }
   fsdp_rt_sgd(nullptr, static_cast<float *>(new_param->data), buffer,
               grad->type.dtype, grad->data, n, lr, momentum, weight_decay,
-              stepCount, scale);
+              stepCount, scale, lrScale);
+}
+
+void fsdp_op_lr_schedule(fsdp_program *, fsdp_tensor *out, fsdp_tensor *step,
+                         int64_t schedule, int64_t warmup_steps,
+                         int64_t total_steps, double min_ratio) {
+  require("lr_schedule", out->type.dtype == FSDP_RT_F32 && out->type.rank == 0,
+          "result must be an f32 scalar");
+  require("lr_schedule",
+          schedule >= FSDP_LR_CONSTANT && schedule <= FSDP_LR_COSINE,
+          "unknown schedule " + std::to_string(schedule));
+  fsdp_rt_lr_schedule(nullptr, f32Scalar("lr_schedule", step, "step"),
+                      fsdp_rt_lr_schedule_kind(schedule), warmup_steps,
+                      total_steps, min_ratio, static_cast<float *>(out->data));
 }

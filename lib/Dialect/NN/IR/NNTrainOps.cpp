@@ -17,7 +17,7 @@ namespace {
 template <typename OpTy>
 LogicalResult checkUpdate(std::optional<Location> loc, Value param, Value grad,
                           ArrayRef<std::pair<StringRef, Value>> state,
-                          Value step, Value scale) {
+                          Value step, Value scale, Value lrScale) {
   if (tensorOf(grad).getShape() != tensorOf(param).getShape())
     return reject<OpTy>(loc, "gradient ", grad.getType(),
                         " does not match the parameter ", param.getType());
@@ -25,8 +25,10 @@ LogicalResult checkUpdate(std::optional<Location> loc, Value param, Value grad,
     if (value.getType() != param.getType())
       return reject<OpTy>(loc, name, " ", value.getType(),
                           " does not match the parameter ", param.getType());
-  return failure(failed(checkScalar<OpTy>(loc, "step", step)) ||
-                 failed(checkScalar<OpTy>(loc, "grad_scale", scale)));
+  return failure(
+      failed(checkScalar<OpTy>(loc, "step", step)) ||
+      failed(checkScalar<OpTy>(loc, "grad_scale", scale)) ||
+      (lrScale && failed(checkScalar<OpTy>(loc, "lr_scale", lrScale))));
 }
 } // namespace
 
@@ -70,13 +72,34 @@ LogicalResult ClipCoefficientOp::inferTypes(MLIRContext *context,
   return success();
 }
 
+LogicalResult LrScheduleOp::inferTypes(MLIRContext *context,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type> &results) {
+  if (failed(checkScalar<LrScheduleOp>(loc, "step", adaptor.getStep())))
+    return failure();
+  int64_t warmup = adaptor.getWarmupSteps(), total = adaptor.getTotalSteps();
+  double minRatio = adaptor.getMinRatio().convertToDouble();
+  if (warmup < 0)
+    return reject<LrScheduleOp>(loc, "warmup_steps must be >= 0, got ", warmup);
+  if (adaptor.getSchedule() != LrSchedule::constant && total <= warmup)
+    return reject<LrScheduleOp>(loc, "a decaying schedule needs total_steps (",
+                                total, ") > warmup_steps (", warmup, ")");
+  if (!(minRatio >= 0.0 && minRatio <= 1.0))
+    return reject<LrScheduleOp>(loc, "min_ratio must be in [0, 1], got ",
+                                minRatio);
+  results.push_back(RankedTensorType::get({}, Float32Type::get(context)));
+  return success();
+}
+
 LogicalResult AdamWOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                                   Adaptor adaptor,
                                   SmallVectorImpl<Type> &results) {
   if (failed(checkUpdate<AdamWOp>(loc, adaptor.getParam(), adaptor.getGrad(),
                                   {{"exp_avg", adaptor.getExpAvg()},
                                    {"exp_avg_sq", adaptor.getExpAvgSq()}},
-                                  adaptor.getStep(), adaptor.getGradScale())))
+                                  adaptor.getStep(), adaptor.getGradScale(),
+                                  adaptor.getLrScale())))
     return failure();
   Type param = adaptor.getParam().getType();
   results.append({param, param, param});
@@ -86,10 +109,10 @@ LogicalResult AdamWOp::inferTypes(MLIRContext *, std::optional<Location> loc,
 LogicalResult SGDOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                                 Adaptor adaptor,
                                 SmallVectorImpl<Type> &results) {
-  if (failed(
-          checkUpdate<SGDOp>(loc, adaptor.getParam(), adaptor.getGrad(),
-                             {{"momentum_buffer", adaptor.getMomentumBuffer()}},
-                             adaptor.getStep(), adaptor.getGradScale())))
+  if (failed(checkUpdate<SGDOp>(
+          loc, adaptor.getParam(), adaptor.getGrad(),
+          {{"momentum_buffer", adaptor.getMomentumBuffer()}}, adaptor.getStep(),
+          adaptor.getGradScale(), adaptor.getLrScale())))
     return failure();
   Type param = adaptor.getParam().getType();
   results.append({param, param});

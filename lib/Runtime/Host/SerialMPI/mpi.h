@@ -37,6 +37,7 @@ constexpr MPI_Datatype MPI_INT = int(sizeof(int));
 constexpr MPI_Datatype MPI_FLOAT = 4;
 constexpr MPI_Datatype MPI_INT32_T = 4;
 constexpr MPI_Datatype MPI_INT64_T = 8;
+constexpr MPI_Datatype MPI_DOUBLE = 8;
 
 constexpr MPI_Op MPI_SUM = 1;
 constexpr MPI_Op MPI_MAX = 2;

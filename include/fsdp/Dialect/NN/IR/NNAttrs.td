@@ -22,6 +22,14 @@ def NN_InitKind : I32EnumAttr<"InitKind", "parameter initializer kind", [
   let genSpecializedAttr = 0;
 }
 
+def NN_LrSchedule : I32EnumAttr<"LrSchedule", "learning-rate schedule", [
+    I32EnumAttrCase<"constant", 0>,
+    I32EnumAttrCase<"linear", 1>,
+    I32EnumAttrCase<"cosine", 2>
+  ]> {
+  let cppNamespace = "::fsdp::nn";
+}
+
 def NN_InitAttr : AttrDef<NN_Dialect, "Init"> {
   let mnemonic = "init";
   let summary = "How a parameter is initialized";

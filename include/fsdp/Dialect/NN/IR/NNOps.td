@@ -861,14 +861,40 @@ def NN_ClipCoefficientOp : NN_Op<"clip_coefficient", [
       "$sum_of_squares attr-dict `:` type($sum_of_squares) `->` type($result)";
 }
 
+def NN_LrScheduleOp : NN_Op<"lr_schedule", [
+    RuntimeOutCall<"fsdp_op_lr_schedule", "schedule:int warmup_steps:int total_steps:int min_ratio:f64">]> {
+  let summary = "The learning-rate schedule's factor at an optimizer step";
+  let description = [{
+    The factor transformers' `get_scheduler` multiplies the learning rate by
+    at the 1-based optimizer step `step` (an f32 scalar): a linear warmup
+    from 0 over `warmup_steps`, then `constant`, or a `linear` or half-
+    `cosine` decay to `min_ratio` at `total_steps` (held after it). It is
+    computed on the device from the step count, so the host never waits
+    and a resumed run continues the schedule. The optimizer reads it as its
+    `lr_scale`.
+
+    ```mlir
+    %f = nn.lr_schedule %step cosine {warmup_steps = 10 : i64, total_steps = 100 : i64, min_ratio = 1.000000e-01 : f64} : tensor<f32> -> tensor<f32>
+    ```
+  }];
+  let arguments = !con((ins RankedTensorOf<[F32]>:$step,
+                            NN_LrSchedule:$schedule, I64Attr:$warmup_steps,
+                            I64Attr:$total_steps, F64Attr:$min_ratio),
+                       NN_Path);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat =
+      "$step $schedule attr-dict `:` type($step) `->` type($result)";
+}
+
 def NN_AdamWOp : NN_Op<"adamw", [
     DeclareOpInterfaceMethods<NN_UpdateOpInterface>,
-    RuntimeOutCall<"fsdp_op_adamw", "lr:f64 beta1:f64 beta2:f64 eps:f64 weight_decay:f64">]> {
+    RuntimeOutCall<"fsdp_op_adamw", "lr:f64 beta1:f64 beta2:f64 eps:f64 weight_decay:f64", 7>]> {
   let summary = "One AdamW update of an f32 master parameter";
   let description = [{
     PyTorch's `AdamW` on `param` with gradient `grad_scale · grad`: decoupled
     weight decay, moments `exp_avg` and `exp_avg_sq`, bias correction with
-    the 1-based `step` (an f32 scalar). Returns the new parameter and
+    the 1-based `step` (an f32 scalar), and the learning rate times
+    `lr_scale` when given (the schedule's factor). Returns the new parameter and
     moments; the step function hands them back to the runtime, which keeps
     them in place of the old ones. Where nothing reads the old ones after
     the update, the new ones take their buffers (`fsdp::InPlaceUpdates`).
@@ -879,36 +905,39 @@ def NN_AdamWOp : NN_Op<"adamw", [
                             RankedTensorOf<[F32]>:$exp_avg_sq,
                             RankedTensorOf<[F32]>:$step,
                             RankedTensorOf<[F32]>:$grad_scale,
+                            Optional<RankedTensorOf<[F32]>>:$lr_scale,
                             F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                             F64Attr:$eps, F64Attr:$weight_decay), NN_Path);
   let results = (outs RankedTensorOf<[F32]>:$new_param,
                       RankedTensorOf<[F32]>:$new_exp_avg,
                       RankedTensorOf<[F32]>:$new_exp_avg_sq);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step `,` $grad_scale attr-dict `:` functional-type(operands, results)
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step `,` $grad_scale (`lr_scale` $lr_scale^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
 def NN_SGDOp : NN_Op<"sgd", [
     DeclareOpInterfaceMethods<NN_UpdateOpInterface>,
-    RuntimeOutCall<"fsdp_op_sgd", "lr:f64 momentum:f64 weight_decay:f64">]> {
+    RuntimeOutCall<"fsdp_op_sgd", "lr:f64 momentum:f64 weight_decay:f64", 6>]> {
   let summary = "One SGD (momentum, weight decay) update of an f32 parameter";
   let description = [{
     PyTorch's `SGD` (dampening 0, no Nesterov) on `param` with gradient
     `grad_scale · grad`; `momentum_buffer` is the momentum state (its first
-    step takes the gradient itself, as PyTorch does when `step` is 1).
+    step takes the gradient itself, as PyTorch does when `step` is 1); the
+    learning rate is `lr` times `lr_scale` when given.
   }];
   let arguments = !con((ins RankedTensorOf<[F32]>:$param,
                             NN_FloatTensor:$grad,
                             RankedTensorOf<[F32]>:$momentum_buffer,
                             RankedTensorOf<[F32]>:$step,
                             RankedTensorOf<[F32]>:$grad_scale,
+                            Optional<RankedTensorOf<[F32]>>:$lr_scale,
                             F64Attr:$lr, F64Attr:$momentum,
                             F64Attr:$weight_decay), NN_Path);
   let results = (outs RankedTensorOf<[F32]>:$new_param,
                       RankedTensorOf<[F32]>:$new_momentum_buffer);
   let assemblyFormat = [{
-    $param `,` $grad `,` $momentum_buffer `,` $step `,` $grad_scale attr-dict `:` functional-type(operands, results)
+    $param `,` $grad `,` $momentum_buffer `,` $step `,` $grad_scale (`lr_scale` $lr_scale^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
