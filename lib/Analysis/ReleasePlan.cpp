@@ -13,7 +13,7 @@
 using namespace mlir;
 using namespace fsdp;
 
-ReleasePlan::ReleasePlan(Block &body) {
+void ReleasePlan::add(Block &body) {
   for (Operation &op : body) {
     for (Value operand : op.getOperands())
       if (isReleased(operand))

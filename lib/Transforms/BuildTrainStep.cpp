@@ -197,6 +197,9 @@ public:
         f32(RankedTensorType::get({}, b.getF32Type())) {}
 
   LogicalResult run();
+  /// Builds `<entry>_eval` beside the forward: the step's signature, the
+  /// forward of every microbatch and the global mean loss, nothing else.
+  LogicalResult runEval();
 
 private:
   void resolveTypes();
@@ -208,6 +211,12 @@ private:
   Value allReduceSum(Value v, ArrayAttr axes);
   Value tokenCount();
   LogicalResult microbatchStep(int64_t m, Value seed, DeferredGradSync &sync);
+  /// Microbatch `m`'s forward: its ops (cloned in order), its logits (null
+  /// for a vocabulary-parallel loss), labels and summed loss; adds the sum
+  /// to `lossSum`.
+  LogicalResult microbatchForward(int64_t m, IRMapping &map,
+                                  SmallVectorImpl<Operation *> &cloned,
+                                  Value &logits, Value &labels, Value &sum);
   /// Says what activation checkpointing recomputed; fails when it was asked
   /// for and the model has no decoder layer to apply it to.
   LogicalResult reportRemat();
@@ -435,14 +444,12 @@ Value TrainStep::tokenCount() {
 
 /// Microbatch `m`: the forward, with the loss summed instead of averaged,
 /// then its backward.
-LogicalResult TrainStep::microbatchStep(int64_t m, Value seed,
-                                        DeferredGradSync &sync) {
-  IRMapping map;
+LogicalResult TrainStep::microbatchForward(int64_t m, IRMapping &map,
+                                           SmallVectorImpl<Operation *> &cloned,
+                                           Value &logits, Value &labels,
+                                           Value &sum) {
   mapMicrobatch(m, map, /*withParams=*/true);
   Block &body = forward.getBody().front();
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
-  SmallVector<Operation *> cloned;
-  Value logits, labels, sum;
   for (Operation &op : body.without_terminator()) {
     if (&op != loss) {
       Operation *copy = rebuild(b, op, map);
@@ -470,6 +477,17 @@ LogicalResult TrainStep::microbatchStep(int64_t m, Value seed,
     map.map(loss->getResult(0), sum);
     lossSum = lossSum ? build.make<AddOp>(lossSum, sum).getResult() : sum;
   }
+  return success();
+}
+
+LogicalResult TrainStep::microbatchStep(int64_t m, Value seed,
+                                        DeferredGradSync &sync) {
+  IRMapping map;
+  SmallVector<Operation *> cloned;
+  Value logits, labels, sum;
+  if (failed(microbatchForward(m, map, cloned, logits, labels, sum)))
+    return failure();
+  auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
   if (pass.microbatches == 1)
     for (unsigned i = 0; i < forward.getNumResults(); ++i)
       if (ret.getOperand(i) != loss->getResult(0)) {
@@ -708,6 +726,32 @@ LogicalResult TrainStep::run() {
   return success();
 }
 
+LogicalResult TrainStep::runEval() {
+  train = pass.optimizer != Optimizer::None;
+  resolveTypes();
+  if (failed(findLoss()) || failed(buildSignature()))
+    return failure();
+  std::string name = (forward.getName() + "_eval").str();
+  if (SymbolTable::lookupNearestSymbolFrom(forward, b.getStringAttr(name)))
+    return forward.emitOpError("a function '")
+           << name << "' exists; the eval step would replace it";
+  step.setSymName(name);
+  Value count = tokenCount();
+  for (int64_t m = 0; m < pass.microbatches; ++m) {
+    IRMapping map;
+    SmallVector<Operation *> cloned;
+    Value logits, labels, sum;
+    if (failed(microbatchForward(m, map, cloned, logits, labels, sum)))
+      return failure();
+  }
+  Value mean = build.make<DivOp>(acrossData(lossSum), count);
+  func::ReturnOp::create(b, forward.getLoc(), mean);
+  step.setFunctionType(b.getFunctionType(argTypes, {mean.getType()}));
+  step.setAllArgAttrs(argAttrs);
+  step.setResultAttr(0, NNDialect::kOutputAttrName, b.getStringAttr("loss"));
+  return success();
+}
+
 /// The saved activations (bytes live when the backward starts) of the step
 /// built from `module`'s copy with `plan`.
 FailureOr<int64_t> BuildTrainStepPass::savedWith(const RematPlan &plan) {
@@ -823,6 +867,9 @@ void BuildTrainStepPass::runOnOperation() {
       return signalPassFailure();
     plan = *chosen;
   }
+  if (evalStep &&
+      failed(TrainStep(*this, forward, RematPlan(), /*quiet=*/true).runEval()))
+    return signalPassFailure();
   if (failed(TrainStep(*this, forward, plan).run()))
     signalPassFailure();
 }

@@ -2,6 +2,7 @@
 // RUN: fsdp-opt %s -split-input-file -fsdp-build-train-step="optimizer=none" | FileCheck %s --check-prefix=GRAD
 // RUN: fsdp-opt %s -split-input-file -fsdp-build-train-step="optimizer=sgd momentum=0.9 max-grad-norm=1.0 microbatches=2" | FileCheck %s --check-prefix=SGD
 // RUN: fsdp-opt %s -split-input-file -fsdp-build-train-step="optimizer=none param-dtype=bf16 output-dtype=f32" | FileCheck %s --check-prefix=BF16
+// RUN: fsdp-opt %s -split-input-file -fsdp-build-train-step="lr-schedule=cosine warmup-steps=2 total-steps=10 min-lr-ratio=0.1 eval=true" | FileCheck %s --check-prefix=SCHED
 // fsdp-build-train-step turns a forward function into one training step:
 // the loss is summed and divided by the token count, autodiff emits the
 // backward ops, and the optimizer's results update parameters and state.
@@ -31,7 +32,7 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"},
 // CHECK-SAME: %[[V0:[^:]+]]: tensor<16x8xf32> {nn.state = "embed.weight.exp_avg_sq"}
 // CHECK-SAME: -> (tensor<f32> {nn.output = "loss"}, tensor<16x8xf32> {nn.output = "updated.embed.weight", nn.updates = 3 : i64}
 // CHECK-SAME: {nn.output = "updated.embed.weight.exp_avg", nn.updates = 6 : i64}
-// CHECK-SAME: tensor<2x4x16xf32> {nn.output = "logits"})
+// CHECK-SAME: tensor<2x4x16xf32> {nn.output = "logits"}, tensor<f32> {nn.output = "lr"})
 // CHECK: %[[COUNT:.+]] = nn.token_count %[[LABELS]]
 // CHECK: %[[ONE:.+]] = nn.fill 1.000000e+00
 // CHECK: %[[SEED:.+]] = nn.div %[[ONE]], %[[COUNT]]
@@ -71,8 +72,28 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"},
 // SGD: %[[N1:.+]] = nn.sum_squares
 // SGD: %[[N01:.+]] = nn.add %[[N0]], %[[N1]]
 // SGD: %[[COEF:.+]] = nn.clip_coefficient %{{.+}} {max_norm = 1.000000e+00 : f64}
-// SGD: nn.sgd %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %[[COEF]] {lr = 1.000000e-03 : f64, momentum = 9.000000e-01 : f64, weight_decay = 1.000000e-02 : f64}
+// SGD: nn.sgd %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %[[COEF]] {lr = 1.000000e-03 : f64, momentum = 9.000000e-01 : f64, weight_decay = 0.000000e+00 : f64}
 // SGD-NOT: logits
+
+// The schedule's factor from the step count scales every update's rate and
+// is the step's `lr` output; the eval step has the step's arguments, the
+// forward and the mean loss only. SGD's weight decay above is torch's 0.
+// SCHED-LABEL: func.func @forward_eval(
+// SCHED-SAME: {nn.input = "optimizer_step"}
+// SCHED-SAME: {nn.state = "embed.weight.exp_avg_sq"}
+// SCHED-SAME: -> (tensor<f32> {nn.output = "loss"})
+// SCHED: %[[N:.+]] = nn.token_count
+// SCHED: %[[SUM:.+]] = nn.cross_entropy {{.*}}reduction = "sum"
+// SCHED-NOT: _grad
+// SCHED-NOT: nn.adamw
+// SCHED: %[[MEAN:.+]] = nn.div %[[SUM]], %[[N]]
+// SCHED-NEXT: return %[[MEAN]] : tensor<f32>
+// SCHED-LABEL: func.func @forward(
+// SCHED-SAME: %[[STEP:[^:]+]]: tensor<f32> {nn.input = "optimizer_step"}
+// SCHED: %[[F:.+]] = nn.lr_schedule %[[STEP]] cosine {min_ratio = 1.000000e-01 : f64, total_steps = 10 : i64, warmup_steps = 2 : i64}
+// SCHED: nn.adamw {{.*}} lr_scale %[[F]] {{{.*}}lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64}
+// SCHED: %[[LR:.+]] = nn.scale %[[F]] by 1.000000e-03
+// SCHED: return {{.*}}, %[[LR]] :
 
 // BF16-LABEL: func.func @forward(
 // BF16: %[[T:.+]] = nn.cast %{{.+}} to bf16 : tensor<16x8xf32> -> tensor<16x8xbf16>

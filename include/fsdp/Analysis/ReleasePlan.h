@@ -27,7 +27,10 @@ namespace fsdp {
 /// and futures are consumed by their `dist.wait`: neither is released.
 class ReleasePlan {
 public:
-  explicit ReleasePlan(mlir::Block &body);
+  explicit ReleasePlan(mlir::Block &body) { add(body); }
+
+  /// Plans the handles of one more function's body (the eval step's).
+  void add(mlir::Block &body);
 
   /// Whether `v` is a handle the step releases.
   static bool isReleased(mlir::Value v);

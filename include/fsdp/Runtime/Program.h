@@ -309,6 +309,10 @@ void fsdp_prog_optimizer_on_host_cores(fsdp_program *p);
 /// the step line and in --metrics against the peak of that dtype.
 void fsdp_prog_model_flops(fsdp_program *p, double flops,
                            fsdp_rt_dtype compute_dtype);
+/// The program's forward-only step (fsdp-build-train-step's eval): the
+/// step's arguments, the mean loss as output 0, no update. The runtime
+/// calls it for --eval-data.
+void fsdp_prog_eval_step(fsdp_program *p, void (*eval)(fsdp_program *));
 /// The compiler's memory plan of the step: `count` (bytes, offset) pairs in
 /// `table`, one per device buffer the step allocates, in the order it
 /// allocates them. A buffer with an offset lives at that offset of one

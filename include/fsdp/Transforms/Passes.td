@@ -106,6 +106,10 @@ def BuildTrainStepPass : Pass<"fsdp-build-train-step", "mlir::ModuleOp"> {
     Option<"minLrRatio", "min-lr-ratio", "double", /*default=*/"0.0",
            "The decayed schedules' final learning rate, as a fraction of lr "
            "(transformers' min_lr_rate)">,
+    Option<"evalStep", "eval", "bool", /*default=*/"false",
+           "Also build `<entry>_eval`: the forward and the global mean loss "
+           "only (no backward, no optimizer), with the step's arguments and "
+           "sharding, which the program runs for --eval-data">,
     Option<"gradNorm", "grad-norm", "bool", /*default=*/"false",
            "Output the global gradient norm (`grad_norm`) even without "
            "clipping (with max-grad-norm it always is)">,

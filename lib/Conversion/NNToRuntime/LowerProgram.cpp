@@ -326,6 +326,9 @@ LogicalResult Describer::emitDescribe(Location loc, bool memoryPlan) {
   if (memoryPlan)
     emitMemoryPlan(loc);
   emitModelFlops(loc);
+  if (auto module = entry->getParentOfType<ModuleOp>();
+      module && module.lookupSymbol((entry.getSymName() + "_eval").str()))
+    call("fsdp_prog_eval_step").literal("fsdp_program_eval").emit(builder, loc);
   for (uint32_t mask : state.groups)
     call("fsdp_prog_group").literal(maskLiteral(mask)).emit(builder, loc);
   emitc::ReturnOp::create(builder, loc, Value());
@@ -439,6 +442,23 @@ emitc::FuncOp emitShell(func::FuncOp func, StringRef name, bool layer,
 
 } // namespace
 
+/// The eval step reads the train step's arguments as they are: the same
+/// types, and none of them kept in host memory (CPU offload copies them to
+/// the device inside the train step only).
+static LogicalResult checkEvalStep(func::FuncOp entry, func::FuncOp eval) {
+  if (eval.getArgumentTypes() != entry.getArgumentTypes())
+    return eval.emitOpError("has other arguments than the step '")
+           << entry.getSymName() << "'";
+  if (eval.getNumResults() != 1 || entry.getNumResults() == 0 ||
+      eval.getResultTypes()[0] != entry.getResultTypes()[0])
+    return eval.emitOpError("must return the step's first result (the loss)");
+  for (unsigned i = 0; i < entry.getNumArguments(); ++i)
+    if (entry.getArgAttr(i, "fsdp.host"))
+      return eval.emitOpError("an eval step with CPU offload (argument #")
+             << i << " lives in host memory) is not supported";
+  return success();
+}
+
 RuntimeTypeConverter::RuntimeTypeConverter(MLIRContext *context) {
   addConversion([](Type type) { return type; });
   addConversion([tensor = handleType(context, "fsdp_tensor")](
@@ -473,6 +493,16 @@ LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
     return failure();
   state.plan = std::make_unique<ReleasePlan>(step);
   state.inPlace = std::make_unique<InPlaceUpdates>(entry);
+  // The eval step (fsdp-build-train-step's eval): the step's arguments,
+  // the loss as its one result, lowered as a function of its own.
+  auto eval =
+      module.lookupSymbol<func::FuncOp>((entry.getSymName() + "_eval").str());
+  if (eval) {
+    if (failed(checkEvalStep(entry, eval)) ||
+        failed(prepareLiterals(eval.getBody().front(), state, builder)))
+      return failure();
+    state.plan->add(eval.getBody().front());
+  }
 
   builder.setInsertionPointToEnd(module.getBody());
   Describer describer(entry, state, builder);
@@ -488,6 +518,8 @@ LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
   std::optional<LayerLoops> loops;
   if (outlineLayers)
     loops.emplace(entry);
+  if (eval)
+    emitShell(eval, "fsdp_program_eval", /*layer=*/false, state, builder);
   emitc::FuncOp shell = emitShell(entry, "fsdp_program_forward",
                                   /*layer=*/false, state, builder);
   if (loops)

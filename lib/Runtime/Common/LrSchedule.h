@@ -6,8 +6,9 @@
 //===----------------------------------------------------------------------===//
 //
 // The factor a schedule multiplies the learning rate by, as transformers'
-// get_scheduler defines it, for the CPU kernels, the CUDA kernel and the
-// host's step line alike (one definition: the three agree bit for bit).
+// get_scheduler defines it, for the CPU kernels and the CUDA kernel alike
+// (one definition; the device's cosine is cospi, within an ulp of the
+// host's in double, before both round to f32).
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,9 +40,14 @@ FSDP_HOST_DEVICE double lrScheduleFactor(fsdp_rt_lr_schedule_kind schedule,
   double span = total - warmup > 1 ? total - warmup : 1;
   double progress = (s - warmup) / span;
   progress = progress < 1 ? progress : 1;
-  double decay = schedule == FSDP_LR_LINEAR
-                     ? 1 - progress
-                     : 0.5 * (1 + cos(3.14159265358979323846 * progress));
+#ifdef __CUDA_ARCH__
+  // cospi: no argument reduction, so no local-memory table (the library's
+  // cos keeps one for huge arguments, which progress <= 1 never is).
+  double cosine = cospi(progress);
+#else
+  double cosine = std::cos(3.14159265358979323846 * progress);
+#endif
+  double decay = schedule == FSDP_LR_LINEAR ? 1 - progress : 0.5 * (1 + cosine);
   return minRatio + (1 - minRatio) * decay;
 }
 

@@ -133,6 +133,11 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
                    "position_ids; it is zero-filled\n",
                    in.name.c_str());
   }
+  checkTokenFile(p, options);
+}
+
+void fsdp::host::checkTokenFile(fsdp_program &p, const DataOptions &options) {
+  BatchShape shape = batchShape(p);
   if (options.path.empty() || !shape.batch)
     return;
   // The whole file is checked once, before the first step, by rank 0: a

@@ -174,6 +174,8 @@ struct fsdp_program {
   /// (fsdp_prog_model_flops; 0 when not given).
   double modelFlops = 0;
   fsdp_rt_dtype computeDtype = FSDP_RT_F32;
+  /// The forward-only step (fsdp_prog_eval_step), or null.
+  void (*evalStep)(fsdp_program *) = nullptr;
   std::vector<fsdp::host::PendingAdamW> pendingAdamW;
   fsdp::host::MemoryPlan memoryPlan;
   std::vector<uint32_t> groupMasks;
@@ -408,6 +410,8 @@ int64_t globalBatch(const fsdp_program &p);
 /// token file: its size, its length against one global batch and every id
 /// against the vocabulary.
 void prepareInputs(fsdp_program &p, const DataOptions &options);
+/// prepareInputs' check of the token file (every rank fails together).
+void checkTokenFile(fsdp_program &p, const DataOptions &options);
 /// Fills the inputs for step `step`.
 void fillInputs(fsdp_program &p, const DataOptions &options, int64_t step);
 

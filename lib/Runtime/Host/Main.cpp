@@ -10,14 +10,16 @@
 //      [--consolidate DIR --output FILE] [--collective-timeout S]
 //      [--dump-dir D] [--dump-step K] [--report] [--quiet] [--cuda-graph]
 //      [--metrics FILE.jsonl] [--peak-tflops T | --hardware HW.json]
+//      [--eval-data F [--eval-every N] [--eval-batches K]]
 //
 // Describes the program, checks the rank count against its mesh, creates the
 // communicators, initializes, loads or resumes the parameters and runs the
 // steps, reporting each logged one (RunMetrics: the step line and the
-// metrics file), stopping on a non-finite loss and saving checkpoints on the
-// way (and on SIGTERM or SIGINT, at the next step boundary). With --cuda-graph
-// (a CUDA program) the second step is recorded as a CUDA graph and every
-// later step replays it.
+// metrics file) and the held-out loss (the program's eval step on
+// --eval-data every --eval-every steps), stopping on a non-finite loss and
+// saving checkpoints on the way (and on SIGTERM or SIGINT, at the next step
+// boundary). With --cuda-graph (a CUDA program) the second step is recorded
+// as a CUDA graph and every later step replays it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -56,7 +58,9 @@ struct Options {
   uint64_t seed = 0;
   bool seedGiven = false;
   std::string load, save, resume, data, dumpDir, consolidate, output;
-  std::string metrics, hardware;
+  std::string metrics, hardware, evalData;
+  /// Evaluate every N steps (0: after the last), on K batches.
+  int64_t evalEvery = 0, evalBatches = 0;
   /// The device's peak TFLOP/s (0: unknown).
   double peakTflops = 0;
   int64_t saveEvery = 0, keep = 0;
@@ -75,7 +79,8 @@ const char *kUsage =
     "          [--collective-timeout SECONDS] [--dump-dir DIR]\n"
     "          [--dump-step K] [--log-every N] [--report] [--quiet]\n"
     "          [--no-comm-thread] [--cuda-graph] [--metrics FILE.jsonl]\n"
-    "          [--peak-tflops TFLOPS | --hardware HARDWARE.json]\n";
+    "          [--peak-tflops TFLOPS | --hardware HARDWARE.json]\n"
+    "          [--eval-data TOKENS.bin [--eval-every N] [--eval-batches K]]\n";
 
 /// Parses the options; returns false (after printing why on rank 0) if they
 /// are wrong.
@@ -113,7 +118,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
     };
     int64_t n = 0;
     if (arg == "--steps" || arg == "--dump-step" || arg == "--seed" ||
-        arg == "--save-every" || arg == "--keep" || arg == "--log-every") {
+        arg == "--save-every" || arg == "--keep" || arg == "--log-every" ||
+        arg == "--eval-every" || arg == "--eval-batches") {
       if (!number(n))
         return bad(arg + " needs a non-negative integer below 2^63, got '" +
                    value + "'");
@@ -127,6 +133,10 @@ bool parse(int argc, char **argv, int rank, Options &o) {
         o.keep = n;
       else if (arg == "--log-every")
         o.logEvery = n;
+      else if (arg == "--eval-every")
+        o.evalEvery = n;
+      else if (arg == "--eval-batches")
+        o.evalBatches = n;
       else {
         o.seed = uint64_t(n);
         o.seedGiven = true;
@@ -150,7 +160,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
     } else if (arg == "--load" || arg == "--save" || arg == "--data" ||
                arg == "--dump-dir" || arg == "--resume" ||
                arg == "--consolidate" || arg == "--output" ||
-               arg == "--metrics" || arg == "--hardware") {
+               arg == "--metrics" || arg == "--hardware" ||
+               arg == "--eval-data") {
       if (!next() || value.empty())
         return bad(arg + " needs a path");
       (arg == "--load"          ? o.load
@@ -161,6 +172,7 @@ bool parse(int argc, char **argv, int rank, Options &o) {
        : arg == "--output"      ? o.output
        : arg == "--metrics"     ? o.metrics
        : arg == "--hardware"    ? o.hardware
+       : arg == "--eval-data"   ? o.evalData
                                 : o.dumpDir) = value;
     } else if (arg == "--report" && !hasValue) {
       o.report = true;
@@ -193,6 +205,10 @@ bool parse(int argc, char **argv, int rank, Options &o) {
     return bad("--strict-load needs --load");
   if (o.peakTflops > 0 && !o.hardware.empty())
     return bad("--peak-tflops and --hardware both give the peak; use one");
+  if ((o.evalEvery || o.evalBatches) && o.evalData.empty())
+    return bad("--eval-every and --eval-batches need --eval-data FILE");
+  if (!o.evalData.empty() && o.evalBatches == 0)
+    o.evalBatches = 1;
   if (o.logEvery < 1)
     return bad("--log-every needs a number of steps >= 1");
   if (o.cudaGraph && !fsdp_rt_graph_supported())
@@ -256,6 +272,9 @@ private:
   void log(int64_t i, int64_t step);
   /// Updated parameters and optimizer state replace the old ones.
   void keepUpdates();
+  /// The held-out loss after step `step` when one is due: the mean of the
+  /// eval step's loss over --eval-batches batches of --eval-data.
+  void evaluate(int64_t i, int64_t step);
   /// Saves when due; true when a signal asks every rank to stop.
   bool saveOrStop(int64_t step);
   void save() {
@@ -266,7 +285,7 @@ private:
   fsdp_program &p;
   const Options &o;
   CheckpointState state;
-  DataOptions data;
+  DataOptions data, evalData;
   int64_t lastSaved = -1;
   std::unique_ptr<RunMetrics> metrics;
   // Step times are per logging window: from the first step's start to the
@@ -305,6 +324,14 @@ void TrainingRun::start() {
   }
   data.seed = state.seed;
   prepareInputs(p, data);
+  if (!o.evalData.empty()) {
+    if (!p.evalStep)
+      failAll(p, "eval",
+              "--eval-data needs a program with an eval step: compile it with "
+              "fsdp-build-train-step{eval=true}");
+    evalData = {state.seed, o.evalData};
+    checkTokenFile(p, evalData);
+  }
   RunMetrics::Options m;
   m.file = o.metrics;
   m.append = !o.resume.empty();
@@ -395,6 +422,28 @@ void TrainingRun::keepUpdates() {
   }
 }
 
+void TrainingRun::evaluate(int64_t i, int64_t step) {
+  if (o.evalData.empty() ||
+      !(o.evalEvery ? (i + 1) % o.evalEvery == 0 : i + 1 == o.steps))
+    return;
+  auto evalStart = std::chrono::steady_clock::now();
+  double sum = 0;
+  for (int64_t k = 0; k < o.evalBatches; ++k) {
+    fillInputs(p, evalData, k);
+    p.evalStep(&p);
+    double loss = 0;
+    if (!scalarOutput(p, "loss", loss))
+      fail("eval", "the eval step did not set output 'loss'");
+    sum += loss;
+    for (fsdp_tensor *&t : p.outputs) {
+      fsdp_release(t);
+      t = nullptr;
+    }
+  }
+  metrics->eval(step, sum / double(o.evalBatches), o.evalBatches);
+  windowExcludedMs += msSince(evalStart);
+}
+
 bool TrainingRun::saveOrStop(int64_t step) {
   if (o.save.empty())
     return false;
@@ -435,6 +484,7 @@ bool TrainingRun::train() {
     if (dump)
       dumpTensors(p, o.dumpDir, DumpPart::Outputs);
     keepUpdates();
+    evaluate(i, step);
     state.step = step + 1;
     if (saveOrStop(step))
       return false;

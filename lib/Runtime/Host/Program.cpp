@@ -345,6 +345,10 @@ void fsdp_prog_optimizer_on_host_cores(fsdp_program *p) {
   p->optimizerOnHostCores = true;
 }
 
+void fsdp_prog_eval_step(fsdp_program *p, void (*eval)(fsdp_program *)) {
+  p->evalStep = eval;
+}
+
 void fsdp_prog_model_flops(fsdp_program *p, double flops,
                            fsdp_rt_dtype compute_dtype) {
   p->modelFlops = flops;
