@@ -46,6 +46,26 @@ bool isHost(func::FuncOp step, Value v) {
   return resultsOnHost(v.getDefiningOp());
 }
 
+/// Places the parameter blocks, optimizer state and step count of `step`
+/// (a training step or its eval step) in host memory for the whole run;
+/// returns how many.
+int64_t placeArguments(func::FuncOp step) {
+  UnitAttr unit = UnitAttr::get(step.getContext());
+  int64_t offloaded = 0;
+  for (BlockArgument arg : step.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto input =
+        step.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kInputAttrName);
+    if (step.getArgAttr(i, nn::NNDialect::kParamAttrName) ||
+        step.getArgAttr(i, nn::NNDialect::kStateAttrName) ||
+        (input && input.getValue() == "optimizer_step")) {
+      step.setArgAttr(i, kHost, unit);
+      ++offloaded;
+    }
+  }
+  return offloaded;
+}
+
 /// Ops placed on the host: runtime calls other than collectives (which
 /// communicate device buffers) and the placement copies.
 bool canRunOnHost(Operation *op) {
@@ -79,19 +99,7 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
 
     // Parameter blocks, optimizer state and the step count live on the
     // host for the whole run.
-    int64_t offloaded = 0;
-    for (BlockArgument arg : step.getArguments()) {
-      unsigned i = arg.getArgNumber();
-      auto input =
-          step.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kInputAttrName);
-      if (step.getArgAttr(i, nn::NNDialect::kParamAttrName) ||
-          step.getArgAttr(i, nn::NNDialect::kStateAttrName) ||
-          (input && input.getValue() == "optimizer_step")) {
-        step.setArgAttr(i, kHost, unit);
-        ++offloaded;
-      }
-    }
-    if (!offloaded) {
+    if (!placeArguments(step)) {
       step.emitOpError("has no parameters to offload (offload_policy)");
       return signalPassFailure();
     }
@@ -136,9 +144,22 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
       }
     }
 
-    // A placement copy wherever an op reads a tensor of the other side.
+    insertCopies(step);
+    // The eval step (fsdp-build-train-step's eval) reads the same arguments:
+    // its parameter blocks come to the device before their all-gathers too.
+    if (auto eval = module.lookupSymbol<func::FuncOp>(
+            (step.getSymName() + "_eval").str())) {
+      placeArguments(eval);
+      insertCopies(eval);
+    }
+  }
+
+  /// A placement copy wherever an op of `step` reads a tensor of the other
+  /// side.
+  void insertCopies(func::FuncOp step) {
+    OpBuilder b(&getContext());
     SmallVector<Operation *> ops;
-    for (Operation &op : body.without_terminator())
+    for (Operation &op : step.getBody().front().without_terminator())
       if (!isa<nn::ToHostOp, nn::ToDeviceOp>(op))
         ops.push_back(&op);
     for (Operation *op : ops) {

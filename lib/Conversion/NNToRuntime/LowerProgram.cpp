@@ -443,8 +443,7 @@ emitc::FuncOp emitShell(func::FuncOp func, StringRef name, bool layer,
 } // namespace
 
 /// The eval step reads the train step's arguments as they are: the same
-/// types, and none of them kept in host memory (CPU offload copies them to
-/// the device inside the train step only).
+/// types, in the same memory (fsdp-offload places both steps' arguments).
 static LogicalResult checkEvalStep(func::FuncOp entry, func::FuncOp eval) {
   if (eval.getArgumentTypes() != entry.getArgumentTypes())
     return eval.emitOpError("has other arguments than the step '")
@@ -453,9 +452,12 @@ static LogicalResult checkEvalStep(func::FuncOp entry, func::FuncOp eval) {
       eval.getResultTypes()[0] != entry.getResultTypes()[0])
     return eval.emitOpError("must return the step's first result (the loss)");
   for (unsigned i = 0; i < entry.getNumArguments(); ++i)
-    if (entry.getArgAttr(i, "fsdp.host"))
-      return eval.emitOpError("an eval step with CPU offload (argument #")
-             << i << " lives in host memory) is not supported";
+    if (bool(entry.getArgAttr(i, "fsdp.host")) !=
+        bool(eval.getArgAttr(i, "fsdp.host")))
+      return eval.emitOpError("argument #")
+             << i << " is in "
+             << (entry.getArgAttr(i, "fsdp.host") ? "host" : "device")
+             << " memory for the step but not for the eval step";
   return success();
 }
 
