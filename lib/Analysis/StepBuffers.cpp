@@ -15,6 +15,9 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <mutex>
+#include <optional>
+#include <tuple>
 
 using namespace mlir;
 using namespace fsdp;
@@ -108,43 +111,80 @@ StepBuffers::StepBuffers(func::FuncOp step) {
 
 /// Places `order`'s buffers in turn: each at the lowest offset of the
 /// smallest gap the buffers already placed leave during its lifetime (best
-/// fit), or above them all. Returns the arena's size.
+/// fit), or above them all. Returns the arena's size. The placed buffers
+/// stay in offset order, so a placement is one pass over them (those whose
+/// lifetimes miss this one's skipped), ending early on an exact fit: no
+/// smaller gap exists, and a later one of the same size would lie higher.
 static int64_t place(ArrayRef<StepBuffer> buffers, ArrayRef<unsigned> order,
                      SmallVectorImpl<int64_t> &offsets) {
+  struct Placed {
+    int64_t begin, end;
+    unsigned allocated, freed;
+  };
   int64_t arena = 0;
-  SmallVector<unsigned> placed;
-  SmallVector<std::pair<int64_t, int64_t>> taken;
+  std::vector<Placed> placed;
+  placed.reserve(order.size());
   for (unsigned i : order) {
     const StepBuffer &b = buffers[i];
     int64_t size = MemoryPlan::slot(b.bytes);
-    taken.clear();
-    for (unsigned j : placed) {
-      const StepBuffer &other = buffers[j];
-      if (other.allocated <= b.freed && b.allocated <= other.freed)
-        taken.push_back(
-            {offsets[j], offsets[j] + MemoryPlan::slot(other.bytes)});
-    }
-    llvm::sort(taken);
     int64_t best = -1, bestGap = std::numeric_limits<int64_t>::max();
     int64_t top = 0;
-    for (auto [begin, end] : taken) {
-      int64_t gap = begin - top;
+    for (const Placed &other : placed) {
+      if (other.allocated > b.freed || b.allocated > other.freed)
+        continue;
+      int64_t gap = other.begin - top;
       if (gap >= size && gap < bestGap) {
         best = top;
         bestGap = gap;
+        if (gap == size)
+          break;
       }
-      top = std::max(top, end);
+      top = std::max(top, other.end);
     }
     if (best < 0)
       best = top;
     offsets[i] = best;
     arena = std::max(arena, best + size);
-    placed.push_back(i);
+    Placed entry{best, best + size, b.allocated, b.freed};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), entry,
+                                   [](const Placed &x, const Placed &y) {
+                                     return std::make_pair(x.begin, x.end) <
+                                            std::make_pair(y.begin, y.end);
+                                   }),
+                  entry);
   }
   return arena;
 }
 
+namespace {
+/// What a plan depends on: per buffer its size, lifetime and placement,
+/// and the step's op count. The memory report and the lowering plan the
+/// same step; the second asks the memo of the first.
+struct PlanInput {
+  std::vector<std::tuple<int64_t, unsigned, unsigned, bool>> buffers;
+  unsigned numOps = 0;
+  bool operator==(const PlanInput &other) const {
+    return numOps == other.numOps && buffers == other.buffers;
+  }
+};
+} // namespace
+
+static MemoryPlan computePlan(const StepBuffers &step);
+
 MemoryPlan fsdp::planMemory(const StepBuffers &step) {
+  PlanInput input;
+  input.numOps = step.numOps();
+  for (const StepBuffer &b : step.buffers())
+    input.buffers.emplace_back(b.bytes, b.allocated, b.freed, b.host);
+  static std::mutex mutex;
+  static std::optional<std::pair<PlanInput, MemoryPlan>> last;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!last || !(last->first == input))
+    last.emplace(std::move(input), computePlan(step));
+  return last->second;
+}
+
+static MemoryPlan computePlan(const StepBuffers &step) {
   ArrayRef<StepBuffer> buffers = step.buffers();
   MemoryPlan plan;
   SmallVector<unsigned> order;
@@ -152,7 +192,6 @@ MemoryPlan fsdp::planMemory(const StepBuffers &step) {
     if (!b.host && !b.kept())
       order.push_back(unsigned(i));
   plan.planned = int64_t(order.size());
-  auto size = [&](unsigned i) { return MemoryPlan::slot(buffers[i].bytes); };
   // Lifetimes counted in the ops that allocate or free a planned buffer,
   // so that ops that do neither (views, waits) change no order.
   SmallVector<unsigned> points;
@@ -163,9 +202,13 @@ MemoryPlan fsdp::planMemory(const StepBuffers &step) {
   auto rank = [&](unsigned at) {
     return int64_t(llvm::lower_bound(points, at) - points.begin());
   };
-  auto length = [&](unsigned i) {
-    return rank(buffers[i].freed) - rank(buffers[i].allocated) + 1;
-  };
+  SmallVector<int64_t> sizes(buffers.size()), lengths(buffers.size());
+  for (unsigned i : order) {
+    sizes[i] = MemoryPlan::slot(buffers[i].bytes);
+    lengths[i] = rank(buffers[i].freed) - rank(buffers[i].allocated) + 1;
+  }
+  auto size = [&](unsigned i) { return sizes[i]; };
+  auto length = [&](unsigned i) { return lengths[i]; };
   // Orders to try, each stable (ties in allocation order, so the plan is
   // deterministic); the smallest arena wins.
   SmallVector<std::function<bool(unsigned, unsigned)>> orders = {
