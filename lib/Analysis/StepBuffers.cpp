@@ -11,6 +11,7 @@
 #include "fsdp/Analysis/ReleasePlan.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "llvm/Support/Parallel.h"
 
 #include <algorithm>
 #include <functional>
@@ -129,17 +130,18 @@ static int64_t place(ArrayRef<StepBuffer> buffers, ArrayRef<unsigned> order,
     int64_t size = MemoryPlan::slot(b.bytes);
     int64_t best = -1, bestGap = std::numeric_limits<int64_t>::max();
     int64_t top = 0;
+    // Branch-free but for an exact fit: about a quarter of the placed
+    // buffers meet a lifetime, in no order a predictor could learn.
     for (const Placed &other : placed) {
-      if (other.allocated > b.freed || b.allocated > other.freed)
-        continue;
+      bool meets = (other.allocated <= b.freed) & (b.allocated <= other.freed);
       int64_t gap = other.begin - top;
-      if (gap >= size && gap < bestGap) {
-        best = top;
-        bestGap = gap;
-        if (gap == size)
-          break;
-      }
-      top = std::max(top, other.end);
+      bool fits = meets & (gap >= size) & (gap < bestGap);
+      best = fits ? top : best;
+      bestGap = fits ? gap : bestGap;
+      if (fits & (gap == size))
+        break;
+      int64_t raised = std::max(top, other.end);
+      top = meets ? raised : top;
     }
     if (best < 0)
       best = top;
@@ -222,17 +224,22 @@ static MemoryPlan computePlan(const StepBuffers &step) {
       },
       [&](unsigned, unsigned) { return false; },
   };
-  plan.arena = std::numeric_limits<int64_t>::max();
-  SmallVector<int64_t> offsets(buffers.size(), -1);
-  for (auto &less : orders) {
+  // The orders are placed independently (in parallel); the first of the
+  // smallest wins, whatever finishes first.
+  SmallVector<SmallVector<int64_t>> offsets(
+      orders.size(), SmallVector<int64_t>(buffers.size(), -1));
+  SmallVector<int64_t> arenas(orders.size());
+  llvm::parallelFor(0, orders.size(), [&](size_t k) {
     SmallVector<unsigned> sorted(order);
-    llvm::stable_sort(sorted, less);
-    int64_t arena = place(buffers, sorted, offsets);
-    if (arena < plan.arena) {
-      plan.arena = arena;
-      plan.offsets = offsets;
+    llvm::stable_sort(sorted, orders[k]);
+    arenas[k] = place(buffers, sorted, offsets[k]);
+  });
+  plan.arena = std::numeric_limits<int64_t>::max();
+  for (size_t k = 0; k < orders.size(); ++k)
+    if (arenas[k] < plan.arena) {
+      plan.arena = arenas[k];
+      plan.offsets = offsets[k];
     }
-  }
   // The arena's lower bound: the most planned bytes live during one op.
   SmallVector<int64_t> delta(step.numOps() + 2, 0);
   for (unsigned i : order) {

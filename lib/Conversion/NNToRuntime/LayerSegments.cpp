@@ -192,10 +192,13 @@ describe(ArrayRef<Operation *> ops, unsigned begin, unsigned end,
     if (op->getNumRegions() || !llvm::all_of(op->getOperandTypes(), handle) ||
         !llvm::all_of(op->getResultTypes(), handle))
       return failure();
+    // Attributes and types are uniqued in the context: their addresses
+    // identify their values, and cost no printing.
     os << op->getName();
     for (NamedAttribute attr : op->getAttrs())
       if (attr.getName() != "path" && attr.getName() != "fsdp.unit")
-        os << " " << attr.getName() << "=" << attr.getValue();
+        os << " " << attr.getName() << "="
+           << attr.getValue().getAsOpaquePointer();
     os << " (";
     for (Value operand : op->getOperands()) {
       Operation *def = operand.getDefiningOp();
@@ -214,7 +217,7 @@ describe(ArrayRef<Operation *> ops, unsigned begin, unsigned end,
     }
     os << ") ->";
     for (Value result : op->getResults()) {
-      os << " " << result.getType();
+      os << " " << result.getType().getAsOpaquePointer();
       // The function's body updates in place for every call or none.
       if (int reused = inPlace.reusedOperand(result); reused >= 0)
         os << "=in" << reused;
@@ -227,7 +230,8 @@ describe(ArrayRef<Operation *> ops, unsigned begin, unsigned end,
     os << "\n";
   }
   for (auto [input, dies] : llvm::zip(segment.inputs, segment.inputDies))
-    os << "in " << input.getType() << (dies ? " dies" : "") << "\n";
+    os << "in " << input.getType().getAsOpaquePointer() << (dies ? " dies" : "")
+       << "\n";
   return text;
 }
 
