@@ -82,6 +82,71 @@ const char *kUsage =
     "          [--peak-tflops TFLOPS | --hardware HARDWARE.json]\n"
     "          [--eval-data TOKENS.bin [--eval-every N] [--eval-batches K]]\n";
 
+/// The options taking a non-negative integer, a path, or no value.
+const std::pair<const char *, int64_t Options::*> kIntegers[] = {
+    {"--steps", &Options::steps},
+    {"--dump-step", &Options::dumpStep},
+    {"--save-every", &Options::saveEvery},
+    {"--keep", &Options::keep},
+    {"--log-every", &Options::logEvery},
+    {"--eval-every", &Options::evalEvery},
+    {"--eval-batches", &Options::evalBatches}};
+const std::pair<const char *, std::string Options::*> kPaths[] = {
+    {"--load", &Options::load},
+    {"--save", &Options::save},
+    {"--data", &Options::data},
+    {"--dump-dir", &Options::dumpDir},
+    {"--resume", &Options::resume},
+    {"--consolidate", &Options::consolidate},
+    {"--output", &Options::output},
+    {"--metrics", &Options::metrics},
+    {"--hardware", &Options::hardware},
+    {"--eval-data", &Options::evalData}};
+const std::pair<const char *, bool Options::*> kFlags[] = {
+    {"--report", &Options::report},
+    {"--quiet", &Options::quiet},
+    {"--strict-load", &Options::strictLoad},
+    {"--cuda-graph", &Options::cudaGraph}};
+
+/// Finds `arg` in one of the tables above.
+template <typename Member, size_t N>
+Member find(const std::pair<const char *, Member> (&table)[N],
+            const std::string &arg) {
+  for (const auto &[name, member] : table)
+    if (arg == name)
+      return member;
+  return nullptr;
+}
+
+/// Why the options do not go together, or "" when they do; fills in the
+/// defaults that depend on others.
+std::string checkCombination(Options &o) {
+  if (!o.dumpDir.empty() && o.dumpStep >= o.steps)
+    return "--dump-step " + std::to_string(o.dumpStep) + " is not one of the " +
+           std::to_string(o.steps) + " steps";
+  if (!o.load.empty() && !o.resume.empty())
+    return "--load (Hugging Face weights) and --resume (a checkpoint) both "
+           "give the parameters; use one";
+  if ((o.saveEvery || o.keep) && o.save.empty())
+    return "--save-every and --keep need --save DIR";
+  if (o.consolidate.empty() != o.output.empty())
+    return "--consolidate DIR and --output FILE go together";
+  if (o.strictLoad && o.load.empty())
+    return "--strict-load needs --load";
+  if (o.peakTflops > 0 && !o.hardware.empty())
+    return "--peak-tflops and --hardware both give the peak; use one";
+  if ((o.evalEvery || o.evalBatches) && o.evalData.empty())
+    return "--eval-every and --eval-batches need --eval-data FILE";
+  if (!o.evalData.empty() && o.evalBatches == 0)
+    o.evalBatches = 1;
+  if (o.logEvery < 1)
+    return "--log-every needs a number of steps >= 1";
+  if (o.cudaGraph && !fsdp_rt_graph_supported())
+    return "--cuda-graph needs a program built with fsdp-compile --target "
+           "cuda; this one runs on the CPU backend";
+  return "";
+}
+
 /// Parses the options; returns false (after printing why on rank 0) if they
 /// are wrong.
 bool parse(int argc, char **argv, int rank, Options &o) {
@@ -108,40 +173,27 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       value = argv[++i];
       return true;
     };
-    auto number = [&](int64_t &out) {
-      if (!next())
-        return false;
+    int64_t Options::*integer = find(kIntegers, arg);
+    if (integer || arg == "--seed") {
       char *end = nullptr;
       errno = 0;
-      out = std::strtoll(value.c_str(), &end, 10);
-      return !value.empty() && *end == '\0' && errno != ERANGE && out >= 0;
-    };
-    int64_t n = 0;
-    if (arg == "--steps" || arg == "--dump-step" || arg == "--seed" ||
-        arg == "--save-every" || arg == "--keep" || arg == "--log-every" ||
-        arg == "--eval-every" || arg == "--eval-batches") {
-      if (!number(n))
+      int64_t n = next() ? std::strtoll(value.c_str(), &end, 10) : -1;
+      if (value.empty() || *end != '\0' || errno == ERANGE || n < 0)
         return bad(arg + " needs a non-negative integer below 2^63, got '" +
                    value + "'");
-      if (arg == "--steps")
-        o.steps = n;
-      else if (arg == "--dump-step")
-        o.dumpStep = n;
-      else if (arg == "--save-every")
-        o.saveEvery = n;
-      else if (arg == "--keep")
-        o.keep = n;
-      else if (arg == "--log-every")
-        o.logEvery = n;
-      else if (arg == "--eval-every")
-        o.evalEvery = n;
-      else if (arg == "--eval-batches")
-        o.evalBatches = n;
-      else {
+      if (integer) {
+        o.*integer = n;
+      } else {
         o.seed = uint64_t(n);
         o.seedGiven = true;
       }
-    } else if (arg == "--no-comm-thread") {
+    } else if (std::string Options::*path = find(kPaths, arg)) {
+      if (!next() || value.empty())
+        return bad(arg + " needs a path");
+      o.*path = value;
+    } else if (bool Options::*flag = find(kFlags, arg); flag && !hasValue) {
+      o.*flag = true;
+    } else if (arg == "--no-comm-thread" && !hasValue) {
       o.commThread = false;
     } else if (arg == "--collective-timeout" || arg == "--peak-tflops") {
       bool timeout = arg == "--collective-timeout";
@@ -153,35 +205,10 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       if (value.empty() || *end != '\0' || !(target >= 0 && target < 1e9) ||
           (!timeout && target == 0))
         return bad(arg +
-                   (timeout ? " needs a number of seconds >= 0 (0: "
-                              "none), got '"
+                   (timeout ? " needs a number of seconds >= 0 (0: none), "
+                              "got '"
                             : " needs a positive TFLOP/s, got '") +
                    value + "'");
-    } else if (arg == "--load" || arg == "--save" || arg == "--data" ||
-               arg == "--dump-dir" || arg == "--resume" ||
-               arg == "--consolidate" || arg == "--output" ||
-               arg == "--metrics" || arg == "--hardware" ||
-               arg == "--eval-data") {
-      if (!next() || value.empty())
-        return bad(arg + " needs a path");
-      (arg == "--load"          ? o.load
-       : arg == "--save"        ? o.save
-       : arg == "--data"        ? o.data
-       : arg == "--resume"      ? o.resume
-       : arg == "--consolidate" ? o.consolidate
-       : arg == "--output"      ? o.output
-       : arg == "--metrics"     ? o.metrics
-       : arg == "--hardware"    ? o.hardware
-       : arg == "--eval-data"   ? o.evalData
-                                : o.dumpDir) = value;
-    } else if (arg == "--report" && !hasValue) {
-      o.report = true;
-    } else if (arg == "--quiet" && !hasValue) {
-      o.quiet = true;
-    } else if (arg == "--strict-load" && !hasValue) {
-      o.strictLoad = true;
-    } else if (arg == "--cuda-graph" && !hasValue) {
-      o.cudaGraph = true;
     } else if (arg == "--help" || arg == "-h") {
       if (rank == 0)
         std::printf(kUsage, argv[0]);
@@ -191,30 +218,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       return bad("unknown option '" + std::string(argv[i]) + "'");
     }
   }
-  if (!o.dumpDir.empty() && o.dumpStep >= o.steps)
-    return bad("--dump-step " + std::to_string(o.dumpStep) +
-               " is not one of the " + std::to_string(o.steps) + " steps");
-  if (!o.load.empty() && !o.resume.empty())
-    return bad("--load (Hugging Face weights) and --resume (a checkpoint) "
-               "both give the parameters; use one");
-  if ((o.saveEvery || o.keep) && o.save.empty())
-    return bad("--save-every and --keep need --save DIR");
-  if (o.consolidate.empty() != o.output.empty())
-    return bad("--consolidate DIR and --output FILE go together");
-  if (o.strictLoad && o.load.empty())
-    return bad("--strict-load needs --load");
-  if (o.peakTflops > 0 && !o.hardware.empty())
-    return bad("--peak-tflops and --hardware both give the peak; use one");
-  if ((o.evalEvery || o.evalBatches) && o.evalData.empty())
-    return bad("--eval-every and --eval-batches need --eval-data FILE");
-  if (!o.evalData.empty() && o.evalBatches == 0)
-    o.evalBatches = 1;
-  if (o.logEvery < 1)
-    return bad("--log-every needs a number of steps >= 1");
-  if (o.cudaGraph && !fsdp_rt_graph_supported())
-    return bad("--cuda-graph needs a program built with fsdp-compile "
-               "--target cuda; this one runs on the CPU backend");
-  return true;
+  std::string why = checkCombination(o);
+  return why.empty() || bad(why);
 }
 
 /// Set by SIGTERM and SIGINT: save at the next step boundary and stop.
