@@ -207,7 +207,8 @@ int64_t Partitioner::fusedGroupsOf(Operation *projection) {
     return 1;
   auto split = dyn_cast<nn::SplitOp>(*out.getUsers().begin());
   int64_t rank = tensorOf(out).getRank();
-  if (!split || (split.getDim() != rank - 1 && split.getDim() != -1))
+  if (!split ||
+      (int64_t(split.getDim()) != rank - 1 && int64_t(split.getDim()) != -1))
     return 1;
   ArrayRef<int64_t> sizes = split.getSizes();
   if (sizes.size() < 2 || !llvm::all_equal(sizes))

@@ -123,7 +123,6 @@ int64_t fsdp::host::globalBatch(const fsdp_program &p) {
 }
 
 void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
-  BatchShape shape = batchShape(p);
   for (Input &in : p.inputs) {
     in.tensor = newTensor(in.type, in.host);
     in.tensor->borrowed = true;
