@@ -18,6 +18,17 @@ func::FuncOp fsdp::lookupEntry(ModuleOp module, StringRef entry,
   return nullptr;
 }
 
+std::string fsdp::evalStepName(StringRef entry) {
+  return (entry + "_eval").str();
+}
+
+func::FuncOp fsdp::lookupEvalStep(func::FuncOp entry) {
+  auto module = entry->getParentOfType<ModuleOp>();
+  return module ? module.lookupSymbol<func::FuncOp>(
+                      evalStepName(entry.getSymName()))
+                : nullptr;
+}
+
 FailureOr<fsdp::dist::MeshOp>
 fsdp::meshForCollectives(ModuleOp module, func::FuncOp step, StringRef verb) {
   dist::MeshOp mesh = dist::findMesh(module);

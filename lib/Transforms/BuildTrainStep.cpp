@@ -731,7 +731,7 @@ LogicalResult TrainStep::runEval() {
   resolveTypes();
   if (failed(findLoss()) || failed(buildSignature()))
     return failure();
-  std::string name = (forward.getName() + "_eval").str();
+  std::string name = evalStepName(forward.getName());
   if (SymbolTable::lookupNearestSymbolFrom(forward, b.getStringAttr(name)))
     return forward.emitOpError("a function '")
            << name << "' exists; the eval step would replace it";

@@ -147,8 +147,7 @@ struct OffloadPass : fsdp::impl::OffloadPassBase<OffloadPass> {
     insertCopies(step);
     // The eval step (fsdp-build-train-step's eval) reads the same arguments:
     // its parameter blocks come to the device before their all-gathers too.
-    if (auto eval = module.lookupSymbol<func::FuncOp>(
-            (step.getSymName() + "_eval").str())) {
+    if (func::FuncOp eval = lookupEvalStep(step)) {
       placeArguments(eval);
       insertCopies(eval);
     }

@@ -13,6 +13,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 
+#include <string>
+
 namespace fsdp {
 
 /// The function `entry` of `module` a pass works on, or null after the
@@ -20,6 +22,12 @@ namespace fsdp {
 /// Every pass finds its entry function this way.
 mlir::func::FuncOp lookupEntry(mlir::ModuleOp module, llvm::StringRef entry,
                                llvm::StringRef purpose);
+
+/// The name of the eval step fsdp-build-train-step{eval=true} builds beside
+/// the step `entry`: `<entry>_eval`.
+std::string evalStepName(llvm::StringRef entry);
+/// The eval step beside `entry` in its module, or null when there is none.
+mlir::func::FuncOp lookupEvalStep(mlir::func::FuncOp entry);
 
 /// The module's dist.mesh (null when it has none and `step` needs none);
 /// fails after "has collectives but no dist.mesh to <verb> them" at the

@@ -22,6 +22,7 @@
 #include "LoweringState.h"
 
 #include "fsdp/Analysis/StepBuffers.h"
+#include "fsdp/Analysis/StepFunction.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -41,7 +42,8 @@ public:
   Describer(func::FuncOp entry, LoweringState &state, OpBuilder &builder)
       : entry(entry), state(state), builder(builder) {}
 
-  LogicalResult emitDescribe(Location loc, bool memoryPlan);
+  /// `withEval`: the program has an eval step (fsdp_program_eval).
+  LogicalResult emitDescribe(Location loc, bool memoryPlan, bool withEval);
   void emitModelFlops(Location loc);
   /// The function emitDescribe wrote.
   emitc::FuncOp function;
@@ -265,7 +267,8 @@ void Describer::emitModelFlops(Location loc) {
       .emit(builder, loc);
 }
 
-LogicalResult Describer::emitDescribe(Location loc, bool memoryPlan) {
+LogicalResult Describer::emitDescribe(Location loc, bool memoryPlan,
+                                      bool withEval) {
   auto func = function = emitc::FuncOp::create(
       builder, loc, "fsdp_program_describe",
       FunctionType::get(state.context, {state.programType}, {}));
@@ -326,8 +329,7 @@ LogicalResult Describer::emitDescribe(Location loc, bool memoryPlan) {
   if (memoryPlan)
     emitMemoryPlan(loc);
   emitModelFlops(loc);
-  if (auto module = entry->getParentOfType<ModuleOp>();
-      module && module.lookupSymbol((entry.getSymName() + "_eval").str()))
+  if (withEval)
     call("fsdp_prog_eval_step").literal("fsdp_program_eval").emit(builder, loc);
   for (uint32_t mask : state.groups)
     call("fsdp_prog_group").literal(maskLiteral(mask)).emit(builder, loc);
@@ -497,8 +499,7 @@ LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
   state.inPlace = std::make_unique<InPlaceUpdates>(entry);
   // The eval step (fsdp-build-train-step's eval): the step's arguments,
   // the loss as its one result, lowered as a function of its own.
-  auto eval =
-      module.lookupSymbol<func::FuncOp>((entry.getSymName() + "_eval").str());
+  func::FuncOp eval = lookupEvalStep(entry);
   if (eval) {
     if (failed(checkEvalStep(entry, eval)) ||
         failed(prepareLiterals(eval.getBody().front(), state, builder)))
@@ -508,7 +509,7 @@ LogicalResult fsdp::lowerToRuntime(ModuleOp module, func::FuncOp entry,
 
   builder.setInsertionPointToEnd(module.getBody());
   Describer describer(entry, state, builder);
-  if (failed(describer.emitDescribe(loc, memoryPlan)))
+  if (failed(describer.emitDescribe(loc, memoryPlan, bool(eval))))
     return failure();
   if (state.mesh)
     state.mesh.erase();

@@ -25,8 +25,6 @@
 
 #include "Host.h"
 
-#include "../Common/Float.h"
-
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -277,6 +275,13 @@ private:
   void log(int64_t i, int64_t step);
   /// Updated parameters and optimizer state replace the old ones.
   void keepUpdates();
+  /// The step's (or eval step's) outputs let go.
+  void releaseOutputs() {
+    for (fsdp_tensor *&t : p.outputs) {
+      fsdp_release(t);
+      t = nullptr;
+    }
+  }
   /// The held-out loss after step `step` when one is due: the mean of the
   /// eval step's loss over --eval-batches batches of --eval-data.
   void evaluate(int64_t i, int64_t step);
@@ -421,10 +426,7 @@ void TrainingRun::keepUpdates() {
     param.tensor = fsdp_retain(p.outputs[size_t(out)]);
     param.tensor->borrowed = true;
   }
-  for (fsdp_tensor *&t : p.outputs) {
-    fsdp_release(t);
-    t = nullptr;
-  }
+  releaseOutputs();
 }
 
 void TrainingRun::evaluate(int64_t i, int64_t step) {
@@ -440,10 +442,7 @@ void TrainingRun::evaluate(int64_t i, int64_t step) {
     if (!scalarOutput(p, "loss", loss))
       fail("eval", "the eval step did not set output 'loss'");
     sum += loss;
-    for (fsdp_tensor *&t : p.outputs) {
-      fsdp_release(t);
-      t = nullptr;
-    }
+    releaseOutputs();
   }
   metrics->eval(step, sum / double(o.evalBatches), o.evalBatches);
   windowExcludedMs += msSince(evalStart);
