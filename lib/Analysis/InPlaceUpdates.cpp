@@ -28,6 +28,13 @@ Value fsdp::sharedBufferOperand(Operation *op) {
   };
   if (auto slice = dyn_cast<nn::SliceOp>(op))
     return contiguous(slice.getInput(), slice.getDim());
+  // nn.split runs as one slice per piece.
+  if (auto split = dyn_cast<nn::SplitOp>(op)) {
+    int64_t dim = static_cast<int64_t>(split.getDim());
+    return contiguous(split.getInput(),
+                      dim < 0 ? dim + split.getInput().getType().getRank()
+                              : dim);
+  }
   if (auto slice = dyn_cast<dist::AllSliceOp>(op))
     return contiguous(slice.getInput(), slice.getSliceDim());
   return {};

@@ -324,6 +324,21 @@ CheckpointMode parseCheckpointing(const json &v, const std::string &where) {
          "must be true, false, \"full\" or \"selective\", got " + v.dump());
 }
 
+/// FSDP2Config's cp_comm_type: the context-parallel attention's K/V
+/// exchange. "all_gather" (K/V gathered once per layer, dK/dV
+/// reduce-scattered) is the one built.
+void checkCpCommType(const json &v, const std::string &where) {
+  if (!v.is_string())
+    reject(where, "must be \"all_gather\", got " + v.dump());
+  std::string type = v.get<std::string>();
+  if (type == "p2p" || type == "a2a")
+    reject(where, "\"" + type +
+                      "\" is not built yet; context parallelism exchanges "
+                      "K/V by \"all_gather\"");
+  if (type != "all_gather")
+    reject(where, "must be \"all_gather\", got " + v.dump());
+}
+
 /// FSDP2Config.activation_checkpointing_scope: our graphs are language
 /// models, so "all" (or default/auto) and "language" select every decoder
 /// layer; a vision or audio group matches nothing here.
@@ -424,6 +439,8 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
       config.tpSize = parseSize(v, at);
     else if (key == "cp_size")
       config.cpSize = parseSize(v, at);
+    else if (key == "cp_comm_type")
+      checkCpCommType(v, at);
     else if (key == "pp_size")
       config.ppSize = parseSize(v, at);
     else if (key == "ep_size")
@@ -515,9 +532,6 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
   if (config.epSize != 1)
     reject(field(file, "ep_size"), "expert parallelism is not supported yet; "
                                    "ep_size must be 1");
-  if (config.cpSize != 1)
-    reject(field(file, "cp_size"),
-           "context parallelism is not supported yet; cp_size must be 1");
   return config;
 }
 

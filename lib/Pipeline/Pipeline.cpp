@@ -40,6 +40,7 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
       plan.report = "-";
     pm.addPass(json ? createTPPlanPass(plan, json) : createTPPlanPass(plan));
     pm.addPass(createPartitionPass());
+    pm.addPass(createContextParallelPass());
     FSDPShardPassOptions shard;
     shard.vocabUnits = options.vocabUnits;
     pm.addPass(createFSDPShardPass(shard));
@@ -95,7 +96,7 @@ void fsdp::registerPipeline() {
   registerPassPipeline(
       "fsdp-pipeline",
       "Graph to per-rank program to runtime calls: fsdp-tp-plan, "
-      "fsdp-partition and fsdp-shard when a parallel option is given, the "
+      "fsdp-partition, fsdp-context-parallel and fsdp-shard when a parallel option is given, the "
       "`step` passes, fsdp-schedule when parallel, the reports, "
       "fsdp-lower-to-runtime",
       [](OpPassManager &pm, StringRef text,

@@ -59,11 +59,13 @@ class Sharder {
 public:
   Sharder(FSDPShardPass &pass, func::FuncOp forward, dist::MeshOp mesh)
       : pass(pass), forward(forward), mesh(mesh), context(forward.getContext()),
-        b(context), shards(mesh.getAxisSize("dp_shard").value_or(1)),
+        b(context), cp(mesh.getAxisSize("cp").value_or(1)),
+        shards(mesh.getAxisSize("dp_shard").value_or(1) * cp),
         replicas(mesh.getAxisSize("dp_replicate").value_or(1)),
-        ranks(shards * replicas),
+        ranks(shards / cp * replicas),
         meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
-        shardAxes(b.getStrArrayAttr({"dp_shard"})),
+        shardAxes(cp > 1 ? b.getStrArrayAttr({"dp_shard", "cp"})
+                         : b.getStrArrayAttr({"dp_shard"})),
         replicaAxes(b.getStrArrayAttr({"dp_replicate"})),
         dataAxes(b.getStrArrayAttr({"dp_replicate", "dp_shard"})),
         body(forward.getBody().front()) {}
@@ -97,7 +99,9 @@ private:
   dist::MeshOp mesh;
   MLIRContext *context;
   OpBuilder b;
-  const int64_t shards, replicas, ranks;
+  /// Context-parallel ranks shard parameters too (Automodel's
+  /// dp_shard_cp); the batch splits over the data-parallel ones.
+  const int64_t cp, shards, replicas, ranks;
   FlatSymbolRefAttr meshRef;
   ArrayAttr shardAxes, replicaAxes, dataAxes;
   Block &body;
@@ -362,18 +366,26 @@ void Sharder::finish() {
     if (now.getRank() > 0 &&
         now.getDimSize(0) != tensorOf(ret.getOperand(i)).getDimSize(0)) {
       SmallVector<Attribute> dims(now.getRank(), b.getArrayAttr({}));
-      if (auto old = attrs.get("dist.sharding"))
+      DenseI64ArrayAttr groups = b.getDenseI64ArrayAttr({});
+      if (auto old = attrs.get("dist.sharding")) {
         dims = llvm::to_vector(cast<dist::ShardingAttr>(old).getDims());
+        groups = cast<dist::ShardingAttr>(old).getGroups();
+      }
       dims[0] = dataAxes;
       attrs.set("dist.sharding",
                 dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
-                                        b.getArrayAttr({})));
+                                        b.getArrayAttr({}), groups));
     }
     resultAttrs.push_back(attrs.getDictionary(context));
   }
   replaceFunction(b, forward, sharded, ret.getLoc(), results, argAttrs,
                   resultAttrs);
-  pass.getOperation()->setAttr("fsdp.data_parallel", dataAxes);
+  // The loss counts the tokens of every data-parallel and context-parallel
+  // rank.
+  pass.getOperation()->setAttr(
+      "fsdp.data_parallel",
+      cp > 1 ? b.getStrArrayAttr({"dp_replicate", "dp_shard", "cp"})
+             : dataAxes);
 }
 
 void FSDPShardPass::runOnOperation() {
@@ -393,7 +405,8 @@ void FSDPShardPass::runOnOperation() {
   }
   dist::MeshOp mesh = dist::findMesh(module);
   if (!mesh || mesh.getAxisSize("dp_shard").value_or(1) *
-                       mesh.getAxisSize("dp_replicate").value_or(1) ==
+                       mesh.getAxisSize("dp_replicate").value_or(1) *
+                       mesh.getAxisSize("cp").value_or(1) ==
                    1)
     return; // One data-parallel rank: nothing to shard.
   if (failed(Sharder(*this, forward, mesh).run()))

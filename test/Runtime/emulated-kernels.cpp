@@ -148,12 +148,12 @@ template <typename E, int D> bool run(const Case &c) {
   // The CPU backend: the specification.
   Bits out(nqElems), dq(nqElems), dk(nkvElems), dv(nkvElems);
   std::vector<float> lse(nStat);
-  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), c.b, c.s, c.nq,
-                    c.nkv, D, D, c.causal, c.window, c.scale, out.data(),
+  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), c.b, c.s, c.s,
+                    c.nq, c.nkv, D, D, nullptr, c.causal, c.window, c.scale, out.data(),
                     lse.data());
   fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), out.data(),
-                         lse.data(), dout.data(), c.b, c.s, c.nq, c.nkv, D, D,
-                         c.causal, c.window, c.scale, dq.data(), dk.data(),
+                         lse.data(), dout.data(), c.b, c.s, c.s, c.nq, c.nkv,
+                         D, D, nullptr, c.causal, c.window, c.scale, dq.data(), dk.data(),
                          dv.data());
 
   // The flash kernels on the emulator.

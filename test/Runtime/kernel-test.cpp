@@ -296,8 +296,8 @@ void attentionCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool causal,
          k = randomFloat(dt, {b, s, nkv, d}, 2.0f),
          v = randomFloat(dt, {b, s, nkv, dv}), out(dt, {b, s, nq, dv}),
          lse(FSDP_RT_F32, {b, nq, s});
-  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, nq, nkv, d,
-                    dv, causal, window, scale, out.data(), lse.as<float>());
+  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, s, nq, nkv,
+                    d, dv, nullptr, causal, window, scale, out.data(), lse.as<float>());
   w.begin(name, "attention");
   w.attr("causal", causal);
   w.attr("sliding_window", double(window));
@@ -607,11 +607,11 @@ void attentionGradCase(Writer &w, const char *name, fsdp_rt_dtype dt,
          dk(dt, k.shape), dvalue(dt, v.shape), out(dt, {b, s, nq, dv}),
          lse(FSDP_RT_F32, {b, nq, s});
   // The backward reads the forward's statistics.
-  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, nq, nkv, d,
-                    dv, causal, window, scale, out.data(), lse.as<float>());
+  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, s, nq, nkv,
+                    d, dv, nullptr, causal, window, scale, out.data(), lse.as<float>());
   fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), out.data(),
-                         lse.as<float>(), dout.data(), b, s, nq, nkv, d, dv,
-                         causal, window, scale, dq.data(), dk.data(),
+                         lse.as<float>(), dout.data(), b, s, s, nq, nkv, d,
+                         dv, nullptr, causal, window, scale, dq.data(), dk.data(),
                          dvalue.data());
   w.begin(name, "attention_grad");
   w.attr("causal", causal);

@@ -90,6 +90,12 @@ void fsdp_prog_input(fsdp_program *p, const char *name, fsdp_type type);
 /// `axis_mask` (data parallelism): the rank holds its block of the samples.
 void fsdp_prog_input_split(fsdp_program *p, const char *name,
                            uint32_t axis_mask);
+/// Input `name` ([B, S] tokens) holds this rank's part of the sequence
+/// over the mesh axes in `axis_mask` (context parallelism): of the
+/// sequence's 2·n chunks for the n ranks of the group, chunks i and
+/// 2·n−1−i on the group's rank i.
+void fsdp_prog_input_sequence_split(fsdp_program *p, const char *name,
+                                    uint32_t axis_mask);
 /// Declares that integer input `name` (already declared) holds token ids in
 /// [0, high): the runtime's synthetic data draws from that range and data
 /// read from a file is checked against it. Default: [0, 2).
@@ -204,11 +210,13 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                             fsdp_tensor *positions, double theta,
                             const double *inv_freq, double attention_scaling,
                             bool inverse);
-/// `sliding_window` <= 0 means none; `scale` <= 0 means 1/sqrt(D). Writes
-/// the result and the f32 statistics `lse` [B, Nq, S].
+/// `sliding_window` <= 0 means none; `scale` <= 0 means 1/sqrt(D);
+/// `positions` (i64 [B, S], or NULL) are the queries' indices among the
+/// keys. Writes the result and the f32 statistics `lse` [B, Nq, S].
 void fsdp_op_attention(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *lse,
                        fsdp_tensor *q, fsdp_tensor *k, fsdp_tensor *v,
-                       bool causal, int64_t sliding_window, double scale);
+                       fsdp_tensor *positions, bool causal,
+                       int64_t sliding_window, double scale);
 /// `dim` is non-negative.
 fsdp_tensor *fsdp_op_softmax(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                              int64_t dim);
@@ -346,8 +354,8 @@ void fsdp_op_layer_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
 void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
                             fsdp_tensor *v, fsdp_tensor *out, fsdp_tensor *lse,
-                            fsdp_tensor *dout, bool causal,
-                            int64_t sliding_window, double scale);
+                            fsdp_tensor *dout, fsdp_tensor *positions,
+                            bool causal, int64_t sliding_window, double scale);
 void fsdp_op_softmax_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *y,
                           fsdp_tensor *dy, int64_t dim);
 void fsdp_op_embedding_grad(fsdp_program *p, fsdp_tensor *dtable,

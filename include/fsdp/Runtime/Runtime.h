@@ -333,17 +333,20 @@ void fsdp_rt_rotary(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                     double theta, const double *inv_freq, double scaling,
                     void *out);
 
-/// Attention of q [b, s, nq, d] over k [b, s, nkv, d] and v [b, s, nkv, dv]
-/// into out [b, s, nq, dv]; query head h reads kv head h / (nq / nkv).
-/// With `causal`, query i sees keys j <= i; `sliding_window` > 0 further
-/// requires i - j < sliding_window (<= 0 means no window). lse [b, nq, s]
-/// (f32) receives each query's log Σ_j exp(scale · q·k_j) over the keys it
-/// sees, for the backward.
+/// Attention of q [b, s, nq, d] over k [b, skv, nkv, d] and
+/// v [b, skv, nkv, dv] into out [b, s, nq, dv]; query head h reads kv head
+/// h / (nq / nkv). Query i's index among the keys is p_i = positions[b, i]
+/// (i64 [b, s]) when `positions` is given, else i. With `causal`, query i
+/// sees keys j <= p_i; `sliding_window` > 0 further requires
+/// p_i - j < sliding_window (<= 0 means no window). lse [b, nq, s] (f32)
+/// receives each query's log Σ_j exp(scale · q·k_j) over the keys it sees,
+/// for the backward (-inf, and a zero output row, when it sees none).
 void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *q, const void *k, const void *v, int64_t b,
-                       int64_t s, int64_t nq, int64_t nkv, int64_t d,
-                       int64_t dv, int causal, int64_t sliding_window,
-                       double scale, void *out, float *lse);
+                       int64_t s, int64_t skv, int64_t nq, int64_t nkv,
+                       int64_t d, int64_t dv, const int64_t *positions,
+                       int causal, int64_t sliding_window, double scale,
+                       void *out, float *lse);
 
 /// Softmax along `dim` (negative counts from the end).
 void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
@@ -484,8 +487,8 @@ void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                          int64_t heads, int64_t d, double theta,
                          const double *inv_freq, double scaling, void *dx);
 
-/// Gradients of fsdp_rt_attention: dq [b, s, nq, d], dk [b, s, nkv, d] and
-/// dvalue [b, s, nkv, dv] from dout [b, s, nq, dv]. The probabilities are
+/// Gradients of fsdp_rt_attention: dq [b, s, nq, d], dk [b, skv, nkv, d]
+/// and dvalue [b, skv, nkv, dv] from dout [b, s, nq, dv]. The probabilities are
 /// rebuilt from the forward's lse in one pass; dk and dvalue sum over the
 /// query heads sharing a KV head. `out` is the forward's result: a backend
 /// may take the row sums Σ_j P·dP as rowsum(dout ∘ out) from it (the CUDA
@@ -494,8 +497,9 @@ void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             const void *q, const void *k, const void *v,
                             const void *out, const float *lse, const void *dout,
-                            int64_t b, int64_t s, int64_t nq, int64_t nkv,
-                            int64_t d, int64_t dv, int causal,
+                            int64_t b, int64_t s, int64_t skv, int64_t nq,
+                            int64_t nkv, int64_t d, int64_t dv,
+                            const int64_t *positions, int causal,
                             int64_t sliding_window, double scale, void *dq,
                             void *dk, void *dvalue);
 

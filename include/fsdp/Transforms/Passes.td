@@ -349,6 +349,47 @@ def PartitionPass : Pass<"fsdp-partition", "mlir::ModuleOp"> {
   ];
 }
 
+def ContextParallelPass : Pass<"fsdp-context-parallel", "mlir::ModuleOp"> {
+  let summary = "Context parallelism: the sequence split over cp in load-balanced chunks, attention over the gathered keys";
+  let description = [{
+    Runs on the per-rank forward (after `fsdp-partition`, before
+    `fsdp-shard`) when the mesh's `cp` axis has more than one rank. The
+    sequence is cut into `2·cp` chunks and cp rank `r` holds chunks `r` and
+    `2·cp−1−r` (load-balanced: under a causal mask every rank attends as
+    many pairs). The token inputs (`[B, S]`, `#dist.sharding` groups `-2` on
+    dim 1) and every value along the sequence shrink to `S / cp`; a
+    reshape's sequence dim follows, and so do tensor-parallel collectives
+    (sequence parallelism splits the rank's chunks again over tp).
+
+    Each `nn.attention` gathers its keys and values over `cp`
+    (`cp_comm_type = "all_gather"`, as Llama 3 trained), puts the chunks
+    back in sequence order, and takes the `position_ids` input as its
+    queries' positions among the keys; the runtime fills `position_ids`
+    with the global positions of the rank's tokens, which rotary embeddings
+    and learned position tables read too. Autodiff turns each gather into
+    the reduce-scatter that returns dK and dV to the ranks that own them.
+    `fsdp-shard` then shards parameters over `dp_shard × cp` and the loss
+    counts tokens over `dp_replicate × dp_shard × cp`.
+
+    ```mlir
+    %k_all = dist.all_gather %k on @mesh[cp] dim 1 {fsdp.context_parallel}
+        : tensor<2x8x2x16xf32> -> tensor<2x16x2x16xf32>
+    %c:4 = nn.split %k_all dim 1 sizes [4, 4, 4, 4] ...
+    %k_seq = nn.concat %c#0, %c#2, %c#3, %c#1 dim 1 ...
+    %o, %lse = nn.attention %q, %k_seq, %v_seq positions %position_ids {causal} ...
+    ```
+  }];
+  let dependentDialects = ["fsdp::dist::DistDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The forward function to split">,
+  ];
+  let statistics = [
+    Statistic<"numAttentions", "attentions",
+              "Attentions over keys gathered over cp">,
+  ];
+}
+
 def FSDPShardPass : Pass<"fsdp-shard", "mlir::ModuleOp"> {
   let summary = "FSDP2: data-parallel batch split and per-parameter dim-0 sharding with bucketed unit gathers";
   let description = [{

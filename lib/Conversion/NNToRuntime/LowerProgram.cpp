@@ -103,24 +103,41 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
         .literal(stringLiteral(name.getValue()))
         .literal(typeLiteral(type))
         .emit(builder, loc);
-    // A data-parallel input: its batch dim is split over mesh axes.
+    // A data-parallel input: its batch dim is split over mesh axes; a
+    // context-parallel one: its sequence dim, in load-balanced chunks.
     if (auto sharding =
             entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
+      auto splitsSequence = [&] {
+        return type.getRank() == 2 && !sharding.getDimAxes(1).empty() &&
+               sharding.getDimGroups(1) == dist::ShardingAttr::kLoadBalanced;
+      };
       if (!state.mesh || type.getRank() == 0 ||
-          !sharding.getPartial().empty() ||
+          !sharding.getPartial().empty() || sharding.getDimGroups(0) != 1 ||
           llvm::any_of(llvm::seq<int64_t>(1, type.getRank()), [&](int64_t d) {
-            return !sharding.getDimAxes(d).empty();
+            return !sharding.getDimAxes(d).empty() &&
+                   !(d == 1 && splitsSequence());
           }))
         return entry.emitOpError("input #")
-               << i << " may only be split along its batch dim (0)";
-      uint32_t mask = 0;
-      for (StringRef listed : sharding.getDimAxes(0))
-        for (StringRef axis : state.mesh.expandAxis(listed))
-          mask |= 1u << state.axisIndex.lookup(axis);
-      call("fsdp_prog_input_split")
-          .literal(stringLiteral(name.getValue()))
-          .literal(maskLiteral(mask))
-          .emit(builder, loc);
+               << i
+               << " may only be split along its batch dim (0) and, "
+                  "load-balanced, its sequence dim (1)";
+      auto maskOf = [&](int64_t d) {
+        uint32_t mask = 0;
+        for (StringRef listed : sharding.getDimAxes(d))
+          for (StringRef axis : state.mesh.expandAxis(listed))
+            mask |= 1u << state.axisIndex.lookup(axis);
+        return mask;
+      };
+      if (uint32_t mask = maskOf(0))
+        call("fsdp_prog_input_split")
+            .literal(stringLiteral(name.getValue()))
+            .literal(maskLiteral(mask))
+            .emit(builder, loc);
+      if (splitsSequence())
+        call("fsdp_prog_input_sequence_split")
+            .literal(stringLiteral(name.getValue()))
+            .literal(maskLiteral(maskOf(1)))
+            .emit(builder, loc);
     }
     // Token ids feed an embedding; labels feed a loss: both ranges are
     // known from the vocabulary, which the data generator needs.

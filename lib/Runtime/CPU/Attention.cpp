@@ -6,7 +6,8 @@
 //===----------------------------------------------------------------------===//
 //
 // Blocked over query rows: a block of kRows queries sees only keys
-// [first, last) (the causal prefix, within the sliding window), so the
+// [first, last) (the causal prefix, within the sliding window; with query
+// positions, the union of the rows' ranges), so the
 // scores, softmax and products skip the masked part (about half of a causal
 // matrix). Per (batch, KV group) on the OpenMP threads, the query heads of a
 // group in turn (they add into the same dK and dV); heads are picked out by
@@ -29,37 +30,60 @@ namespace {
 /// Query rows per block.
 constexpr int64_t kRows = 64;
 
-/// The keys [first, last) a block of queries [i0, i1) sees, and the range
-/// [lo, hi) of one query i.
+/// The keys [first, last) a block of queries [i0, i1) sees, or one query.
 struct KeyRange {
   int64_t first, last;
 };
 
-KeyRange visibleKeys(int64_t i0, int64_t i1, int64_t s, int causal,
-                     int64_t window) {
-  return {window > 0 ? std::max<int64_t>(0, i0 - window + 1) : 0,
-          causal ? i1 : s};
-}
+/// Which keys each query of one batch row sees: query i sits at key index
+/// p_i (its position when the call has positions, else i); a causal mask
+/// shows it keys j <= p_i, a window further needs p_i - j < window.
+struct Mask {
+  int64_t skv;
+  const int64_t *positions; // this batch row's, or null
+  int causal;
+  int64_t window;
 
-KeyRange visibleKeys(int64_t i, int64_t s, int causal, int64_t window) {
-  return visibleKeys(i, i + 1, s, causal, window);
-}
+  KeyRange of(int64_t i) const {
+    int64_t p = positions ? positions[i] : i;
+    int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+    int64_t hi = causal ? std::min(skv, p + 1) : skv;
+    return {lo, std::max(lo, hi)};
+  }
+  /// The union of the ranges of queries [i0, i1); empty if all are.
+  KeyRange of(int64_t i0, int64_t i1) const {
+    KeyRange keys{skv, 0};
+    for (int64_t i = i0; i < i1; ++i) {
+      KeyRange own = of(i);
+      if (own.first == own.last)
+        continue;
+      keys.first = std::min(keys.first, own.first);
+      keys.last = std::max(keys.last, own.last);
+    }
+    return keys.first < keys.last ? keys : KeyRange{0, 0};
+  }
+};
 
 /// Turns a block's scores [i1 - i0, last - first] into probabilities in
 /// place, each row over the keys its query sees, and writes each row's
-/// log Σ exp(score) to lse[i - i0].
+/// log Σ exp(score) to lse[i - i0] (-inf for a query that sees no key).
 FSDP_VECTORIZE void maskedSoftmax(float *scores, int64_t i0, int64_t i1,
-                                  KeyRange keys, int64_t s, int causal,
-                                  int64_t window, float *lse) {
+                                  KeyRange keys, const Mask &mask,
+                                  float *lse) {
   int64_t width = keys.last - keys.first;
   for (int64_t i = i0; i < i1; ++i) {
     float *row = scores + (i - i0) * width;
-    // Key i is always visible to query i, so no row is fully masked.
-    KeyRange own = visibleKeys(i, s, causal, window);
-    int64_t lo = own.first - keys.first, hi = own.last - keys.first;
+    KeyRange own = mask.of(i);
+    int64_t lo = std::max<int64_t>(0, own.first - keys.first),
+            hi = std::max(lo, std::min(width, own.last - keys.first));
     float maxScore = -std::numeric_limits<float>::infinity();
     for (int64_t j = lo; j < hi; ++j)
       maxScore = std::max(maxScore, row[j]);
+    if (lo == hi) {
+      std::fill(row, row + width, 0.0f);
+      lse[i - i0] = maxScore;
+      continue;
+    }
     float sum = 0;
     for (int64_t j = 0; j < width; ++j) {
       float e = fastExp(row[j] - maxScore);
@@ -76,17 +100,17 @@ FSDP_VECTORIZE void maskedSoftmax(float *scores, int64_t i0, int64_t i1,
 /// The probabilities of a block from its scores and the forward's
 /// log-sum-exp per row: exp(score - lse) on the visible keys, 0 elsewhere.
 FSDP_VECTORIZE void probabilities(float *scores, int64_t i0, int64_t i1,
-                                  KeyRange keys, int64_t s, int causal,
-                                  int64_t window, const float *lse) {
+                                  KeyRange keys, const Mask &mask,
+                                  const float *lse) {
   int64_t width = keys.last - keys.first;
   for (int64_t i = i0; i < i1; ++i) {
     float *row = scores + (i - i0) * width;
-    KeyRange own = visibleKeys(i, s, causal, window);
+    KeyRange own = mask.of(i);
     int64_t lo = own.first - keys.first, hi = own.last - keys.first;
     float shift = lse[i - i0];
     for (int64_t j = 0; j < width; ++j) {
-      float e = fastExp(row[j] - shift);
-      row[j] = (j >= lo && j < hi) ? e : 0.0f;
+      float e = (j >= lo && j < hi) ? fastExp(row[j] - shift) : 0.0f;
+      row[j] = e;
     }
   }
 }
@@ -106,25 +130,30 @@ FSDP_VECTORIZE void softmaxGrad(const float *probs, float *dprobs, int64_t rows,
   }
 }
 
-/// The geometry of one call: [B, S, heads, D] tensors.
+/// The geometry of one call: queries [B, S, heads, D], keys and values
+/// [B, Skv, heads, D].
 struct Heads {
-  int64_t b, s, nq, nkv, d, dv;
+  int64_t b, s, skv, nq, nkv, d, dv;
+  const int64_t *positions;
   int causal;
   int64_t window;
   float scale;
   int64_t group() const { return nq / nkv; }
   int64_t qOffset(int64_t bi, int64_t h) const { return (bi * s * nq + h) * d; }
   int64_t kOffset(int64_t bi, int64_t g) const {
-    return (bi * s * nkv + g) * d;
+    return (bi * skv * nkv + g) * d;
   }
   int64_t vOffset(int64_t bi, int64_t g) const {
-    return (bi * s * nkv + g) * dv;
+    return (bi * skv * nkv + g) * dv;
   }
   int64_t oOffset(int64_t bi, int64_t h) const {
     return (bi * s * nq + h) * dv;
   }
   /// Row 0 of head h's statistics, [b, nq, s].
   int64_t lseOffset(int64_t bi, int64_t h) const { return (bi * nq + h) * s; }
+  Mask mask(int64_t bi) const {
+    return {skv, positions ? positions + bi * s : nullptr, causal, window};
+  }
 };
 
 /// Runs fn(batch, group) for every (batch, KV group) on the threads.
@@ -138,31 +167,42 @@ template <typename Fn> void forEachGroup(const Heads &h, Fn fn) {
 
 void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                        const void *k, const void *v, int64_t b, int64_t s,
-                       int64_t nq, int64_t nkv, int64_t d, int64_t dv,
-                       int causal, int64_t sliding_window, double scale,
-                       void *out, float *lse) {
+                       int64_t skv, int64_t nq, int64_t nkv, int64_t d,
+                       int64_t dv, const int64_t *positions, int causal,
+                       int64_t sliding_window, double scale, void *out,
+                       float *lse) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
-  FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * s * nkv * d),
-      fv(dtype, v, b * s * nkv * dv);
+  FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * skv * nkv * d),
+      fv(dtype, v, b * skv * nkv * dv);
   FloatOutput fo(dtype, out, b * s * nq * dv);
-  Heads hd{b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};
+  Heads hd{b,         s,      skv,           nq,          nkv, d, dv,
+           positions, causal, sliding_window, float(scale)};
   const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get();
   float *po = fo.get();
   forEachGroup(hd, [&](int64_t bi, int64_t g) {
-    std::vector<float> scores(kRows * s);
+    std::vector<float> scores(kRows * skv);
+    Mask mask = hd.mask(bi);
     for (int64_t h = g * hd.group(); h < (g + 1) * hd.group(); ++h) {
       const float *qh = pq + hd.qOffset(bi, h), *kh = pk + hd.kOffset(bi, g),
                   *vh = pv + hd.vOffset(bi, g);
       float *oh = po + hd.oOffset(bi, h);
       for (int64_t i0 = 0; i0 < s; i0 += kRows) {
         int64_t i1 = std::min(s, i0 + kRows), rows = i1 - i0;
-        KeyRange keys = visibleKeys(i0, i1, s, causal, sliding_window);
+        KeyRange keys = mask.of(i0, i1);
         int64_t width = keys.last - keys.first;
+        float *rowLse = lse + hd.lseOffset(bi, h) + i0;
+        if (width == 0) {
+          // No query of the block sees a key: zero rows, lse -inf.
+          for (int64_t i = 0; i < rows; ++i) {
+            std::fill_n(oh + (i0 + i) * nq * dv, dv, 0.0f);
+            rowLse[i] = -std::numeric_limits<float>::infinity();
+          }
+          continue;
+        }
         sgemm(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
               kh + keys.first * nkv * d, nkv * d, nullptr, 0.0f, scores.data(),
               width);
-        maskedSoftmax(scores.data(), i0, i1, keys, s, causal, sliding_window,
-                      lse + hd.lseOffset(bi, h) + i0);
+        maskedSoftmax(scores.data(), i0, i1, keys, mask, rowLse);
         sgemm(false, false, rows, dv, width, 1.0f, scores.data(), width,
               vh + keys.first * nkv * dv, nkv * dv, nullptr, 0.0f,
               oh + i0 * nq * dv, nq * dv);
@@ -176,21 +216,26 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                             const void *k, const void *v,
                             const void * /*out: Σ P·dP comes from P*/,
                             const float *lse, const void *dout, int64_t b,
-                            int64_t s, int64_t nq, int64_t nkv, int64_t d,
-                            int64_t dv, int causal, int64_t sliding_window,
-                            double scale, void *dq, void *dk, void *dvalue) {
+                            int64_t s, int64_t skv, int64_t nq, int64_t nkv,
+                            int64_t d, int64_t dv, const int64_t *positions,
+                            int causal, int64_t sliding_window, double scale,
+                            void *dq, void *dk, void *dvalue) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
-  FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * s * nkv * d),
-      fv(dtype, v, b * s * nkv * dv), fdo(dtype, dout, b * s * nq * dv);
-  FloatOutput fdq(dtype, dq, b * s * nq * d), fdk(dtype, dk, b * s * nkv * d),
-      fdv(dtype, dvalue, b * s * nkv * dv);
-  // The query heads of a group add into the same dk and dvalue.
-  std::fill(fdk.get(), fdk.get() + b * s * nkv * d, 0.0f);
-  std::fill(fdv.get(), fdv.get() + b * s * nkv * dv, 0.0f);
-  Heads hd{b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};
+  FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * skv * nkv * d),
+      fv(dtype, v, b * skv * nkv * dv), fdo(dtype, dout, b * s * nq * dv);
+  FloatOutput fdq(dtype, dq, b * s * nq * d),
+      fdk(dtype, dk, b * skv * nkv * d), fdv(dtype, dvalue, b * skv * nkv * dv);
+  // The query heads of a group add into the same dk and dvalue; a query
+  // that sees no key gets a zero gradient.
+  std::fill(fdk.get(), fdk.get() + b * skv * nkv * d, 0.0f);
+  std::fill(fdv.get(), fdv.get() + b * skv * nkv * dv, 0.0f);
+  std::fill(fdq.get(), fdq.get() + b * s * nq * d, 0.0f);
+  Heads hd{b,         s,      skv,           nq,          nkv, d, dv,
+           positions, causal, sliding_window, float(scale)};
   const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get(), *pdo = fdo.get();
   forEachGroup(hd, [&](int64_t bi, int64_t g) {
-    std::vector<float> probs(kRows * s), dprobs(kRows * s);
+    std::vector<float> probs(kRows * skv), dprobs(kRows * skv);
+    Mask mask = hd.mask(bi);
     const float *kh = pk + hd.kOffset(bi, g), *vh = pv + hd.vOffset(bi, g);
     float *dkh = fdk.get() + hd.kOffset(bi, g);
     float *dvh = fdv.get() + hd.vOffset(bi, g);
@@ -199,13 +244,15 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
       float *dqh = fdq.get() + hd.qOffset(bi, h);
       for (int64_t i0 = 0; i0 < s; i0 += kRows) {
         int64_t i1 = std::min(s, i0 + kRows), rows = i1 - i0;
-        KeyRange keys = visibleKeys(i0, i1, s, causal, sliding_window);
+        KeyRange keys = mask.of(i0, i1);
         int64_t width = keys.last - keys.first;
+        if (width == 0)
+          continue;
         const float *kv = kh + keys.first * nkv * d,
                     *vv = vh + keys.first * nkv * dv;
         sgemm(false, true, rows, width, d, hd.scale, qh + i0 * nq * d, nq * d,
               kv, nkv * d, nullptr, 0.0f, probs.data(), width);
-        probabilities(probs.data(), i0, i1, keys, s, causal, sliding_window,
+        probabilities(probs.data(), i0, i1, keys, mask,
                       lse + hd.lseOffset(bi, h) + i0);
         // dV += Pᵀ·dO and dP = dO·Vᵀ on the visible keys.
         sgemm(true, false, width, dv, rows, 1.0f, probs.data(), width,

@@ -253,12 +253,24 @@ size_t sharedBytes(Kernel kernel, int64_t floats, const char *name) {
 }
 } // namespace
 
+/// The CUDA kernels run queries and keys of one sequence: context
+/// parallelism's gathered keys and query positions are the CPU runtime's
+/// only.
+static void requireOneSequence(const char *where, int64_t s, int64_t skv,
+                               const int64_t *positions) {
+  if (skv != s || positions)
+    fail(where, "context-parallel attention (keys of another length than "
+                "the queries, or query positions) is not built for CUDA");
+}
+
 void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *q, const void *k, const void *v, int64_t b,
-                       int64_t s, int64_t nq, int64_t nkv, int64_t d,
-                       int64_t dv, int causal, int64_t sliding_window,
-                       double scale, void *out, float *lse) {
+                       int64_t s, int64_t skv, int64_t nq, int64_t nkv,
+                       int64_t d, int64_t dv, const int64_t *positions,
+                       int causal, int64_t sliding_window, double scale,
+                       void *out, float *lse) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention");
+  requireOneSequence(scope.name(), s, skv, positions);
   if (b == 0 || s == 0 || nq == 0)
     return;
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
@@ -284,11 +296,13 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             const void *q, const void *k, const void *v,
                             const void *out, const float *lse, const void *dout,
-                            int64_t b, int64_t s, int64_t nq, int64_t nkv,
-                            int64_t d, int64_t dv, int causal,
+                            int64_t b, int64_t s, int64_t skv, int64_t nq,
+                            int64_t nkv, int64_t d, int64_t dv,
+                            const int64_t *positions, int causal,
                             int64_t sliding_window, double scale, void *dq,
                             void *dk, void *dvalue) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_grad");
+  requireOneSequence(scope.name(), s, skv, positions);
   if (b == 0 || s == 0 || nq == 0)
     return;
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};

@@ -14,7 +14,9 @@
 // A data-parallel program (fsdp_prog_input_split) fills only this rank's
 // samples: sample b of the local batch is sample b + k·B of the global one,
 // where k is the rank's block over the split axes, so N ranks see exactly
-// the batch one rank of the global size would.
+// the batch one rank of the global size would. A context-parallel one
+// (fsdp_prog_input_sequence_split) fills only its chunks of each sequence,
+// with their global positions in position_ids.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +24,7 @@
 
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 using namespace fsdp::host;
 
@@ -58,6 +61,43 @@ BatchShape batchShape(const fsdp_program &p) {
     shape.seq = in.type.dims[1];
   }
   return shape;
+}
+
+/// Context parallelism: the sequence's split over the ranks of the token
+/// inputs' sequence axes, 2·parts chunks of which this rank holds chunks
+/// `index` and 2·parts−1−index.
+struct SequenceSplit {
+  int64_t parts = 1, index = 0;
+  /// The position in the whole sequence of local position `s` of `seq`.
+  int64_t global(int64_t s, int64_t seq) const {
+    if (parts == 1)
+      return s;
+    int64_t chunk = seq / 2;
+    return s < chunk ? index * chunk + s
+                     : (2 * parts - 1 - index) * chunk + (s - chunk);
+  }
+};
+
+SequenceSplit sequenceSplit(const fsdp_program &p) {
+  std::optional<uint32_t> mask;
+  for (const Input &in : p.inputs) {
+    if (!isTokenInput(in.name))
+      continue;
+    if (mask && *mask != in.sequenceAxes)
+      fail("data", "input '" + in.name +
+                       "' splits its sequence over other axes than another "
+                       "token input");
+    mask = in.sequenceAxes;
+  }
+  SequenceSplit split;
+  std::vector<int> axes;
+  for (size_t i = 0; i < p.axes.size(); ++i)
+    if (mask.value_or(0) >> i & 1) {
+      axes.push_back(int(i));
+      split.parts *= p.axes[i].size;
+    }
+  split.index = blockIndex(p, axes);
+  return split;
 }
 
 /// Upper bound of the token ids: the tightest declared range of input_ids
@@ -151,7 +191,7 @@ void fsdp::host::checkTokenFile(fsdp_program &p, const DataOptions &options) {
       fseeko(f, 0, SEEK_SET);
     }
     int64_t tokens = bytes / 4, batch = globalBatch(p);
-    int64_t need = batch * (shape.seq + 1) + 1;
+    int64_t need = batch * (shape.seq * sequenceSplit(p).parts + 1) + 1;
     int64_t high = tokenRange(p, 0);
     if (!f) {
       error = options.path + ": cannot open for reading";
@@ -224,6 +264,10 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
       blocks *= p.axes[i].size;
     }
   int64_t first = blockIndex(p, axes) * batch, global = batch * blocks;
+  // Each sample is the whole sequence; the rank keeps its chunks of it.
+  SequenceSplit chunks = sequenceSplit(p);
+  int64_t localSeq = seq;
+  seq *= chunks.parts;
   std::vector<int64_t> tokens(size_t(seq + 1));
   std::vector<int32_t> raw(size_t(seq + 1));
   FILE *file = nullptr;
@@ -255,10 +299,11 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
       for (int64_t s = 0; s <= seq; ++s)
         tokens[s] = int64_t(splitmix64(key ^ uint64_t(s)) % uint64_t(high));
     }
-    for (int64_t s = 0; s < seq; ++s) {
-      idsImage.store(b * seq + s, tokens[s]);
-      labelsImage.store(b * seq + s, tokens[s + 1]);
-      positionsImage.store(b * seq + s, s);
+    for (int64_t s = 0; s < localSeq; ++s) {
+      int64_t at = chunks.global(s, localSeq);
+      idsImage.store(b * localSeq + s, tokens[at]);
+      labelsImage.store(b * localSeq + s, tokens[at + 1]);
+      positionsImage.store(b * localSeq + s, at);
     }
   }
   if (file)

@@ -108,6 +108,9 @@ struct Input {
   bool host = false;
   /// The mesh axes dim 0 (the batch) is split over (data parallelism).
   uint32_t batchAxes = 0;
+  /// Context parallelism: the axes its sequence is split over, in
+  /// load-balanced chunks (fsdp_prog_input_sequence_split).
+  uint32_t sequenceAxes = 0;
 };
 
 struct Param {

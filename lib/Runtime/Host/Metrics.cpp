@@ -27,7 +27,7 @@ using namespace fsdp::host;
 namespace {
 
 /// Tokens one step trains on over all ranks: this rank's `input_ids` (else
-/// `labels`) times the ranks its batch is split over.
+/// `labels`) times the ranks its batch and sequence are split over.
 double globalTokensOf(const fsdp_program &p) {
   for (const char *name : {"input_ids", "labels"})
     for (const Input &in : p.inputs) {
@@ -35,7 +35,7 @@ double globalTokensOf(const fsdp_program &p) {
         continue;
       double tokens = double(numElements(in.type));
       for (size_t a = 0; a < p.axes.size(); ++a)
-        if (in.batchAxes & (1u << a))
+        if ((in.batchAxes | in.sequenceAxes) & (1u << a))
           tokens *= double(p.axes[a].size);
       return tokens;
     }

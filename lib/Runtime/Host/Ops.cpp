@@ -392,7 +392,8 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *, fsdp_type r, fsdp_tensor *x,
 
 void fsdp_op_attention(fsdp_program *, fsdp_tensor *out, fsdp_tensor *lse,
                        fsdp_tensor *q, fsdp_tensor *k, fsdp_tensor *v,
-                       bool causal, int64_t sliding_window, double scale) {
+                       fsdp_tensor *positions, bool causal,
+                       int64_t sliding_window, double scale) {
   Check c{"attention"};
   c.present(q, "q");
   c.present(k, "k");
@@ -404,28 +405,35 @@ void fsdp_op_attention(fsdp_program *, fsdp_tensor *out, fsdp_tensor *lse,
           d = q->type.dims[3];
   c.sameDtype(k->type, q->type, "k");
   c.sameDtype(v->type, q->type, "v");
-  c.that(k->type.rank == 4 && k->type.dims[0] == b && k->type.dims[1] == s &&
-             k->type.dims[3] == d,
+  c.that(k->type.rank == 4 && k->type.dims[0] == b && k->type.dims[3] == d,
          "k is " + typeString(k->type) + ", expected [" + std::to_string(b) +
-             ", " + std::to_string(s) + ", Nkv, " + std::to_string(d) + "]");
-  int64_t nkv = k->type.dims[2];
+             ", Skv, Nkv, " + std::to_string(d) + "]");
+  int64_t skv = k->type.dims[1], nkv = k->type.dims[2];
   c.that(nkv > 0 && nq % nkv == 0, "query heads " + std::to_string(nq) +
                                        " are not a multiple of kv heads " +
                                        std::to_string(nkv));
-  c.that(v->type.rank == 4 && v->type.dims[0] == b && v->type.dims[1] == s &&
+  c.that(v->type.rank == 4 && v->type.dims[0] == b && v->type.dims[1] == skv &&
              v->type.dims[2] == nkv,
          "v is " + typeString(v->type) + ", expected [" + std::to_string(b) +
-             ", " + std::to_string(s) + ", " + std::to_string(nkv) + ", Dv]");
+             ", " + std::to_string(skv) + ", " + std::to_string(nkv) +
+             ", Dv]");
   int64_t dv = v->type.dims[3];
   c.sameDtype(out->type, q->type, "result");
   c.shape(out->type, {b, s, nq, dv}, "result");
   c.that(lse->type.dtype == FSDP_RT_F32, "logsumexp must be f32");
   c.shape(lse->type, {b, nq, s}, "logsumexp");
+  if (positions) {
+    c.that(positions->type.dtype == FSDP_RT_I64, "positions must be i64");
+    c.shape(positions->type, {b, s}, "positions");
+  }
   if (scale <= 0)
     scale = 1.0 / std::sqrt(double(d));
-  fsdp_rt_attention(nullptr, q->type.dtype, q->data, k->data, v->data, b, s, nq,
-                    nkv, d, dv, causal, sliding_window, scale, out->data,
-                    static_cast<float *>(lse->data));
+  fsdp_rt_attention(
+      nullptr, q->type.dtype, q->data, k->data, v->data, b, s, skv, nq, nkv, d,
+      dv,
+      positions ? static_cast<const int64_t *>(positions->data) : nullptr,
+      causal, sliding_window, scale, out->data,
+      static_cast<float *>(lse->data));
 }
 
 fsdp_tensor *fsdp_op_softmax(fsdp_program *, fsdp_type r, fsdp_tensor *x,

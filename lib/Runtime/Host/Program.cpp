@@ -248,6 +248,21 @@ void fsdp_prog_input_split(fsdp_program *p, const char *name,
   fail("describe", std::string("no input named '") + name + "' to split");
 }
 
+void fsdp_prog_input_sequence_split(fsdp_program *p, const char *name,
+                                    uint32_t axis_mask) {
+  for (Input &in : p->inputs)
+    if (in.name == name) {
+      if (in.type.rank != 2)
+        fail("describe", std::string("input '") + name + "' is " +
+                             typeString(in.type) +
+                             "; only [B, S] tokens split along the sequence");
+      in.sequenceAxes = axis_mask;
+      return;
+    }
+  fail("describe", std::string("no input named '") + name +
+                       "' to split along the sequence");
+}
+
 int64_t fsdp::host::blockIndex(const fsdp_program &p,
                                const std::vector<int> &axes) {
   int64_t block = 0;

@@ -87,14 +87,22 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir,
                      (long long)param.dimGroups[d], axes.c_str(),
                      (long long)param.dimInner[d]);
       }
-  for (const Input &in : p.inputs)
-    if (in.batchAxes) {
-      std::string axes;
-      for (size_t i = 0; i < p.axes.size(); ++i)
-        if (in.batchAxes >> i & 1)
-          axes += (axes.empty() ? "" : ",") + p.axes[i].name;
-      std::fprintf(shards, "%s 0 1 %s\n", in.name.c_str(), axes.c_str());
-    }
+  // A context-parallel sequence split is load-balanced (group count -2).
+  auto axisList = [&](uint32_t mask) {
+    std::string axes;
+    for (size_t i = 0; i < p.axes.size(); ++i)
+      if (mask >> i & 1)
+        axes += (axes.empty() ? "" : ",") + p.axes[i].name;
+    return axes;
+  };
+  for (const Input &in : p.inputs) {
+    if (in.batchAxes)
+      std::fprintf(shards, "%s 0 1 %s\n", in.name.c_str(),
+                   axisList(in.batchAxes).c_str());
+    if (in.sequenceAxes)
+      std::fprintf(shards, "%s 1 -2 %s\n", in.name.c_str(),
+                   axisList(in.sequenceAxes).c_str());
+  }
   for (const auto &[index, dims] : p.outputSplits)
     for (size_t d = 0; d < dims.size(); ++d)
       if (!dims[d].first.empty()) {

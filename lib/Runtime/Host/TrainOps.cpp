@@ -124,8 +124,8 @@ void fsdp_op_layer_norm_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *dw,
 void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
                             fsdp_tensor *v, fsdp_tensor *out, fsdp_tensor *lse,
-                            fsdp_tensor *dout, bool causal,
-                            int64_t sliding_window, double scale) {
+                            fsdp_tensor *dout, fsdp_tensor *positions,
+                            bool causal, int64_t sliding_window, double scale) {
   sameType("attention_grad", dq, q->type, "query gradient");
   sameType("attention_grad", out, dout->type, "forward output");
   sameType("attention_grad", dk, k->type, "key gradient");
@@ -139,12 +139,19 @@ void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
                   q->type.dims[0] * q->type.dims[1] * q->type.dims[2],
           "logsumexp " + typeString(lse->type) +
               " does not match the queries [B, Nq, S]");
+  require("attention_grad",
+          !positions || (positions->type.dtype == FSDP_RT_I64 &&
+                         numElements(positions->type) ==
+                             q->type.dims[0] * q->type.dims[1]),
+          "positions must be i64 [B, S] of the queries");
   if (scale <= 0)
     scale = 1.0 / std::sqrt(double(d));
   fsdp_rt_attention_grad(
       nullptr, q->type.dtype, q->data, k->data, v->data, out->data,
       static_cast<const float *>(lse->data), dout->data, q->type.dims[0],
-      q->type.dims[1], q->type.dims[2], k->type.dims[2], d, v->type.dims[3],
+      q->type.dims[1], k->type.dims[1], q->type.dims[2], k->type.dims[2], d,
+      v->type.dims[3],
+      positions ? static_cast<const int64_t *>(positions->data) : nullptr,
       causal, sliding_window, scale, dq->data, dk->data, dv->data);
 }
 

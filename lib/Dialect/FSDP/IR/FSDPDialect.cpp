@@ -105,7 +105,8 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
   if (name == "fsdp.unit")
     return expect(isa<StringAttr>(value), "a unit name");
   if (name == "fsdp.reshard" || name == "fsdp.regather" ||
-      name == "fsdp.recompute" || name == "fsdp.host")
+      name == "fsdp.recompute" || name == "fsdp.host" ||
+      name == "fsdp.context_parallel")
     return expect(isa<UnitAttr>(value), "a unit attribute");
   if (name == "fsdp.offload_optimizer") {
     auto s = dyn_cast<StringAttr>(value);

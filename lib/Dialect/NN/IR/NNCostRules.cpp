@@ -90,17 +90,21 @@ static double attendedPairs(int64_t s, int64_t skv, bool causal,
 
 /// Attention's cost: `forwardProducts` and `modelProducts` count matmuls of
 /// head size (D for scores, Dv for values) per attended pair; model FLOPs
-/// credit no mask.
+/// credit no mask. With `positions` (context parallelism's load-balanced
+/// chunks) the queries are spread evenly over the key sequence: their share
+/// of the whole sequence's pairs.
 static OpCost attentionCost(Operation *op, Value query, Value key, Value value,
-                            bool causal, std::optional<uint64_t> window,
-                            bool backward) {
+                            Value positions, bool causal,
+                            std::optional<uint64_t> window, bool backward) {
   RankedTensorType q = tensorOf(query);
   int64_t b = q.getDimSize(0), s = q.getDimSize(1), heads = q.getDimSize(2),
           d = q.getDimSize(3);
   int64_t skv = tensorOf(key).getDimSize(1);
   int64_t dv = tensorOf(value).getDimSize(3);
   double perPair = 2.0 * b * heads;
-  double pairs = attendedPairs(s, skv, causal, window);
+  double pairs = positions ? attendedPairs(skv, skv, causal, window) *
+                                 static_cast<double>(s) / skv
+                           : attendedPairs(s, skv, causal, window);
   double full = static_cast<double>(s) * skv;
   OpCost cost = streamingCost(op);
   cost.dtype = q.getElementType();
@@ -120,11 +124,11 @@ static OpCost attentionCost(Operation *op, Value query, Value key, Value value,
 }
 
 OpCost AttentionOp::getCost() {
-  return attentionCost(*this, getQuery(), getKey(), getValue(), getCausal(),
-                       getSlidingWindow(), /*backward=*/false);
+  return attentionCost(*this, getQuery(), getKey(), getValue(), getPositions(),
+                       getCausal(), getSlidingWindow(), /*backward=*/false);
 }
 
 OpCost AttentionGradOp::getCost() {
-  return attentionCost(*this, getQuery(), getKey(), getValue(), getCausal(),
-                       getSlidingWindow(), /*backward=*/true);
+  return attentionCost(*this, getQuery(), getKey(), getValue(), getPositions(),
+                       getCausal(), getSlidingWindow(), /*backward=*/true);
 }

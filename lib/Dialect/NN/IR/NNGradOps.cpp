@@ -116,10 +116,12 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &results) {
   SmallVector<Type> forward;
+  SmallVector<Value, 4> operands = {adaptor.getQuery(), adaptor.getKey(),
+                                    adaptor.getValue()};
+  if (Value positions = adaptor.getPositions())
+    operands.push_back(positions);
   if (failed(forwardResults<AttentionOp, AttentionGradOp>(
-          context, loc,
-          {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}, adaptor,
-          forward)) ||
+          context, loc, operands, adaptor, forward)) ||
       failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), forward[0])))
     return failure();
   if (adaptor.getOutput().getType() != forward[0])

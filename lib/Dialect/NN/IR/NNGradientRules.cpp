@@ -192,7 +192,8 @@ LogicalResult AttentionOp::buildGradient(GradientBuilder &grads) {
   // gradient.
   auto g = grads.make<AttentionGradOp>(getQuery(), getKey(), getValue(),
                                        getResult(), getLogsumexp(),
-                                       grads.grad(getResult()), getCausal(),
+                                       grads.grad(getResult()),
+                                       getPositions(), getCausal(),
                                        getSlidingWindowAttr(), getScaleAttr());
   return accumulateResults(grads, g, {getQuery(), getKey(), getValue()});
 }

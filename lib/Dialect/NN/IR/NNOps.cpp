@@ -359,6 +359,12 @@ LogicalResult AttentionOp::inferTypes(MLIRContext *,
   if (std::optional<APFloat> scale = adaptor.getScale())
     if (!(scale->convertToDouble() > 0.0))
       return reject<AttentionOp>(loc, "scale must be > 0");
+  if (Value positions = adaptor.getPositions();
+      positions &&
+      tensorOf(positions).getShape() !=
+          ArrayRef<int64_t>{q.getDimSize(0), q.getDimSize(1)})
+    return reject<AttentionOp>(loc, "positions ", positions.getType(),
+                               " must be [B, S] of the query ", q);
   results.push_back(RankedTensorType::get(
       {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), v.getDimSize(3)},
       q.getElementType()));

@@ -41,11 +41,17 @@ def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
     strided split, torch's `_StridedShard`: dim `d` is cut into `groups[d]`
     equal groups, each split over the dim's axes, and a rank holds its block
     of every group, in group order. A fused `[Q | K | V]` projection split
-    over tp this way gives each rank its own heads of Q, K and V.
+    over tp this way gives each rank its own heads of Q, K and V. The count
+    `-2` (`kLoadBalanced`) is context parallelism's load-balanced split of a
+    sequence: the dim is cut into `2·n` chunks for the `n` blocks of its
+    axes, and block `i` holds chunks `i` and `2·n−1−i`, so that under a
+    causal mask every rank attends as many pairs.
 
     ```mlir
     // A [V, H] embedding table: rows split over dp_shard, columns over tp.
     #dist.sharding<@mesh, [[dp_shard], [tp]]>
+    // Token ids [B, S], context-parallel: chunks i and 2·cp−1−i on cp rank i.
+    #dist.sharding<@mesh, [[], [cp]], groups = [1, -2]>
     // A row-parallel output before its reduction.
     #dist.sharding<@mesh, [[], [], []], partial = [tp]>
     // GPT-2's fused c_attn weight [H, 3H]: each third split over tp.
@@ -75,8 +81,11 @@ def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
     llvm::SmallVector<llvm::StringRef> getDimAxes(unsigned dim) const;
     /// The axes over which the value is a partial sum.
     llvm::SmallVector<llvm::StringRef> getPartialAxes() const;
-    /// The number of groups dimension `dim` is split in (1: plain).
+    /// The number of groups dimension `dim` is split in (1: plain), or
+    /// kLoadBalanced.
     int64_t getDimGroups(unsigned dim) const;
+    /// The group count of a load-balanced sequence split.
+    static constexpr int64_t kLoadBalanced = -2;
     /// Checks the sharding against `mesh` for a tensor of `type`: the rank,
     /// and that every axis exists in the mesh.
     llvm::LogicalResult verifyFor(::mlir::Operation *mesh,

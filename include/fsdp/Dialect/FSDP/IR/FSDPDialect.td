@@ -29,7 +29,8 @@ def FSDP_Dialect : Dialect {
     | `fsdp.offload_optimizer` | the module | `"cpu"` or `"gpu"`: where fsdp-offload's optimizer runs (the host's cores, or kernels reading pinned memory) |
     | `fsdp.host` | an op, or an argument of the step | unit: placed in host memory by fsdp-offload (the op runs on the host; its results are host buffers) |
     | `fsdp.precision` | the module | `{param, reduce, output, master}` dtypes |
-    | `fsdp.data_parallel` | the module | the data-parallel mesh axes, which fsdp-shard splits the batch over |
+    | `fsdp.data_parallel` | the module | the mesh axes whose ranks hold other tokens (fsdp-shard's batch split, and cp's sequence split): the loss counts tokens over them |
+    | `fsdp.context_parallel` | a `dist.all_gather` of keys or values over cp | unit: fsdp-context-parallel's, which the comm report counts as context parallelism's |
     | `fsdp.inner_axes`, `fsdp.global_shape` | a parameter argument | one integer per dim |
   }];
   let hasOperationAttrVerify = 1;

@@ -389,17 +389,22 @@ def NN_RotaryOp : NN_Op<"rotary", [NN_Imported,
 }
 
 def NN_AttentionOp : NN_Op<"attention", [NN_Imported, 
-    RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64">,
+    RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64", 4>,
     NN_Differentiable, NN_Costed, NN_RematSaved,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
     DeclareOpInterfaceMethods<NN_MultiHeadOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
+  let internalArgs = ["positions"];
   let description = [{
     `query` `[B, S, Nq, D]`, `key` `[B, Skv, Nkv, D]`, `value`
     `[B, Skv, Nkv, Dv]` with `Nq % Nkv == 0` (query head `h` reads KV head
     `h / (Nq / Nkv)`); the result is `[B, S, Nq, Dv]`. `scale` defaults to
-    `1/sqrt(D)`. With `causal`, query `i` sees keys `j <= i`; a
-    `sliding_window` `W` (which requires `causal`) further needs `i - j < W`.
+    `1/sqrt(D)`. With `causal`, query `i` sees keys `j <= p_i`; a
+    `sliding_window` `W` (which requires `causal`) further needs
+    `p_i - j < W`. `p_i` is query `i`'s index in the key sequence:
+    `positions[b, i]` when the optional `positions` `[B, S]` (i64) is given,
+    else `i`. Context parallelism gives it: a rank's queries are two chunks
+    of the sequence, the keys all of it (`fsdp-context-parallel`).
 
     The second result, `logsumexp` `[B, Nq, S]` f32, is each query's softmax
     statistic `log Σ_j exp(score_ij)` over the keys it sees: the backward
@@ -414,12 +419,14 @@ def NN_AttentionOp : NN_Op<"attention", [NN_Imported,
     ```
   }];
   let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
-                            NN_FloatTensor:$value, UnitAttr:$causal,
+                            NN_FloatTensor:$value,
+                            Optional<RankedTensorOf<[I64]>>:$positions,
+                            UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
                             OptionalAttr<F64Attr>:$scale), NN_Path);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$logsumexp);
   let assemblyFormat = [{
-    $query `,` $key `,` $value attr-dict `:` functional-type(operands, results)
+    $query `,` $key `,` $value (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
@@ -657,7 +664,7 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
 }
 
 def NN_AttentionGradOp : NN_Op<"attention_grad", [
-    RuntimeOutCall<"fsdp_op_attention_grad", "causal:bool sliding_window:int scale:f64">,
+    RuntimeOutCall<"fsdp_op_attention_grad", "causal:bool sliding_window:int scale:f64", 7>,
     NN_Costed]> {
   let summary = "Gradients of attention w.r.t. query, key and value";
   let description = [{
@@ -668,18 +675,20 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [
     a KV head's gradient sums over the query heads that read it. `output`
     is the forward's result, which the backward's row sums
     `Σ_j P·dP = rowsum(grad ∘ output)` can read instead of recomputing it
-    (the CUDA backend's flash kernels do).
+    (the CUDA backend's flash kernels do). `positions` is the forward's.
   }];
   let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                             NN_FloatTensor:$value, NN_FloatTensor:$output,
                             NN_FloatTensor:$logsumexp,
-                            NN_FloatTensor:$grad, UnitAttr:$causal,
+                            NN_FloatTensor:$grad,
+                            Optional<RankedTensorOf<[I64]>>:$positions,
+                            UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
                             OptionalAttr<F64Attr>:$scale), NN_Path);
   let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad,
                       NN_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $output `,` $logsumexp `,` $grad attr-dict `:` functional-type(operands, results)
+    $query `,` $key `,` $value `,` $output `,` $logsumexp `,` $grad (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 

@@ -1,0 +1,336 @@
+//===- ContextParallel.cpp - The sequence split over the cp mesh axis ----===//
+//
+// Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
+// Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements `fsdp-context-parallel` on the per-rank forward (after
+// `fsdp-partition`, before `fsdp-shard`). With `cp > 1` ranks of the `cp`
+// axis hold the sequence in 2·cp chunks, rank r chunks r and 2·cp−1−r
+// (load-balanced for causal masks); the token inputs and every value along
+// the sequence shrink to the rank's 2 chunks. Each attention gathers its
+// keys and values over `cp` (autodiff makes that gather's transpose the
+// reduce-scatter returning dK and dV to their owners), puts the gathered
+// chunks back in sequence order, and sees its queries at their global
+// positions (the `position_ids` input, which the runtime fills with them).
+//
+//===----------------------------------------------------------------------===//
+
+#include "PassUtils.h"
+
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
+#include "fsdp/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+
+namespace fsdp {
+#define GEN_PASS_DEF_CONTEXTPARALLELPASS
+#include "fsdp/Transforms/Passes.h.inc"
+} // namespace fsdp
+
+using namespace mlir;
+using namespace fsdp;
+using nn::tensorOf;
+
+namespace {
+
+struct ContextParallelPass
+    : fsdp::impl::ContextParallelPassBase<ContextParallelPass> {
+  using ContextParallelPassBase::ContextParallelPassBase;
+  friend class SequenceSplitter;
+  void runOnOperation() override;
+};
+
+/// The dim of `to` that holds `from`'s dim `dim` whole, with whole dims
+/// before and after it (`[B, S, H]` to `[B, S, N, D]` or `[B·S, H]`), so
+/// that shrinking `dim` shrinks it by the same factor; -1 when none does.
+int64_t reshapedDim(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
+                    int64_t dim) {
+  int64_t before = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    before *= from[d];
+  int64_t product = 1;
+  for (size_t j = 0; j < to.size() && product <= before; ++j) {
+    int64_t through = product * to[j];
+    if (before % product == 0 && through >= before * from[dim] &&
+        through % (before * from[dim]) == 0)
+      return static_cast<int64_t>(j);
+    product = through;
+  }
+  return -1;
+}
+
+/// Splits one forward function's sequence over `cp`.
+class SequenceSplitter {
+public:
+  SequenceSplitter(ContextParallelPass &pass, func::FuncOp forward,
+                   dist::MeshOp mesh, int64_t cp)
+      : pass(pass), forward(forward), context(forward.getContext()),
+        b(context), cp(cp),
+        meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
+        cpAxes(b.getStrArrayAttr({"cp"})), body(forward.getBody().front()) {}
+
+  LogicalResult run() {
+    if (failed(splitArguments()))
+      return failure();
+    if (failed(rewriteBody())) {
+      split.erase();
+      return failure();
+    }
+    finish();
+    return success();
+  }
+
+private:
+  /// The token inputs' per-rank types; the positions input.
+  LogicalResult splitArguments();
+  /// The rebuilt body on the rank's chunks.
+  LogicalResult rewriteBody();
+  /// An op whose results keep their dims but the sequence's.
+  LogicalResult rebuild(Operation &op);
+  /// Keys or values of this rank's chunks → the whole sequence's, in order.
+  Value gatherSequence(Value local, Location loc, StringAttr path);
+  /// The load-balanced split of a sequence dim.
+  dist::ShardingAttr sequenceSharding(int64_t rank, int64_t dim,
+                                      Attribute old);
+  void finish();
+
+  ContextParallelPass &pass;
+  func::FuncOp forward;
+  MLIRContext *context;
+  OpBuilder b;
+  const int64_t cp;
+  FlatSymbolRefAttr meshRef;
+  ArrayAttr cpAxes;
+  Block &body;
+
+  int64_t sequence = 0; // the whole sequence's length
+  int positionsArg = -1;
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  func::FuncOp split;
+  IRMapping map;
+  DenseMap<Value, Value> gathered; // a rank's keys → the whole sequence's
+};
+
+dist::ShardingAttr SequenceSplitter::sequenceSharding(int64_t rank,
+                                                      int64_t dim,
+                                                      Attribute old) {
+  SmallVector<Attribute> dims(rank, b.getArrayAttr({}));
+  SmallVector<int64_t> groups(rank, 1);
+  ArrayAttr partial = b.getArrayAttr({});
+  if (auto sharding = dyn_cast_or_null<dist::ShardingAttr>(old)) {
+    dims = llvm::to_vector(sharding.getDims());
+    for (int64_t d = 0; d < rank; ++d)
+      groups[d] = sharding.getDimGroups(d);
+    partial = sharding.getPartial();
+  }
+  SmallVector<Attribute> axes =
+      llvm::to_vector(cast<ArrayAttr>(dims[dim]).getValue());
+  axes.insert(axes.begin(), cpAxes.getValue().front());
+  dims[dim] = b.getArrayAttr(axes);
+  groups[dim] = dist::ShardingAttr::kLoadBalanced;
+  return dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
+                                 partial, b.getDenseI64ArrayAttr(groups));
+}
+
+LogicalResult SequenceSplitter::splitArguments() {
+  for (BlockArgument arg : forward.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    RankedTensorType type = tensorOf(arg);
+    NamedAttrList attrs(forward.getArgAttrDict(i));
+    auto input =
+        forward.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kInputAttrName);
+    if (input) {
+      if (type.getRank() != 2)
+        return forward.emitOpError("input '")
+               << input.getValue() << "' " << type
+               << " is not a [B, S] token tensor; context parallelism splits "
+                  "only those";
+      if (sequence && type.getDimSize(1) != sequence)
+        return forward.emitOpError("input '")
+               << input.getValue() << "' has " << type.getDimSize(1)
+               << " positions, another input " << sequence;
+      sequence = type.getDimSize(1);
+      if (sequence % (2 * cp) != 0)
+        return forward.emitOpError("the sequence length ")
+               << sequence << " is not divisible by 2 x cp_size = " << 2 * cp
+               << " (context parallelism's load-balanced chunks)";
+      if (input.getValue() == "position_ids") {
+        if (!type.getElementType().isInteger(64))
+          return forward.emitOpError("input 'position_ids' is ")
+                 << type << "; context-parallel attention needs i64";
+        positionsArg = static_cast<int>(i);
+      }
+      type = RankedTensorType::get({type.getDimSize(0), sequence / cp},
+                                   type.getElementType());
+      attrs.set("dist.sharding",
+                sequenceSharding(2, 1, attrs.get("dist.sharding")));
+    }
+    argTypes.push_back(type);
+    argAttrs.push_back(attrs.getDictionary(context));
+  }
+  if (!sequence)
+    return forward.emitOpError("has no [B, S] token input for context "
+                               "parallelism to split");
+  return success();
+}
+
+Value SequenceSplitter::gatherSequence(Value local, Location loc,
+                                       StringAttr path) {
+  Value &whole = gathered[local];
+  if (whole)
+    return whole; // keys that are the values too
+  RankedTensorType type = tensorOf(local);
+  SmallVector<int64_t> shape(type.getShape());
+  shape[1] *= cp;
+  auto gather = dist::AllGatherOp::create(
+      b, loc, RankedTensorType::get(shape, type.getElementType()), local,
+      meshRef, cpAxes, b.getI64IntegerAttr(1));
+  gather->setAttr("fsdp.context_parallel", b.getUnitAttr());
+  // Rank q's block holds chunks q and 2·cp−1−q: chunk c < cp is the first
+  // half of block c, chunk c >= cp the second half of block 2·cp−1−c.
+  int64_t chunk = type.getDimSize(1) / 2;
+  SmallVector<int64_t> sizes(2 * cp, chunk);
+  auto pieces = nn::SplitOp::create(b, loc, gather.getResult(), 1,
+                                    b.getDenseI64ArrayAttr(sizes), path);
+  SmallVector<Value> ordered;
+  for (int64_t c = 0; c < 2 * cp; ++c)
+    ordered.push_back(pieces->getResult(
+        static_cast<unsigned>(c < cp ? 2 * c : 2 * (2 * cp - 1 - c) + 1)));
+  whole = nn::ConcatOp::create(b, loc, ordered, 1, path);
+  return whole;
+}
+
+LogicalResult SequenceSplitter::rebuild(Operation &op) {
+  SmallVector<Value> operands = llvm::map_to_vector(
+      op.getOperands(), [&](Value v) { return map.lookup(v); });
+  NamedAttrList attrs(op.getAttrDictionary());
+  if (auto reshape = dyn_cast<nn::ReshapeOp>(op)) {
+    ArrayRef<int64_t> from = reshape.getInput().getType().getShape();
+    ArrayRef<int64_t> now = tensorOf(operands[0]).getShape();
+    if (from != now) {
+      SmallVector<int64_t> shape(reshape.getShape());
+      for (int64_t d = 0; d < static_cast<int64_t>(from.size()); ++d) {
+        if (from[d] == now[d])
+          continue;
+        int64_t j = reshapedDim(from, shape, d);
+        if (j < 0 || (shape[j] * now[d]) % from[d] != 0)
+          return reshape.emitOpError("reshapes the sequence dim in a way the "
+                                     "context-parallel split cannot follow");
+        shape[j] = shape[j] * now[d] / from[d];
+      }
+      attrs.set("shape", b.getDenseI64ArrayAttr(shape));
+    }
+  }
+  if (isa<dist::DistDialect>(op.getDialect())) {
+    // A tensor-parallel collective: each result dim shrinks with its
+    // operand's (the sequence's, by cp).
+    Operation *copy = b.clone(op, map);
+    if (op.getNumOperands() == 0)
+      return success();
+    RankedTensorType oldIn = tensorOf(op.getOperand(0)),
+                     newIn = tensorOf(operands[0]);
+    for (auto [old, now] : llvm::zip(op.getResults(), copy->getResults())) {
+      auto type = dyn_cast<RankedTensorType>(old.getType());
+      if (!type || type.getRank() != oldIn.getRank())
+        continue;
+      SmallVector<int64_t> shape(type.getShape());
+      for (int64_t d = 0; d < type.getRank(); ++d) {
+        if (oldIn.getDimSize(d) == newIn.getDimSize(d))
+          continue;
+        if ((shape[d] * newIn.getDimSize(d)) % oldIn.getDimSize(d) != 0)
+          return op.emitOpError("cannot follow the context-parallel split of "
+                                "dim ")
+                 << d;
+        shape[d] = shape[d] * newIn.getDimSize(d) / oldIn.getDimSize(d);
+      }
+      now.setType(RankedTensorType::get(shape, type.getElementType()));
+    }
+    return success();
+  }
+  if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>())
+    return op.emitOpError("cannot be context-parallel (not an nn op)");
+  Operation *copy =
+      nn::rebuildWithShapeRule(b, op, operands, attrs.getDictionary(context));
+  if (!copy)
+    return failure();
+  map.map(op.getResults(), copy->getResults());
+  return success();
+}
+
+LogicalResult SequenceSplitter::rewriteBody() {
+  b.setInsertionPoint(forward);
+  split = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
+                               b.getFunctionType(argTypes, {}));
+  Block *entry = split.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+  map.map(forward.getArguments(), entry->getArguments());
+  for (Operation &op : body.without_terminator()) {
+    auto attention = dyn_cast<nn::AttentionOp>(op);
+    if (!attention) {
+      if (failed(rebuild(op)))
+        return failure();
+      continue;
+    }
+    if (attention.getPositions())
+      return attention.emitOpError("already has query positions");
+    if (attention.getCausal() && positionsArg < 0)
+      return attention.emitOpError(
+          "is causal, and context parallelism needs the position_ids input "
+          "(the global positions of the rank's tokens) to mask it");
+    Location loc = attention.getLoc();
+    StringAttr path = attention.getPathAttr();
+    Value query = map.lookup(attention.getQuery());
+    Value key = gatherSequence(map.lookup(attention.getKey()), loc, path);
+    Value value = gatherSequence(map.lookup(attention.getValue()), loc, path);
+    SmallVector<Value> operands = {query, key, value};
+    if (positionsArg >= 0)
+      operands.push_back(entry->getArgument(positionsArg));
+    Operation *copy = nn::rebuildWithShapeRule(b, op, operands, DictionaryAttr());
+    if (!copy)
+      return failure();
+    map.map(op.getResults(), copy->getResults());
+    ++pass.numAttentions;
+  }
+  return success();
+}
+
+void SequenceSplitter::finish() {
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Value> results = llvm::map_to_vector(
+      ret.getOperands(), [&](Value v) { return map.lookup(v); });
+  // Outputs along the sequence are the rank's chunks.
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (auto [i, v] : llvm::enumerate(results)) {
+    NamedAttrList attrs(forward.getResultAttrDict(i));
+    RankedTensorType now = tensorOf(v), old = tensorOf(ret.getOperand(i));
+    for (int64_t d = 0; d < now.getRank(); ++d)
+      if (now.getDimSize(d) != old.getDimSize(d))
+        attrs.set("dist.sharding", sequenceSharding(now.getRank(), d,
+                                                    attrs.get("dist.sharding")));
+    resultAttrs.push_back(attrs.getDictionary(context));
+  }
+  replaceFunction(b, forward, split, ret.getLoc(), results, argAttrs,
+                  resultAttrs);
+}
+
+void ContextParallelPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  dist::MeshOp mesh = dist::findMesh(module);
+  int64_t cp = mesh ? mesh.getAxisSize("cp").value_or(1) : 1;
+  if (cp == 1)
+    return; // No context parallelism.
+  func::FuncOp forward = lookupEntry(module, entry, "split over cp");
+  if (!forward)
+    return signalPassFailure();
+  if (failed(SequenceSplitter(*this, forward, mesh, cp).run()))
+    signalPassFailure();
+}
+
+} // namespace
