@@ -324,19 +324,18 @@ CheckpointMode parseCheckpointing(const json &v, const std::string &where) {
          "must be true, false, \"full\" or \"selective\", got " + v.dump());
 }
 
-/// FSDP2Config's cp_comm_type: the context-parallel attention's K/V
-/// exchange. "all_gather" (K/V gathered once per layer, dK/dV
-/// reduce-scattered) is the one built.
-void checkCpCommType(const json &v, const std::string &where) {
-  if (!v.is_string())
-    reject(where, "must be \"all_gather\", got " + v.dump());
-  std::string type = v.get<std::string>();
-  if (type == "p2p" || type == "a2a")
-    reject(where, "\"" + type +
-                      "\" is not built yet; context parallelism exchanges "
-                      "K/V by \"all_gather\"");
-  if (type != "all_gather")
-    reject(where, "must be \"all_gather\", got " + v.dump());
+/// cp_comm_type: "p2p" (a ring of K/V permutes) or "all_gather" (K/V
+/// gathered once per layer); "a2a" (Ulysses) is not built.
+CpCommType parseCpCommType(const json &v, const std::string &where) {
+  if (v.is_string()) {
+    std::string type = v.get<std::string>();
+    if (std::optional<CpCommType> known = enumNamed<CpCommType>(type))
+      return *known;
+    if (type == "a2a")
+      reject(where, "\"a2a\" (Ulysses) is not built yet; use \"p2p\" or "
+                    "\"all_gather\"");
+  }
+  reject(where, "must be \"p2p\" or \"all_gather\", got " + v.dump());
 }
 
 /// FSDP2Config.activation_checkpointing_scope: our graphs are language
@@ -440,7 +439,7 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
     else if (key == "cp_size")
       config.cpSize = parseSize(v, at);
     else if (key == "cp_comm_type")
-      checkCpCommType(v, at);
+      config.cpCommType = parseCpCommType(v, at);
     else if (key == "pp_size")
       config.ppSize = parseSize(v, at);
     else if (key == "ep_size")

@@ -9,11 +9,13 @@
 // `fsdp-partition`, before `fsdp-shard`). With `cp > 1` ranks of the `cp`
 // axis hold the sequence in 2·cp chunks, rank r chunks r and 2·cp−1−r
 // (load-balanced for causal masks); the token inputs and every value along
-// the sequence shrink to the rank's 2 chunks. Each attention gathers its
-// keys and values over `cp` (autodiff makes that gather's transpose the
-// reduce-scatter returning dK and dV to their owners), puts the gathered
-// chunks back in sequence order, and sees its queries at their global
-// positions (the `position_ids` input, which the runtime fills with them).
+// the sequence shrink to the rank's 2 chunks, whose global positions the
+// runtime writes in `position_ids`. Each attention either goes round a
+// ring (p2p: cp steps, each attending to another rank's block of keys,
+// values and their positions, combined by log-sum-exp), or gathers its
+// keys and values over `cp` once and puts the chunks back in sequence
+// order (all_gather). Autodiff runs either backwards: dK and dV return to
+// the ranks that own them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,9 +71,9 @@ int64_t reshapedDim(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
 class SequenceSplitter {
 public:
   SequenceSplitter(ContextParallelPass &pass, func::FuncOp forward,
-                   dist::MeshOp mesh, int64_t cp)
+                   dist::MeshOp mesh, int64_t cp, CpCommType commType)
       : pass(pass), forward(forward), context(forward.getContext()),
-        b(context), cp(cp),
+        b(context), cp(cp), commType(commType),
         meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
         cpAxes(b.getStrArrayAttr({"cp"})), body(forward.getBody().front()) {}
 
@@ -95,6 +97,14 @@ private:
   LogicalResult rebuild(Operation &op);
   /// Keys or values of this rank's chunks → the whole sequence's, in order.
   Value gatherSequence(Value local, Location loc, StringAttr path);
+  /// `attention`'s attrs on these operands.
+  nn::AttentionOp attentionOver(nn::AttentionOp attention, Value query,
+                                Value key, Value value, Value positions,
+                                Value keyPositions);
+  /// all_gather: one attention over the gathered keys in sequence order.
+  ValueRange gatheredAttention(nn::AttentionOp attention, Value positions);
+  /// p2p: cp attentions over the blocks coming round the ring, combined.
+  ValueRange ringAttention(nn::AttentionOp attention, Value positions);
   /// The load-balanced split of a sequence dim.
   dist::ShardingAttr sequenceSharding(int64_t rank, int64_t dim,
                                       Attribute old);
@@ -105,6 +115,7 @@ private:
   MLIRContext *context;
   OpBuilder b;
   const int64_t cp;
+  const CpCommType commType;
   FlatSymbolRefAttr meshRef;
   ArrayAttr cpAxes;
   Block &body;
@@ -116,6 +127,7 @@ private:
   func::FuncOp split;
   IRMapping map;
   DenseMap<Value, Value> gathered; // a rank's keys → the whole sequence's
+  SmallVector<Value> ringPositions; // per ring step, its block's positions
 };
 
 dist::ShardingAttr SequenceSplitter::sequenceSharding(int64_t rank,
@@ -278,27 +290,93 @@ LogicalResult SequenceSplitter::rewriteBody() {
         return failure();
       continue;
     }
-    if (attention.getPositions())
-      return attention.emitOpError("already has query positions");
+    if (!attention.getPositions().empty())
+      return attention.emitOpError("already has positions");
     if (attention.getCausal() && positionsArg < 0)
       return attention.emitOpError(
           "is causal, and context parallelism needs the position_ids input "
           "(the global positions of the rank's tokens) to mask it");
-    Location loc = attention.getLoc();
-    StringAttr path = attention.getPathAttr();
-    Value query = map.lookup(attention.getQuery());
-    Value key = gatherSequence(map.lookup(attention.getKey()), loc, path);
-    Value value = gatherSequence(map.lookup(attention.getValue()), loc, path);
-    SmallVector<Value> operands = {query, key, value};
-    if (positionsArg >= 0)
-      operands.push_back(entry->getArgument(positionsArg));
-    Operation *copy = nn::rebuildWithShapeRule(b, op, operands, DictionaryAttr());
-    if (!copy)
-      return failure();
-    map.map(op.getResults(), copy->getResults());
+    Value positions =
+        positionsArg >= 0 ? entry->getArgument(positionsArg) : Value();
+    ValueRange results = commType == CpCommType::AllGather
+                             ? gatheredAttention(attention, positions)
+                             : ringAttention(attention, positions);
+    map.map(op.getResults(), results);
     ++pass.numAttentions;
   }
   return success();
+}
+
+nn::AttentionOp SequenceSplitter::attentionOver(nn::AttentionOp attention,
+                                                Value query, Value key,
+                                                Value value, Value positions,
+                                                Value keyPositions) {
+  SmallVector<Value, 2> placed;
+  for (Value v : {positions, keyPositions})
+    if (v)
+      placed.push_back(v);
+  return nn::AttentionOp::create(
+      b, attention.getLoc(), query, key, value, placed,
+      attention.getCausalAttr(), attention.getSlidingWindowAttr(),
+      attention.getScaleAttr(), attention.getPathAttr());
+}
+
+ValueRange SequenceSplitter::gatheredAttention(nn::AttentionOp attention,
+                                               Value positions) {
+  Location loc = attention.getLoc();
+  StringAttr path = attention.getPathAttr();
+  Value key = gatherSequence(map.lookup(attention.getKey()), loc, path);
+  Value value = gatherSequence(map.lookup(attention.getValue()), loc, path);
+  return attentionOver(attention, map.lookup(attention.getQuery()), key,
+                       value, positions, Value())
+      ->getResults();
+}
+
+ValueRange SequenceSplitter::ringAttention(nn::AttentionOp attention,
+                                           Value positions) {
+  // Step t attends to the block of cp rank r − t: its keys, values and
+  // their positions came round the ring t times. Each step's permute is
+  // issued before the step's attention, which fsdp-schedule overlaps with
+  // it; a block the mask hides costs the kernel nothing.
+  Location loc = attention.getLoc();
+  Value query = map.lookup(attention.getQuery());
+  Value key = map.lookup(attention.getKey());
+  Value value = map.lookup(attention.getValue());
+  auto next = [&](Value v) -> Value {
+    auto permute = dist::PermuteOp::create(b, loc, v.getType(), v, meshRef,
+                                           cpAxes, b.getI64IntegerAttr(1));
+    permute->setAttr("fsdp.context_parallel", b.getUnitAttr());
+    return permute.getResult();
+  };
+  // The blocks' positions are the same for every layer: they go round the
+  // ring once, at the start.
+  if (positions && ringPositions.empty()) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(positions.getParentBlock());
+    ringPositions.push_back(positions);
+    for (int64_t step = 1; step < cp; ++step)
+      ringPositions.push_back(next(ringPositions.back()));
+  }
+  Operation *combined = nullptr;
+  for (int64_t step = 0; step < cp; ++step) {
+    Value nextKey, nextValue;
+    if (step + 1 < cp) {
+      nextKey = next(key);
+      nextValue = value == key ? nextKey : next(value);
+    }
+    nn::AttentionOp part = attentionOver(
+        attention, query, key, value, positions,
+        positions ? ringPositions[static_cast<size_t>(step)] : Value());
+    combined = combined ? nn::AttentionCombineOp::create(
+                              b, loc, combined->getResult(0),
+                              combined->getResult(1), part.getResult(),
+                              part.getLogsumexp(), attention.getPathAttr())
+                              .getOperation()
+                        : part.getOperation();
+    key = nextKey;
+    value = nextValue;
+  }
+  return combined->getResults();
 }
 
 void SequenceSplitter::finish() {
@@ -329,7 +407,21 @@ void ContextParallelPass::runOnOperation() {
   func::FuncOp forward = lookupEntry(module, entry, "split over cp");
   if (!forward)
     return signalPassFailure();
-  if (failed(SequenceSplitter(*this, forward, mesh, cp).run()))
+  // The option, else the parallel config's cp_comm_type, else p2p.
+  CpCommType type = CpCommType::P2P;
+  if (commType == "config") {
+    if (ParallelConfigAttr config = ParallelConfigAttr::of(module))
+      type = config.getCpCommType();
+  } else if (std::optional<CpCommType> named =
+                 enumNamed<CpCommType>(commType.getValue())) {
+    type = *named;
+  } else {
+    module.emitError("fsdp-context-parallel: comm-type must be p2p, "
+                     "all_gather or config, got '")
+        << commType << "'";
+    return signalPassFailure();
+  }
+  if (failed(SequenceSplitter(*this, forward, mesh, cp, type).run()))
     signalPassFailure();
 }
 

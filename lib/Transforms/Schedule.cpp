@@ -9,8 +9,10 @@
 // A collective becomes a start (its result a `!dist.future`) and a
 // `dist.wait`; a layer's all-gather starts units ahead, at the beginning of
 // an earlier unit's compute, and a gradient reduce-scatter is waited where
-// its result is first needed. Only independent ops change places, so the
-// numbers are those of the synchronous program.
+// its result is first needed; ring attention's permutes over cp are waited
+// where their block is first needed, so each overlaps the attention before
+// it. Only independent ops change places, so the numbers are those of the
+// synchronous program.
 //
 //===----------------------------------------------------------------------===//
 
@@ -231,6 +233,15 @@ bool isGradientSync(dist::CollectiveOpInterface op) {
   });
 }
 
+/// Whether `op` passes context parallelism's ring-attention blocks on (a
+/// permute over cp, in the forward or, transposed, in the backward).
+bool isRingStep(dist::CollectiveOpInterface op) {
+  if (!isa<dist::PermuteOp>(op.getOperation()) || op.isAsync())
+    return false;
+  ArrayAttr axes = op.getMeshAxes();
+  return axes.size() == 1 && cast<StringAttr>(axes[0]).getValue() == "cp";
+}
+
 struct SchedulePass
     : EntryFunctionPass<SchedulePass, fsdp::impl::SchedulePassBase> {
   using EntryFunctionPass::EntryFunctionPass;
@@ -238,11 +249,15 @@ struct SchedulePass
 
   void runOnEntry(ModuleOp module, func::FuncOp step) {
     Scheduler scheduler(step);
-    SmallVector<Operation *> forward, backward, syncs;
+    SmallVector<Operation *> forward, backward, syncs, ring;
     for (Operation &op : scheduler.body) {
       auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
       if (!collective)
         continue;
+      if (isRingStep(collective)) {
+        ring.push_back(&op);
+        continue;
+      }
       auto unit = op.getAttrOfType<StringAttr>(kUnit);
       if (isa<dist::AllGatherOp>(op) && unit && unit.getValue() != kRoot &&
           !collective.isAsync())
@@ -261,6 +276,11 @@ struct SchedulePass
       scheduler.sink(scheduler.makeAsync(op).wait,
                      i + 1 < syncs.size() ? syncs[i + 1] : nullptr);
     numOverlapped += syncs.size();
+    // Ring attention: each K/V block's permute runs while the block before
+    // it is attended to.
+    for (Operation *op : ring)
+      scheduler.sink(scheduler.makeAsync(op).wait, nullptr);
+    numRingSteps += ring.size();
     unsigned collectives = 0, groups = 0;
     if (failed(scheduler.verify(collectives, groups)))
       return signalPassFailure();

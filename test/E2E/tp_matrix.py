@@ -20,7 +20,8 @@
 #
 # Usage: /usr/bin/python3 tp_matrix.py CONFIG.json --work DIR --bin DIR
 #            --mpirun "mpirun ..." [--tp 2,4] [--sp off,on] [--rtol 1e-5]
-#            [--parallel parallel.json] [--batch B] [--step-options OPTS]
+#            [--parallel parallel.json] [--batch B] [--seq S]
+#            [--step-options OPTS]
 #            [--case LABEL RANKS "FLAGS" ...] [--compile-flags "FLAGS"]
 
 import argparse
@@ -86,6 +87,8 @@ def main():
                              "1-rank one too (e.g. --max-cpu-isa avx2)")
     parser.add_argument("--batch", default="2",
                         help="the graph's (global) batch size")
+    parser.add_argument("--seq", default="16",
+                        help="the graph's sequence length")
     parser.add_argument("--parallel", default="",
                         help="a parallel.json for the tp runs (its tp_size "
                              "and sequence_parallel are overridden)")
@@ -98,8 +101,8 @@ def main():
     tool = lambda name: os.path.join(args.bin, name)  # noqa: E731
     mpirun = shlex.split(args.mpirun)
     graph = os.path.join(args.work, "graph.json")
-    run([tool("fsdp-graphgen"), args.config, "--batch", args.batch, "-o",
-         graph])
+    run([tool("fsdp-graphgen"), args.config, "--batch", args.batch,
+         "--seq", args.seq, "-o", graph])
     model = os.path.basename(os.path.dirname(os.path.abspath(args.config)))
 
     def build_and_run(name, ranks, flags):

@@ -1,13 +1,22 @@
-// RUN: fsdp-opt %s -split-input-file -verify-diagnostics -fsdp-context-parallel | FileCheck %s
+// RUN: fsdp-opt %s -split-input-file -verify-diagnostics -fsdp-context-parallel=comm-type=all_gather | FileCheck %s
+// RUN: fsdp-opt %s -split-input-file -verify-diagnostics -fsdp-context-parallel | FileCheck %s --check-prefix=RING
+// RUN: not fsdp-opt %s -split-input-file -fsdp-context-parallel=comm-type=ring 2>&1 | FileCheck %s --check-prefix=BAD
 // fsdp-context-parallel on a one-attention program over cp = 2: the token
 // inputs [2, 8] become the rank's two chunks of 2 positions ([2, 4],
 // load-balanced: groups -2); every value along the sequence follows,
-// reshapes too (a [B, S, V] → [B·S, V] flattening included); the
-// attention's keys and values (here the same value, gathered once) are
-// gathered over cp and put back in sequence order: rank q's block holds
-// chunks q and 3 − q, so the gathered blocks [c0 c3 | c1 c2] become
-// c0 c1 c2 c3 = pieces 0, 2, 3, 1; the queries see them at their global
-// positions (position_ids).
+// reshapes too (a [B, S, V] → [B·S, V] flattening included).
+//
+// all_gather: the attention's keys and values (here the same value,
+// gathered once) are gathered over cp and put back in sequence order: rank
+// q's block holds chunks q and 3 − q, so the gathered blocks
+// [c0 c3 | c1 c2] become c0 c1 c2 c3 = pieces 0, 2, 3, 1; the queries see
+// them at their global positions (position_ids).
+//
+// p2p (the default without a config): step 0 attends to the rank's own
+// block, step 1 to the block permuted once round the ring, with its
+// positions (permuted once, at the start, for every layer); the two are
+// combined by log-sum-exp; each block's permute comes before the previous
+// block's attention.
 
 dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 2, tp = 1)
 func.func @forward(%ids: tensor<2x8xi64> {nn.input = "input_ids"},
@@ -43,6 +52,21 @@ func.func @forward(%ids: tensor<2x8xi64> {nn.input = "input_ids"},
 // CHECK: nn.attention %[[R]], %[[KV]], %[[KV]] positions %[[POS]] {causal, path = "model.layers.0.self_attn", sliding_window = 3 : i64} : (tensor<2x4x2x4xf32>, tensor<2x8x2x4xf32>, tensor<2x8x2x4xf32>, tensor<2x4xi64>) -> (tensor<2x4x2x4xf32>, tensor<2x2x4xf32>)
 // CHECK: nn.reshape %{{.+}} to [8, 16] : tensor<2x4x16xf32> -> tensor<8x16xf32>
 // CHECK: nn.reshape %{{.+}} to [8] : tensor<2x4xi64> -> tensor<8xi64>
+
+// RING-LABEL: func.func @forward(
+// RING-SAME: %[[IDS:[^:]+]]: tensor<2x4xi64> {{.*}}"input_ids"
+// RING-SAME: %[[POS:[^:]+]]: tensor<2x4xi64> {{.*}}"position_ids"
+// RING: %[[POS1:.+]] = dist.permute %[[POS]] on @mesh[cp] offset 1 {fsdp.context_parallel} : tensor<2x4xi64> -> tensor<2x4xi64>
+// RING: %[[Q:.+]] = nn.reshape
+// RING: %[[R:.+]] = nn.rotary %[[Q]], %[[POS]]
+// RING: %[[K1:.+]] = dist.permute %[[Q]] on @mesh[cp] offset 1 {fsdp.context_parallel} : tensor<2x4x2x4xf32> -> tensor<2x4x2x4xf32>
+// RING-NOT: dist.permute
+// RING: %[[O0:[^,]+]], %[[L0:.+]] = nn.attention %[[R]], %[[Q]], %[[Q]] positions %[[POS]], %[[POS]] {causal, path = "model.layers.0.self_attn", sliding_window = 3 : i64}
+// RING: %[[O1:[^,]+]], %[[L1:.+]] = nn.attention %[[R]], %[[K1]], %[[K1]] positions %[[POS]], %[[POS1]] {causal, path = "model.layers.0.self_attn", sliding_window = 3 : i64}
+// RING: %[[O:[^,]+]], %{{.+}} = nn.attention_combine %[[O0]], %[[L0]], %[[O1]], %[[L1]]
+// RING: nn.reshape %[[O]] to [2, 4, 8]
+
+// BAD: fsdp-context-parallel: comm-type must be p2p, all_gather or config, got 'ring'
 
 // -----
 

@@ -38,6 +38,9 @@ enum class ReshardPolicy { AllButLast, Always, Never };
 enum class CheckpointMode { None, Full, Selective };
 /// FSDP2Config.offload_policy: none, or a CPUOffloadPolicy.
 enum class OffloadPolicy { None, CPU };
+/// cp_comm_type: how context-parallel attention exchanges K/V: a ring of
+/// permutes (p2p) or one all-gather per layer.
+enum class CpCommType { P2P, AllGather };
 
 /// The names the IR spells each enum's values with (`#fsdp.parallel`), in
 /// enum order.
@@ -55,6 +58,9 @@ template <> struct EnumNames<CheckpointMode> {
 };
 template <> struct EnumNames<OffloadPolicy> {
   static constexpr std::array<const char *, 2> names = {"none", "cpu"};
+};
+template <> struct EnumNames<CpCommType> {
+  static constexpr std::array<const char *, 2> names = {"p2p", "all_gather"};
 };
 template <typename E> const char *enumName(E value) {
   return EnumNames<E>::names[static_cast<size_t>(value)];
@@ -116,6 +122,8 @@ struct ParallelConfig {
   // ParallelismSizes.
   std::optional<int64_t> dpSize, dpReplicateSize;
   int64_t tpSize = 1, cpSize = 1, ppSize = 1, epSize = 1;
+  /// cp_comm_type (Automodel's default: p2p).
+  CpCommType cpCommType = CpCommType::P2P;
   // FSDP2Config fields this compiler implements.
   bool sequenceParallel = false;
   /// FSDP2Config.enable_async_tensor_parallel (fsdp-async-tp).

@@ -211,12 +211,17 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                             const double *inv_freq, double attention_scaling,
                             bool inverse);
 /// `sliding_window` <= 0 means none; `scale` <= 0 means 1/sqrt(D);
-/// `positions` (i64 [B, S], or NULL) are the queries' indices among the
-/// keys. Writes the result and the f32 statistics `lse` [B, Nq, S].
+/// `positions` (i64 [B, S]) and `key_positions` (i64 [B, Skv]), or NULL,
+/// place the queries and keys in the sequence. Writes the result and the
+/// f32 statistics `lse` [B, Nq, S].
 void fsdp_op_attention(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *lse,
                        fsdp_tensor *q, fsdp_tensor *k, fsdp_tensor *v,
-                       fsdp_tensor *positions, bool causal,
-                       int64_t sliding_window, double scale);
+                       fsdp_tensor *positions, fsdp_tensor *key_positions,
+                       bool causal, int64_t sliding_window, double scale);
+void fsdp_op_attention_combine(fsdp_program *p, fsdp_tensor *out,
+                               fsdp_tensor *lse, fsdp_tensor *out_a,
+                               fsdp_tensor *lse_a, fsdp_tensor *out_b,
+                               fsdp_tensor *lse_b);
 /// `dim` is non-negative.
 fsdp_tensor *fsdp_op_softmax(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                              int64_t dim);
@@ -354,8 +359,14 @@ void fsdp_op_layer_norm_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *dw,
 void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
                             fsdp_tensor *v, fsdp_tensor *out, fsdp_tensor *lse,
-                            fsdp_tensor *dout, fsdp_tensor *positions,
+                            fsdp_tensor *dout, fsdp_tensor *dlse,
+                            fsdp_tensor *positions, fsdp_tensor *key_positions,
                             bool causal, int64_t sliding_window, double scale);
+void fsdp_op_attention_combine_grad(
+    fsdp_program *p, fsdp_tensor *dout_a, fsdp_tensor *dlse_a,
+    fsdp_tensor *dout_b, fsdp_tensor *dlse_b, fsdp_tensor *out_a,
+    fsdp_tensor *lse_a, fsdp_tensor *out_b, fsdp_tensor *lse_b,
+    fsdp_tensor *out, fsdp_tensor *lse, fsdp_tensor *dout, fsdp_tensor *dlse);
 void fsdp_op_softmax_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *y,
                           fsdp_tensor *dy, int64_t dim);
 void fsdp_op_embedding_grad(fsdp_program *p, fsdp_tensor *dtable,

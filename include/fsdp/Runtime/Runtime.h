@@ -335,18 +335,29 @@ void fsdp_rt_rotary(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
 
 /// Attention of q [b, s, nq, d] over k [b, skv, nkv, d] and
 /// v [b, skv, nkv, dv] into out [b, s, nq, dv]; query head h reads kv head
-/// h / (nq / nkv). Query i's index among the keys is p_i = positions[b, i]
-/// (i64 [b, s]) when `positions` is given, else i. With `causal`, query i
-/// sees keys j <= p_i; `sliding_window` > 0 further requires
-/// p_i - j < sliding_window (<= 0 means no window). lse [b, nq, s] (f32)
+/// h / (nq / nkv). Query i sits at p_i = positions[b, i] (i64 [b, s]) and
+/// key j at k_j = key_positions[b, j] (i64 [b, skv], ascending along the
+/// row; only with `positions`), else at i and j. With `causal`, query i
+/// sees keys with k_j <= p_i; `sliding_window` > 0 further requires
+/// p_i - k_j < sliding_window (<= 0 means no window). lse [b, nq, s] (f32)
 /// receives each query's log Σ_j exp(scale · q·k_j) over the keys it sees,
 /// for the backward (-inf, and a zero output row, when it sees none).
 void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *q, const void *k, const void *v, int64_t b,
                        int64_t s, int64_t skv, int64_t nq, int64_t nkv,
                        int64_t d, int64_t dv, const int64_t *positions,
-                       int causal, int64_t sliding_window, double scale,
-                       void *out, float *lse);
+                       const int64_t *key_positions, int causal,
+                       int64_t sliding_window, double scale, void *out,
+                       float *lse);
+
+/// Two attentions of the same queries over disjoint keys (out_a, out_b
+/// [b, s, nq, dv]; lse_a, lse_b [b, nq, s] f32) as one: lse = log(e^lse_a +
+/// e^lse_b), out = e^(lse_a - lse)·out_a + e^(lse_b - lse)·out_b.
+void fsdp_rt_attention_combine(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                               const void *out_a, const float *lse_a,
+                               const void *out_b, const float *lse_b,
+                               int64_t b, int64_t s, int64_t nq, int64_t dv,
+                               void *out, float *lse);
 
 /// Softmax along `dim` (negative counts from the end).
 void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
@@ -488,7 +499,9 @@ void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                          const double *inv_freq, double scaling, void *dx);
 
 /// Gradients of fsdp_rt_attention: dq [b, s, nq, d], dk [b, skv, nkv, d]
-/// and dvalue [b, skv, nkv, dv] from dout [b, s, nq, dv]. The probabilities are
+/// and dvalue [b, skv, nkv, dv] from dout [b, s, nq, dv] and, when the
+/// statistics were read on (attention_combine), their gradient dlse
+/// [b, nq, s] (else NULL). The probabilities are
 /// rebuilt from the forward's lse in one pass; dk and dvalue sum over the
 /// query heads sharing a KV head. `out` is the forward's result: a backend
 /// may take the row sums Σ_j P·dP as rowsum(dout ∘ out) from it (the CUDA
@@ -497,11 +510,22 @@ void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             const void *q, const void *k, const void *v,
                             const void *out, const float *lse, const void *dout,
-                            int64_t b, int64_t s, int64_t skv, int64_t nq,
-                            int64_t nkv, int64_t d, int64_t dv,
-                            const int64_t *positions, int causal,
+                            const float *dlse, int64_t b, int64_t s,
+                            int64_t skv, int64_t nq, int64_t nkv, int64_t d,
+                            int64_t dv, const int64_t *positions,
+                            const int64_t *key_positions, int causal,
                             int64_t sliding_window, double scale, void *dq,
                             void *dk, void *dvalue);
+
+/// Gradients of fsdp_rt_attention_combine from dout (and dlse, or NULL):
+/// w_x = e^(lse_x - lse); dout_x = w_x·dout, dlse_x = w_x·(dlse +
+/// Σ_d dout·(out_x - out)).
+void fsdp_rt_attention_combine_grad(
+    fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *out_a,
+    const float *lse_a, const void *out_b, const float *lse_b, const void *out,
+    const float *lse, const void *dout, const float *dlse, int64_t b,
+    int64_t s, int64_t nq, int64_t dv, void *dout_a, float *dlse_a,
+    void *dout_b, float *dlse_b);
 
 /// Gradient of fsdp_rt_softmax from its output: dx = y · (dy - Σ y·dy) along
 /// `dim`.

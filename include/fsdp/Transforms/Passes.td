@@ -228,7 +228,7 @@ def ParallelConfigPass : Pass<"fsdp-parallel-config", "mlir::ModuleOp"> {
     // {"tp_size": 2, "sequence_parallel": true} on 4 ranks:
     dist.mesh @mesh(dp_replicate = 1, dp_shard = 2, cp = 1, tp = 2) {views = {...}}
     module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1,
-        dp_shard = 2, cp = 1, tp = 2, ep = 1, sequence_parallel = true, ...>}
+        dp_shard = 2, cp = 1, cp_comm_type = p2p, tp = 2, ...>}
     ```
   }];
   let dependentDialects = ["fsdp::dist::DistDialect", "fsdp::FSDPDialect"];
@@ -361,17 +361,34 @@ def ContextParallelPass : Pass<"fsdp-context-parallel", "mlir::ModuleOp"> {
     reshape's sequence dim follows, and so do tensor-parallel collectives
     (sequence parallelism splits the rank's chunks again over tp).
 
-    Each `nn.attention` gathers its keys and values over `cp`
-    (`cp_comm_type = "all_gather"`, as Llama 3 trained), puts the chunks
-    back in sequence order, and takes the `position_ids` input as its
-    queries' positions among the keys; the runtime fills `position_ids`
-    with the global positions of the rank's tokens, which rotary embeddings
-    and learned position tables read too. Autodiff turns each gather into
-    the reduce-scatter that returns dK and dV to the ranks that own them.
+    The runtime fills `position_ids` with the global positions of the
+    rank's tokens, which rotary embeddings and learned position tables read,
+    and which place each attention's queries in the sequence. With
+    `cp_comm_type = "p2p"` (the default, ring attention) each `nn.attention`
+    becomes `cp` attentions: step `t` attends to the keys and values of cp
+    rank `r − t`, which came round the ring of `dist.permute`s over `cp`
+    with their positions (so the mask is exact, sliding windows included),
+    and `nn.attention_combine` merges each step's result into the running
+    one by log-sum-exp; each permute is issued before the previous block's
+    attention, and `fsdp-schedule` makes it asynchronous so the transfer
+    overlaps that attention. Autodiff runs the ring backwards: dK and dV
+    travel back to the ranks that own them. With `"all_gather"` (as Llama 3
+    trained) each attention gathers its keys and values over `cp` once,
+    puts the chunks back in sequence order and attends to all of them;
+    autodiff turns the gather into the reduce-scatter of dK and dV.
     `fsdp-shard` then shards parameters over `dp_shard × cp` and the loss
     counts tokens over `dp_replicate × dp_shard × cp`.
 
     ```mlir
+    // p2p, cp = 2
+    %k1 = dist.permute %k on @mesh[cp] offset 1 {fsdp.context_parallel} ...
+    %p1 = dist.permute %position_ids on @mesh[cp] offset 1 ...
+    %o0, %l0 = nn.attention %q, %k, %v positions %position_ids
+        key_positions %position_ids {causal} ...
+    %o1, %l1 = nn.attention %q, %k1, %v1 positions %position_ids
+        key_positions %p1 {causal} ...
+    %o, %lse = nn.attention_combine %o0, %l0, %o1, %l1 ...
+    // all_gather
     %k_all = dist.all_gather %k on @mesh[cp] dim 1 {fsdp.context_parallel}
         : tensor<2x8x2x16xf32> -> tensor<2x16x2x16xf32>
     %c:4 = nn.split %k_all dim 1 sizes [4, 4, 4, 4] ...
@@ -383,6 +400,10 @@ def ContextParallelPass : Pass<"fsdp-context-parallel", "mlir::ModuleOp"> {
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
            "The forward function to split">,
+    Option<"commType", "comm-type", "std::string", /*default=*/"\"config\"",
+           "How attention exchanges K/V: p2p (a ring of permutes), "
+           "all_gather, or config (the parallel config's cp_comm_type, else "
+           "p2p)">,
   ];
   let statistics = [
     Statistic<"numAttentions", "attentions",
@@ -512,6 +533,8 @@ def SchedulePass : Pass<"fsdp-schedule", "mlir::ModuleOp"> {
               "All-gathers started ahead of their unit">,
     Statistic<"numOverlapped", "overlapped-syncs",
               "Gradient reduce-scatters and all-reduces waited later">,
+    Statistic<"numRingSteps", "ring-steps",
+              "Ring-attention permutes over cp overlapped with attention">,
   ];
 }
 

@@ -127,8 +127,19 @@ struct RuntimeCallPattern
           collective ? collective.getResultTensorType()
                      : cast<RankedTensorType>(op->getResult(0).getType())));
     }
-    for (unsigned i = 0, e = call.getRuntimeNumOperands(); i < e; ++i)
-      i < operands.size() ? c.value(operands[i]) : c.literal("nullptr");
+    if (auto segments =
+            op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")) {
+      // Several optional operands: one argument per operand group, NULL
+      // for an absent one.
+      unsigned next = 0;
+      for (int32_t size : segments.asArrayRef()) {
+        size == 0 ? c.literal("nullptr") : c.value(operands[next]);
+        next += static_cast<unsigned>(size);
+      }
+    } else {
+      for (unsigned i = 0, e = call.getRuntimeNumOperands(); i < e; ++i)
+        i < operands.size() ? c.value(operands[i]) : c.literal("nullptr");
+    }
     forEachLiteral(call.getRuntimeLiterals(),
                    [&](StringRef name, StringRef kind) {
                      c.literal(literalOf(op, op->getAttr(name), kind, state));

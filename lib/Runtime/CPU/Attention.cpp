@@ -40,14 +40,23 @@ struct KeyRange {
 /// shows it keys j <= p_i, a window further needs p_i - j < window.
 struct Mask {
   int64_t skv;
-  const int64_t *positions; // this batch row's, or null
+  const int64_t *positions, *keyPositions; // this batch row's, or null
   int causal;
   int64_t window;
 
+  /// The first key whose position is at least `p`, or past it with `after`.
+  int64_t firstKey(int64_t p, bool after) const {
+    if (!keyPositions)
+      return std::clamp<int64_t>(after ? p + 1 : p, 0, skv);
+    const int64_t *end = keyPositions + skv;
+    return (after ? std::upper_bound(keyPositions, end, p)
+                  : std::lower_bound(keyPositions, end, p)) -
+           keyPositions;
+  }
   KeyRange of(int64_t i) const {
     int64_t p = positions ? positions[i] : i;
-    int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-    int64_t hi = causal ? std::min(skv, p + 1) : skv;
+    int64_t lo = window > 0 ? firstKey(p - window + 1, false) : 0;
+    int64_t hi = causal ? firstKey(p, true) : skv;
     return {lo, std::max(lo, hi)};
   }
   /// The union of the ranges of queries [i0, i1); empty if all are.
@@ -115,16 +124,19 @@ FSDP_VECTORIZE void probabilities(float *scores, int64_t i0, int64_t i1,
   }
 }
 
-/// dS = P · (dP - Σ_j P·dP) per row, in place of dP; masked keys have P = 0
-/// and get no gradient.
+/// dS = P · (dP - Σ_j P·dP + dLSE) per row, in place of dP (dlse: the
+/// rows' statistics gradients, or null); masked keys have P = 0 and get no
+/// gradient.
 FSDP_VECTORIZE void softmaxGrad(const float *probs, float *dprobs, int64_t rows,
-                                int64_t width) {
+                                int64_t width, const float *dlse) {
   for (int64_t i = 0; i < rows; ++i) {
     const float *p = probs + i * width;
     float *dp = dprobs + i * width;
     double dot = 0;
     for (int64_t j = 0; j < width; ++j)
       dot += double(p[j]) * dp[j];
+    if (dlse)
+      dot -= dlse[i];
     for (int64_t j = 0; j < width; ++j)
       dp[j] = p[j] * (dp[j] - float(dot));
   }
@@ -134,7 +146,7 @@ FSDP_VECTORIZE void softmaxGrad(const float *probs, float *dprobs, int64_t rows,
 /// [B, Skv, heads, D].
 struct Heads {
   int64_t b, s, skv, nq, nkv, d, dv;
-  const int64_t *positions;
+  const int64_t *positions, *keyPositions;
   int causal;
   int64_t window;
   float scale;
@@ -152,7 +164,8 @@ struct Heads {
   /// Row 0 of head h's statistics, [b, nq, s].
   int64_t lseOffset(int64_t bi, int64_t h) const { return (bi * nq + h) * s; }
   Mask mask(int64_t bi) const {
-    return {skv, positions ? positions + bi * s : nullptr, causal, window};
+    return {skv, positions ? positions + bi * s : nullptr,
+            keyPositions ? keyPositions + bi * skv : nullptr, causal, window};
   }
 };
 
@@ -168,15 +181,17 @@ template <typename Fn> void forEachGroup(const Heads &h, Fn fn) {
 void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                        const void *k, const void *v, int64_t b, int64_t s,
                        int64_t skv, int64_t nq, int64_t nkv, int64_t d,
-                       int64_t dv, const int64_t *positions, int causal,
+                       int64_t dv, const int64_t *positions,
+                       const int64_t *key_positions, int causal,
                        int64_t sliding_window, double scale, void *out,
                        float *lse) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
   FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * skv * nkv * d),
       fv(dtype, v, b * skv * nkv * dv);
   FloatOutput fo(dtype, out, b * s * nq * dv);
-  Heads hd{b,         s,      skv,           nq,          nkv, d, dv,
-           positions, causal, sliding_window, float(scale)};
+  Heads hd{b,         s,     skv,           nq,     nkv,          d,
+           dv,        positions, key_positions, causal, sliding_window,
+           float(scale)};
   const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get();
   float *po = fo.get();
   forEachGroup(hd, [&](int64_t bi, int64_t g) {
@@ -215,11 +230,13 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
 void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                             const void *k, const void *v,
                             const void * /*out: Σ P·dP comes from P*/,
-                            const float *lse, const void *dout, int64_t b,
-                            int64_t s, int64_t skv, int64_t nq, int64_t nkv,
-                            int64_t d, int64_t dv, const int64_t *positions,
-                            int causal, int64_t sliding_window, double scale,
-                            void *dq, void *dk, void *dvalue) {
+                            const float *lse, const void *dout,
+                            const float *dlse, int64_t b, int64_t s,
+                            int64_t skv, int64_t nq, int64_t nkv, int64_t d,
+                            int64_t dv, const int64_t *positions,
+                            const int64_t *key_positions, int causal,
+                            int64_t sliding_window, double scale, void *dq,
+                            void *dk, void *dvalue) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
   FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * skv * nkv * d),
       fv(dtype, v, b * skv * nkv * dv), fdo(dtype, dout, b * s * nq * dv);
@@ -230,8 +247,9 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
   std::fill(fdk.get(), fdk.get() + b * skv * nkv * d, 0.0f);
   std::fill(fdv.get(), fdv.get() + b * skv * nkv * dv, 0.0f);
   std::fill(fdq.get(), fdq.get() + b * s * nq * d, 0.0f);
-  Heads hd{b,         s,      skv,           nq,          nkv, d, dv,
-           positions, causal, sliding_window, float(scale)};
+  Heads hd{b,         s,     skv,           nq,     nkv,          d,
+           dv,        positions, key_positions, causal, sliding_window,
+           float(scale)};
   const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get(), *pdo = fdo.get();
   forEachGroup(hd, [&](int64_t bi, int64_t g) {
     std::vector<float> probs(kRows * skv), dprobs(kRows * skv);
@@ -260,7 +278,8 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
               dvh + keys.first * nkv * dv, nkv * dv);
         sgemm(false, true, rows, width, dv, 1.0f, doh + i0 * nq * dv, nq * dv,
               vv, nkv * dv, nullptr, 0.0f, dprobs.data(), width);
-        softmaxGrad(probs.data(), dprobs.data(), rows, width);
+        softmaxGrad(probs.data(), dprobs.data(), rows, width,
+                    dlse ? dlse + hd.lseOffset(bi, h) + i0 : nullptr);
         // dQ = scale·dS·K and dK += scale·dSᵀ·Q.
         sgemm(false, false, rows, d, width, hd.scale, dprobs.data(), width, kv,
               nkv * d, nullptr, 0.0f, dqh + i0 * nq * d, nq * d);
@@ -273,4 +292,76 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
   fdq.finish();
   fdk.finish();
   fdv.finish();
+}
+
+void fsdp_rt_attention_combine(fsdp_rt_stream, fsdp_rt_dtype dtype,
+                               const void *out_a, const float *lse_a,
+                               const void *out_b, const float *lse_b,
+                               int64_t b, int64_t s, int64_t nq, int64_t dv,
+                               void *out, float *lse) {
+  KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
+  int64_t n = b * s * nq * dv;
+  FloatInput fa(dtype, out_a, n), fb(dtype, out_b, n);
+  FloatOutput fo(dtype, out, n);
+  const float *pa = fa.get(), *pb = fb.get();
+  float *po = fo.get();
+  // Row (bi, i, h) of the results; statistic [bi, h, i].
+  parallelFor(b * s * nq, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      int64_t bi = row / (s * nq), i = row / nq % s, h = row % nq;
+      int64_t at = (bi * nq + h) * s + i;
+      float la = lse_a[at], lb = lse_b[at], m = std::max(la, lb);
+      float total = m == -std::numeric_limits<float>::infinity()
+                        ? m
+                        : m + std::log(std::exp(la - m) + std::exp(lb - m));
+      float wa = la == -std::numeric_limits<float>::infinity()
+                     ? 0.0f
+                     : std::exp(la - total),
+            wb = lb == -std::numeric_limits<float>::infinity()
+                     ? 0.0f
+                     : std::exp(lb - total);
+      lse[at] = total;
+      for (int64_t e = row * dv; e < (row + 1) * dv; ++e)
+        po[e] = wa * pa[e] + wb * pb[e];
+    }
+  });
+  fo.finish();
+}
+
+void fsdp_rt_attention_combine_grad(
+    fsdp_rt_stream, fsdp_rt_dtype dtype, const void *out_a, const float *lse_a,
+    const void *out_b, const float *lse_b, const void *out, const float *lse,
+    const void *dout, const float *dlse, int64_t b, int64_t s, int64_t nq,
+    int64_t dv, void *dout_a, float *dlse_a, void *dout_b, float *dlse_b) {
+  KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
+  int64_t n = b * s * nq * dv;
+  FloatInput fa(dtype, out_a, n), fb(dtype, out_b, n), fo(dtype, out, n),
+      fd(dtype, dout, n);
+  FloatOutput fda(dtype, dout_a, n), fdb(dtype, dout_b, n);
+  const float *pa = fa.get(), *pb = fb.get(), *po = fo.get(), *pd = fd.get();
+  float *pda = fda.get(), *pdb = fdb.get();
+  parallelFor(b * s * nq, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      int64_t bi = row / (s * nq), i = row / nq % s, h = row % nq;
+      int64_t at = (bi * nq + h) * s + i;
+      float total = lse[at];
+      auto weight = [&](float l) {
+        return l == -std::numeric_limits<float>::infinity()
+                   ? 0.0f
+                   : std::exp(l - total);
+      };
+      float wa = weight(lse_a[at]), wb = weight(lse_b[at]);
+      double dotA = dlse ? dlse[at] : 0.0, dotB = dotA;
+      for (int64_t e = row * dv; e < (row + 1) * dv; ++e) {
+        dotA += double(pd[e]) * (pa[e] - po[e]);
+        dotB += double(pd[e]) * (pb[e] - po[e]);
+        pda[e] = wa * pd[e];
+        pdb[e] = wb * pd[e];
+      }
+      dlse_a[at] = wa * float(dotA);
+      dlse_b[at] = wb * float(dotB);
+    }
+  });
+  fda.finish();
+  fdb.finish();
 }

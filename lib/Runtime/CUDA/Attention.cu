@@ -254,23 +254,120 @@ size_t sharedBytes(Kernel kernel, int64_t floats, const char *name) {
 } // namespace
 
 /// The CUDA kernels run queries and keys of one sequence: context
-/// parallelism's gathered keys and query positions are the CPU runtime's
-/// only.
+/// parallelism's gathered keys, positions and statistics gradients are the
+/// CPU runtime's only.
 static void requireOneSequence(const char *where, int64_t s, int64_t skv,
-                               const int64_t *positions) {
-  if (skv != s || positions)
+                               const int64_t *positions,
+                               const int64_t *keyPositions,
+                               const float *dlse = nullptr) {
+  if (skv != s || positions || keyPositions || dlse)
     fail(where, "context-parallel attention (keys of another length than "
-                "the queries, or query positions) is not built for CUDA");
+                "the queries, positions, a statistics gradient) is not built "
+                "for CUDA");
+}
+
+namespace {
+constexpr float kNoKeys = -INFINITY;
+
+/// Row (bi, i, h) of [b, s, nq, dv] results; its statistic is [bi, h, i].
+__device__ int64_t statisticOf(int64_t row, int64_t s, int64_t nq) {
+  int64_t bi = row / (s * nq), i = row / nq % s, h = row % nq;
+  return (bi * nq + h) * s + i;
+}
+
+template <typename E>
+__global__ void combineKernel(const typename E::T *a, const float *lseA,
+                              const typename E::T *b, const float *lseB,
+                              int64_t rows, int64_t s, int64_t nq, int64_t dv,
+                              typename E::T *out, float *lse) {
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       row < rows; row += int64_t(gridDim.x) * blockDim.x) {
+    int64_t at = statisticOf(row, s, nq);
+    float la = lseA[at], lb = lseB[at], m = fmaxf(la, lb);
+    float total = m == kNoKeys ? m : m + logf(expf(la - m) + expf(lb - m));
+    float wa = la == kNoKeys ? 0.0f : expf(la - total),
+          wb = lb == kNoKeys ? 0.0f : expf(lb - total);
+    lse[at] = total;
+    for (int64_t e = row * dv; e < (row + 1) * dv; ++e)
+      E::store(out, e, wa * E::load(a, e) + wb * E::load(b, e));
+  }
+}
+
+template <typename E>
+__global__ void combineGradKernel(const typename E::T *a, const float *lseA,
+                                  const typename E::T *b, const float *lseB,
+                                  const typename E::T *out, const float *lse,
+                                  const typename E::T *dout, const float *dlse,
+                                  int64_t rows, int64_t s, int64_t nq,
+                                  int64_t dv, typename E::T *da, float *dlseA,
+                                  typename E::T *db, float *dlseB) {
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       row < rows; row += int64_t(gridDim.x) * blockDim.x) {
+    int64_t at = statisticOf(row, s, nq);
+    float total = lse[at];
+    float wa = lseA[at] == kNoKeys ? 0.0f : expf(lseA[at] - total),
+          wb = lseB[at] == kNoKeys ? 0.0f : expf(lseB[at] - total);
+    double dotA = dlse ? dlse[at] : 0.0, dotB = dotA;
+    for (int64_t e = row * dv; e < (row + 1) * dv; ++e) {
+      float g = E::load(dout, e), o = E::load(out, e);
+      dotA += double(g) * (E::load(a, e) - o);
+      dotB += double(g) * (E::load(b, e) - o);
+      E::store(da, e, wa * g);
+      E::store(db, e, wb * g);
+    }
+    dlseA[at] = wa * float(dotA);
+    dlseB[at] = wb * float(dotB);
+  }
+}
+} // namespace
+
+void fsdp_rt_attention_combine(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                               const void *out_a, const float *lse_a,
+                               const void *out_b, const float *lse_b,
+                               int64_t b, int64_t s, int64_t nq, int64_t dv,
+                               void *out, float *lse) {
+  KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream,
+                    "fsdp_rt_attention_combine");
+  int64_t rows = b * s * nq;
+  if (rows == 0)
+    return;
+  dispatchFloat(dtype, scope.name(), [&](auto e) {
+    using E = decltype(e);
+    combineKernel<E><<<gridFor(rows), kThreads, 0, scope.stream()>>>(
+        asIn<E>(out_a), lse_a, asIn<E>(out_b), lse_b, rows, s, nq, dv,
+        asOut<E>(out), lse);
+  });
+}
+
+void fsdp_rt_attention_combine_grad(
+    fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *out_a,
+    const float *lse_a, const void *out_b, const float *lse_b, const void *out,
+    const float *lse, const void *dout, const float *dlse, int64_t b,
+    int64_t s, int64_t nq, int64_t dv, void *dout_a, float *dlse_a,
+    void *dout_b, float *dlse_b) {
+  KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream,
+                    "fsdp_rt_attention_combine_grad");
+  int64_t rows = b * s * nq;
+  if (rows == 0)
+    return;
+  dispatchFloat(dtype, scope.name(), [&](auto e) {
+    using E = decltype(e);
+    combineGradKernel<E><<<gridFor(rows), kThreads, 0, scope.stream()>>>(
+        asIn<E>(out_a), lse_a, asIn<E>(out_b), lse_b, asIn<E>(out), lse,
+        asIn<E>(dout), dlse, rows, s, nq, dv, asOut<E>(dout_a), dlse_a,
+        asOut<E>(dout_b), dlse_b);
+  });
 }
 
 void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *q, const void *k, const void *v, int64_t b,
                        int64_t s, int64_t skv, int64_t nq, int64_t nkv,
                        int64_t d, int64_t dv, const int64_t *positions,
-                       int causal, int64_t sliding_window, double scale,
-                       void *out, float *lse) {
+                       const int64_t *key_positions, int causal,
+                       int64_t sliding_window, double scale, void *out,
+                       float *lse) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention");
-  requireOneSequence(scope.name(), s, skv, positions);
+  requireOneSequence(scope.name(), s, skv, positions, key_positions);
   if (b == 0 || s == 0 || nq == 0)
     return;
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
@@ -296,13 +393,14 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             const void *q, const void *k, const void *v,
                             const void *out, const float *lse, const void *dout,
-                            int64_t b, int64_t s, int64_t skv, int64_t nq,
-                            int64_t nkv, int64_t d, int64_t dv,
-                            const int64_t *positions, int causal,
+                            const float *dlse, int64_t b, int64_t s,
+                            int64_t skv, int64_t nq, int64_t nkv, int64_t d,
+                            int64_t dv, const int64_t *positions,
+                            const int64_t *key_positions, int causal,
                             int64_t sliding_window, double scale, void *dq,
                             void *dk, void *dvalue) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_grad");
-  requireOneSequence(scope.name(), s, skv, positions);
+  requireOneSequence(scope.name(), s, skv, positions, key_positions, dlse);
   if (b == 0 || s == 0 || nq == 0)
     return;
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};

@@ -55,6 +55,11 @@ inline int64_t indexAt(const fsdp_tensor *t, int64_t i) {
              : static_cast<const int64_t *>(t->data)[i];
 }
 
+/// The elements of an optional i64 tensor (positions), or null.
+inline const int64_t *indices(const fsdp_tensor *t) {
+  return t ? static_cast<const int64_t *>(t->data) : nullptr;
+}
+
 /// The value of the integer scalar `t` (`what` of `op` in errors): the
 /// host's copy when it has one, else the buffer where the host may read it;
 /// a device scalar the host did not write is an error, since reading it

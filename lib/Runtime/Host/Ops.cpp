@@ -392,8 +392,8 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *, fsdp_type r, fsdp_tensor *x,
 
 void fsdp_op_attention(fsdp_program *, fsdp_tensor *out, fsdp_tensor *lse,
                        fsdp_tensor *q, fsdp_tensor *k, fsdp_tensor *v,
-                       fsdp_tensor *positions, bool causal,
-                       int64_t sliding_window, double scale) {
+                       fsdp_tensor *positions, fsdp_tensor *key_positions,
+                       bool causal, int64_t sliding_window, double scale) {
   Check c{"attention"};
   c.present(q, "q");
   c.present(k, "k");
@@ -426,14 +426,40 @@ void fsdp_op_attention(fsdp_program *, fsdp_tensor *out, fsdp_tensor *lse,
     c.that(positions->type.dtype == FSDP_RT_I64, "positions must be i64");
     c.shape(positions->type, {b, s}, "positions");
   }
+  if (key_positions) {
+    c.that(positions != nullptr, "key_positions need positions");
+    c.that(key_positions->type.dtype == FSDP_RT_I64,
+           "key_positions must be i64");
+    c.shape(key_positions->type, {b, skv}, "key_positions");
+  }
   if (scale <= 0)
     scale = 1.0 / std::sqrt(double(d));
-  fsdp_rt_attention(
-      nullptr, q->type.dtype, q->data, k->data, v->data, b, s, skv, nq, nkv, d,
-      dv,
-      positions ? static_cast<const int64_t *>(positions->data) : nullptr,
-      causal, sliding_window, scale, out->data,
-      static_cast<float *>(lse->data));
+  fsdp_rt_attention(nullptr, q->type.dtype, q->data, k->data, v->data, b, s,
+                    skv, nq, nkv, d, dv, indices(positions),
+                    indices(key_positions), causal, sliding_window, scale,
+                    out->data, static_cast<float *>(lse->data));
+}
+
+void fsdp_op_attention_combine(fsdp_program *, fsdp_tensor *out,
+                               fsdp_tensor *lse, fsdp_tensor *out_a,
+                               fsdp_tensor *lse_a, fsdp_tensor *out_b,
+                               fsdp_tensor *lse_b) {
+  Check c{"attention_combine"};
+  c.that(out_a->type.rank == 4, "result_a is " + typeString(out_a->type) +
+                                    ", expected [B, S, Nq, Dv]");
+  int64_t b = out_a->type.dims[0], s = out_a->type.dims[1],
+          nq = out_a->type.dims[2], dv = out_a->type.dims[3];
+  for (fsdp_tensor *o : {out_b, out})
+    c.shape(o->type, {b, s, nq, dv}, "result");
+  for (fsdp_tensor *l : {lse_a, lse_b, lse}) {
+    c.that(l->type.dtype == FSDP_RT_F32, "logsumexp must be f32");
+    c.shape(l->type, {b, nq, s}, "logsumexp");
+  }
+  fsdp_rt_attention_combine(nullptr, out_a->type.dtype, out_a->data,
+                            static_cast<const float *>(lse_a->data),
+                            out_b->data,
+                            static_cast<const float *>(lse_b->data), b, s, nq,
+                            dv, out->data, static_cast<float *>(lse->data));
 }
 
 fsdp_tensor *fsdp_op_softmax(fsdp_program *, fsdp_type r, fsdp_tensor *x,

@@ -124,7 +124,8 @@ void fsdp_op_layer_norm_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *dw,
 void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dv, fsdp_tensor *q, fsdp_tensor *k,
                             fsdp_tensor *v, fsdp_tensor *out, fsdp_tensor *lse,
-                            fsdp_tensor *dout, fsdp_tensor *positions,
+                            fsdp_tensor *dout, fsdp_tensor *dlse,
+                            fsdp_tensor *positions, fsdp_tensor *key_positions,
                             bool causal, int64_t sliding_window, double scale) {
   sameType("attention_grad", dq, q->type, "query gradient");
   sameType("attention_grad", out, dout->type, "forward output");
@@ -144,15 +145,45 @@ void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
                          numElements(positions->type) ==
                              q->type.dims[0] * q->type.dims[1]),
           "positions must be i64 [B, S] of the queries");
+  require("attention_grad",
+          !key_positions || (positions && key_positions->type.dtype ==
+                                              FSDP_RT_I64 &&
+                             numElements(key_positions->type) ==
+                                 k->type.dims[0] * k->type.dims[1]),
+          "key_positions must be i64 [B, Skv] of the keys, with positions");
+  if (dlse)
+    sameType("attention_grad", dlse, lse->type, "logsumexp gradient");
   if (scale <= 0)
     scale = 1.0 / std::sqrt(double(d));
   fsdp_rt_attention_grad(
       nullptr, q->type.dtype, q->data, k->data, v->data, out->data,
-      static_cast<const float *>(lse->data), dout->data, q->type.dims[0],
+      static_cast<const float *>(lse->data), dout->data,
+      dlse ? static_cast<const float *>(dlse->data) : nullptr, q->type.dims[0],
       q->type.dims[1], k->type.dims[1], q->type.dims[2], k->type.dims[2], d,
-      v->type.dims[3],
-      positions ? static_cast<const int64_t *>(positions->data) : nullptr,
-      causal, sliding_window, scale, dq->data, dk->data, dv->data);
+      v->type.dims[3], indices(positions), indices(key_positions), causal,
+      sliding_window, scale, dq->data, dk->data, dv->data);
+}
+
+void fsdp_op_attention_combine_grad(
+    fsdp_program *, fsdp_tensor *dout_a, fsdp_tensor *dlse_a,
+    fsdp_tensor *dout_b, fsdp_tensor *dlse_b, fsdp_tensor *out_a,
+    fsdp_tensor *lse_a, fsdp_tensor *out_b, fsdp_tensor *lse_b,
+    fsdp_tensor *out, fsdp_tensor *lse, fsdp_tensor *dout, fsdp_tensor *dlse) {
+  for (fsdp_tensor *t : {out_b, out, dout, dout_a, dout_b})
+    sameType("attention_combine_grad", t, out_a->type, "result");
+  for (fsdp_tensor *t : {lse_b, lse, dlse_a, dlse_b})
+    sameType("attention_combine_grad", t, lse_a->type, "logsumexp");
+  if (dlse)
+    sameType("attention_combine_grad", dlse, lse_a->type, "logsumexp");
+  require("attention_combine_grad", out_a->type.rank == 4,
+          "results must be [B, S, Nq, Dv]");
+  const int64_t *dims = out_a->type.dims;
+  auto f32 = [](fsdp_tensor *t) { return static_cast<float *>(t->data); };
+  fsdp_rt_attention_combine_grad(
+      nullptr, out_a->type.dtype, out_a->data, f32(lse_a), out_b->data,
+      f32(lse_b), out->data, f32(lse), dout->data, dlse ? f32(dlse) : nullptr,
+      dims[0], dims[1], dims[2], dims[3], dout_a->data, f32(dlse_a),
+      dout_b->data, f32(dlse_b));
 }
 
 void fsdp_op_softmax_grad(fsdp_program *, fsdp_tensor *dx, fsdp_tensor *y,

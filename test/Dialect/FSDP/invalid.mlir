@@ -21,7 +21,7 @@ func.func @misspelt(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // expected-error @+2 {{param must be f32, bf16 or f16, got 'i8'}}
 // expected-error @+1 {{failed to parse FSDP_ParallelConfigAttr parameter 'mp_policy'}}
-module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = all_but_last, defer_grad_sync = true, activation_checkpointing = none, activation_memory_budget = 0.0 : f64, offload_policy = none, forward_prefetch = 1, backward_prefetch = 1, mp_policy = <param = i8, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
+module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, cp_comm_type = p2p, tp = 1, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = all_but_last, defer_grad_sync = true, activation_checkpointing = none, activation_memory_budget = 0.0 : f64, offload_policy = none, forward_prefetch = 1, backward_prefetch = 1, mp_policy = <param = i8, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = nn.neg %x : tensor<4xf32>
     return %y : tensor<4xf32>
@@ -42,7 +42,7 @@ module attributes {fsdp.parallel = {tp_size = 2}} {
 
 // expected-error @+2 {{expected one of 'all_but_last' 'always' 'never', got 'maybe'}}
 // expected-error @+1 {{failed to parse FSDP_ParallelConfigAttr parameter 'reshard_after_forward'}}
-module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = maybe, defer_grad_sync = true, activation_checkpointing = none, activation_memory_budget = 0.0 : f64, offload_policy = none, forward_prefetch = 1, backward_prefetch = 1, mp_policy = <param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
+module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, cp_comm_type = p2p, tp = 1, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = maybe, defer_grad_sync = true, activation_checkpointing = none, activation_memory_budget = 0.0 : f64, offload_policy = none, forward_prefetch = 1, backward_prefetch = 1, mp_policy = <param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = nn.neg %x : tensor<4xf32>
     return %y : tensor<4xf32>
@@ -52,7 +52,7 @@ module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1
 // -----
 
 // expected-error @+1 {{tp must be >= 1, got 0}}
-module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, tp = 0, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = never, defer_grad_sync = true, activation_checkpointing = selective, activation_memory_budget = 0.0 : f64, offload_policy = cpu, forward_prefetch = 1, backward_prefetch = 2, mp_policy = <param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
+module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, cp_comm_type = p2p, tp = 0, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = never, defer_grad_sync = true, activation_checkpointing = selective, activation_memory_budget = 0.0 : f64, offload_policy = cpu, forward_prefetch = 1, backward_prefetch = 2, mp_policy = <param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>>} {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = nn.neg %x : tensor<4xf32>
     return %y : tensor<4xf32>

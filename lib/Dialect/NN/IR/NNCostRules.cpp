@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "fsdp/Dialect/Dist/IR/DistOps.h"
 #include "fsdp/Dialect/NN/IR/NNOps.h"
 
 using namespace mlir;
@@ -90,11 +91,13 @@ static double attendedPairs(int64_t s, int64_t skv, bool causal,
 
 /// Attention's cost: `forwardProducts` and `modelProducts` count matmuls of
 /// head size (D for scores, Dv for values) per attended pair; model FLOPs
-/// credit no mask. With `positions` (context parallelism's load-balanced
-/// chunks) the queries are spread evenly over the key sequence: their share
-/// of the whole sequence's pairs.
+/// credit no mask. With positions (context parallelism's load-balanced
+/// chunks) the queries are spread evenly over the sequence: a rank's share
+/// of the whole sequence's pairs, 1/n of them for the n = S/s ranks; with
+/// the keys' positions too, the keys are one rank's block of a ring, and a
+/// step attends (on average over the ring) 1/n of the rank's pairs.
 static OpCost attentionCost(Operation *op, Value query, Value key, Value value,
-                            Value positions, bool causal,
+                            Value positions, Value keyPositions, bool causal,
                             std::optional<uint64_t> window, bool backward) {
   RankedTensorType q = tensorOf(query);
   int64_t b = q.getDimSize(0), s = q.getDimSize(1), heads = q.getDimSize(2),
@@ -102,9 +105,21 @@ static OpCost attentionCost(Operation *op, Value query, Value key, Value value,
   int64_t skv = tensorOf(key).getDimSize(1);
   int64_t dv = tensorOf(value).getDimSize(3);
   double perPair = 2.0 * b * heads;
-  double pairs = positions ? attendedPairs(skv, skv, causal, window) *
-                                 static_cast<double>(s) / skv
-                           : attendedPairs(s, skv, causal, window);
+  double pairs = attendedPairs(s, skv, causal, window);
+  if (positions) {
+    // The n ranks of the sequence: S / s for gathered keys, else the ring's
+    // length, the mesh's cp.
+    int64_t ranks = skv / s;
+    if (keyPositions) {
+      auto module = op->getParentOfType<ModuleOp>();
+      fsdp::dist::MeshOp mesh =
+          module ? fsdp::dist::findMesh(module) : fsdp::dist::MeshOp();
+      ranks = mesh ? mesh.getAxisSize("cp").value_or(1) : 1;
+    }
+    int64_t whole = s * ranks;
+    pairs = attendedPairs(whole, whole, causal, window) /
+            static_cast<double>(keyPositions ? ranks * ranks : ranks);
+  }
   double full = static_cast<double>(s) * skv;
   OpCost cost = streamingCost(op);
   cost.dtype = q.getElementType();
@@ -124,11 +139,13 @@ static OpCost attentionCost(Operation *op, Value query, Value key, Value value,
 }
 
 OpCost AttentionOp::getCost() {
-  return attentionCost(*this, getQuery(), getKey(), getValue(), getPositions(),
-                       getCausal(), getSlidingWindow(), /*backward=*/false);
+  return attentionCost(*this, getQuery(), getKey(), getValue(),
+                       getQueryPositions(), getKeyPositions(), getCausal(),
+                       getSlidingWindow(), /*backward=*/false);
 }
 
 OpCost AttentionGradOp::getCost() {
   return attentionCost(*this, getQuery(), getKey(), getValue(), getPositions(),
-                       getCausal(), getSlidingWindow(), /*backward=*/true);
+                       getKeyPositions(), getCausal(), getSlidingWindow(),
+                       /*backward=*/true);
 }

@@ -116,12 +116,17 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &results) {
   SmallVector<Type> forward;
-  SmallVector<Value, 4> operands = {adaptor.getQuery(), adaptor.getKey(),
+  // The forward's operands, its positions among them.
+  SmallVector<Value, 5> operands = {adaptor.getQuery(), adaptor.getKey(),
                                     adaptor.getValue()};
-  if (Value positions = adaptor.getPositions())
-    operands.push_back(positions);
+  for (Value v : {adaptor.getPositions(), adaptor.getKeyPositions()})
+    if (v)
+      operands.push_back(v);
+  if (adaptor.getKeyPositions() && !adaptor.getPositions())
+    return reject<AttentionGradOp>(loc, "key_positions need positions");
   if (failed(forwardResults<AttentionOp, AttentionGradOp>(
-          context, loc, operands, adaptor, forward)) ||
+          context, loc, operands, adaptor,
+          forward)) ||
       failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), forward[0])))
     return failure();
   if (adaptor.getOutput().getType() != forward[0])
@@ -132,8 +137,37 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
     return reject<AttentionGradOp>(loc, "logsumexp ",
                                    adaptor.getLogsumexp().getType(),
                                    " is not the forward's ", forward[1]);
+  if (Value lseGrad = adaptor.getLogsumexpGrad();
+      lseGrad && lseGrad.getType() != forward[1])
+    return reject<AttentionGradOp>(loc, "logsumexp_grad ", lseGrad.getType(),
+                                   " is not the forward's ", forward[1]);
   results.append({adaptor.getQuery().getType(), adaptor.getKey().getType(),
                   adaptor.getValue().getType()});
+  return success();
+}
+
+LogicalResult AttentionCombineGradOp::inferTypes(
+    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  SmallVector<Type> forward;
+  if (failed(forwardResults<AttentionCombineOp, AttentionCombineGradOp>(
+          context, loc,
+          {adaptor.getResultA(), adaptor.getLogsumexpA(), adaptor.getResultB(),
+           adaptor.getLogsumexpB()},
+          adaptor, forward)) ||
+      failed(checkGrad<AttentionCombineGradOp>(loc, adaptor.getGrad(),
+                                               forward[0])))
+    return failure();
+  if (adaptor.getResult().getType() != forward[0] ||
+      adaptor.getLogsumexp().getType() != forward[1])
+    return reject<AttentionCombineGradOp>(
+        loc, "result and logsumexp are not the forward's");
+  if (Value lseGrad = adaptor.getLogsumexpGrad();
+      lseGrad && lseGrad.getType() != forward[1])
+    return reject<AttentionCombineGradOp>(loc, "logsumexp_grad ",
+                                          lseGrad.getType(),
+                                          " is not the forward's ", forward[1]);
+  results.append({forward[0], forward[1], forward[0], forward[1]});
   return success();
 }
 

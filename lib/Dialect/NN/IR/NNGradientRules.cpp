@@ -188,14 +188,22 @@ LogicalResult RotaryOp::buildGradient(GradientBuilder &grads) {
 }
 
 LogicalResult AttentionOp::buildGradient(GradientBuilder &grads) {
-  // The statistics are a by-product for the backward: nothing takes their
-  // gradient.
-  auto g = grads.make<AttentionGradOp>(getQuery(), getKey(), getValue(),
-                                       getResult(), getLogsumexp(),
-                                       grads.grad(getResult()),
-                                       getPositions(), getCausal(),
-                                       getSlidingWindowAttr(), getScaleAttr());
+  // The statistics have a gradient when attention_combine read them (ring
+  // attention).
+  auto g = grads.make<AttentionGradOp>(
+      getQuery(), getKey(), getValue(), getResult(), getLogsumexp(),
+      grads.grad(getResult()), grads.grad(getLogsumexp()), getQueryPositions(),
+      getKeyPositions(), getCausal(), getSlidingWindowAttr(), getScaleAttr());
   return accumulateResults(grads, g, {getQuery(), getKey(), getValue()});
+}
+
+LogicalResult AttentionCombineOp::buildGradient(GradientBuilder &grads) {
+  auto g = grads.make<AttentionCombineGradOp>(
+      getResultA(), getLogsumexpA(), getResultB(), getLogsumexpB(),
+      getResult(), getLogsumexp(), grads.grad(getResult()),
+      grads.grad(getLogsumexp()));
+  return accumulateResults(
+      grads, g, {getResultA(), getLogsumexpA(), getResultB(), getLogsumexpB()});
 }
 
 LogicalResult SoftmaxOp::buildGradient(GradientBuilder &grads) {

@@ -359,18 +359,50 @@ LogicalResult AttentionOp::inferTypes(MLIRContext *,
   if (std::optional<APFloat> scale = adaptor.getScale())
     if (!(scale->convertToDouble() > 0.0))
       return reject<AttentionOp>(loc, "scale must be > 0");
-  if (Value positions = adaptor.getPositions();
-      positions &&
-      tensorOf(positions).getShape() !=
-          ArrayRef<int64_t>{q.getDimSize(0), q.getDimSize(1)})
-    return reject<AttentionOp>(loc, "positions ", positions.getType(),
-                               " must be [B, S] of the query ", q);
+  ValueRange positions = adaptor.getPositions();
+  if (positions.size() > 2)
+    return reject<AttentionOp>(loc, "takes the queries' and the keys' "
+                                    "positions, got ",
+                               positions.size(), " tensors");
+  for (auto [i, v] : llvm::enumerate(positions)) {
+    RankedTensorType of = i == 0 ? q : k;
+    if (tensorOf(v).getShape() !=
+        ArrayRef<int64_t>{of.getDimSize(0), of.getDimSize(1)})
+      return reject<AttentionOp>(loc, i == 0 ? "query" : "key", " positions ",
+                                 v.getType(), " must be [B, S] of ", of);
+  }
   results.push_back(RankedTensorType::get(
       {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), v.getDimSize(3)},
       q.getElementType()));
   results.push_back(
       RankedTensorType::get({q.getDimSize(0), q.getDimSize(2), q.getDimSize(1)},
                             Float32Type::get(q.getContext())));
+  return success();
+}
+
+LogicalResult AttentionCombineOp::inferTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &results) {
+  RankedTensorType o = tensorOf(adaptor.getResultA());
+  RankedTensorType lse = tensorOf(adaptor.getLogsumexpA());
+  if (o.getRank() != 4)
+    return reject<AttentionCombineOp>(loc, "results must be [B, S, Nq, Dv], "
+                                           "got ",
+                                      o);
+  auto stats = RankedTensorType::get(
+      {o.getDimSize(0), o.getDimSize(2), o.getDimSize(1)},
+      Float32Type::get(o.getContext()));
+  if (lse != stats)
+    return reject<AttentionCombineOp>(loc, "logsumexp ", lse, " is not the ",
+                                      stats, " of ", o);
+  if (adaptor.getResultB().getType() != o ||
+      adaptor.getLogsumexpB().getType() != lse)
+    return reject<AttentionCombineOp>(
+        loc, "the two attentions differ: ", o, ", ", lse, " and ",
+        adaptor.getResultB().getType(), ", ",
+        adaptor.getLogsumexpB().getType());
+  results.append({o, lse});
   return success();
 }
 

@@ -85,7 +85,8 @@ def FSDP_ParallelConfigAttr : AttrDef<FSDP_Dialect, "ParallelConfig"> {
     them), so no setting travels as a string and no pass writes another's.
 
     - the mesh sizes `dp_replicate`, `dp_shard`, `cp`, `tp`, `ep` (the mesh
-      over the first four is `dist.mesh`);
+      over the first four is `dist.mesh`), and `cp_comm_type`: `p2p` or
+      `all_gather` (fsdp-context-parallel);
     - `sequence_parallel`, `async_tp` (fsdp-tp-plan, fsdp-async-tp);
     - `reshard_after_forward`: `all_but_last` (null), `always`, `never`,
       and `defer_grad_sync` (fsdp-shard, fsdp-build-train-step);
@@ -101,8 +102,8 @@ def FSDP_ParallelConfigAttr : AttrDef<FSDP_Dialect, "ParallelConfig"> {
 
     ```mlir
     module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1,
-        dp_shard = 2, cp = 1, tp = 2, ep = 1, sequence_parallel = true,
-        async_tp = false, reshard_after_forward = all_but_last,
+        dp_shard = 2, cp = 1, cp_comm_type = p2p, tp = 2, ep = 1,
+        sequence_parallel = true, async_tp = false, reshard_after_forward = all_but_last,
         defer_grad_sync = true, activation_checkpointing = none,
         activation_memory_budget = 0.000000e+00 : f64,
         offload_policy = none, forward_prefetch = 1, backward_prefetch = 1,
@@ -112,6 +113,8 @@ def FSDP_ParallelConfigAttr : AttrDef<FSDP_Dialect, "ParallelConfig"> {
   }];
   let parameters = (ins
     "int64_t":$dp_replicate, "int64_t":$dp_shard, "int64_t":$cp,
+    FSDP_EnumParameter<"::fsdp::CpCommType",
+                       "context parallelism's K/V exchange">:$cp_comm_type,
     "int64_t":$tp, "int64_t":$ep,
     "::mlir::BoolAttr":$sequence_parallel, "::mlir::BoolAttr":$async_tp,
     FSDP_EnumParameter<"::fsdp::ReshardPolicy",

@@ -53,18 +53,21 @@ defvar NN_InferReturnTypes = [{
 /// written in C++ as `inferTypes`; the verifier checks the written result
 /// types against it. The shape rule comes first among the traits, so that
 /// its error is the only one a broken op gets.
-class NN_OpBase<string mnemonic, list<Trait> traits>
-    : Op<NN_Dialect, mnemonic,
-         !listconcat([NN_ShapeRuleOpInterface, Pure], traits)> {
-  /// Arguments passes set and graph.json may not (NN_Imported).
-  list<string> internalArgs = [];
-  let extraClassDeclaration = [{
+/// Every nn op's declaration of its shape rule.
+defvar NN_ShapeRuleDeclaration = [{
     /// The op's shape and dtype rule.
     static ::llvm::LogicalResult
     inferTypes(::mlir::MLIRContext *context,
                std::optional<::mlir::Location> location, Adaptor adaptor,
                ::llvm::SmallVectorImpl<::mlir::Type> &results);
-  }];
+}];
+
+class NN_OpBase<string mnemonic, list<Trait> traits>
+    : Op<NN_Dialect, mnemonic,
+         !listconcat([NN_ShapeRuleOpInterface, Pure], traits)> {
+  /// Arguments passes set and graph.json may not (NN_Imported).
+  list<string> internalArgs = [];
+  let extraClassDeclaration = NN_ShapeRuleDeclaration;
 }
 
 class NN_Op<string mnemonic, list<Trait> traits = []>
@@ -389,7 +392,7 @@ def NN_RotaryOp : NN_Op<"rotary", [NN_Imported,
 }
 
 def NN_AttentionOp : NN_Op<"attention", [NN_Imported, 
-    RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64", 4>,
+    RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64", 5>,
     NN_Differentiable, NN_Costed, NN_RematSaved,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
     DeclareOpInterfaceMethods<NN_MultiHeadOpInterface>]> {
@@ -399,12 +402,16 @@ def NN_AttentionOp : NN_Op<"attention", [NN_Imported,
     `query` `[B, S, Nq, D]`, `key` `[B, Skv, Nkv, D]`, `value`
     `[B, Skv, Nkv, Dv]` with `Nq % Nkv == 0` (query head `h` reads KV head
     `h / (Nq / Nkv)`); the result is `[B, S, Nq, Dv]`. `scale` defaults to
-    `1/sqrt(D)`. With `causal`, query `i` sees keys `j <= p_i`; a
-    `sliding_window` `W` (which requires `causal`) further needs
-    `p_i - j < W`. `p_i` is query `i`'s index in the key sequence:
-    `positions[b, i]` when the optional `positions` `[B, S]` (i64) is given,
-    else `i`. Context parallelism gives it: a rank's queries are two chunks
-    of the sequence, the keys all of it (`fsdp-context-parallel`).
+    `1/sqrt(D)`. With `causal`, query `i` sees keys `j` with `k_j <= p_i`;
+    a `sliding_window` `W` (which requires `causal`) further needs
+    `p_i - k_j < W`. `positions` holds none, one or two i64 tensors: the
+    queries' `[B, S]`, then the keys' `[B, Skv]` (ascending along each
+    row), `p_i = positions[0][b, i]` and `k_j = positions[1][b, j]`; an
+    absent one means `i` and `j`. Context parallelism gives
+    them (`fsdp-context-parallel`): a rank's queries are two chunks of the
+    sequence and the keys all of it (`all_gather`) or one rank's two chunks
+    at a time (`p2p`). A query that sees no key gets a zero row and a
+    `logsumexp` of `-inf`.
 
     The second result, `logsumexp` `[B, Nq, S]` f32, is each query's softmax
     statistic `log Σ_j exp(score_ij)` over the keys it sees: the backward
@@ -420,13 +427,51 @@ def NN_AttentionOp : NN_Op<"attention", [NN_Imported,
   }];
   let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                             NN_FloatTensor:$value,
-                            Optional<RankedTensorOf<[I64]>>:$positions,
+                            Variadic<RankedTensorOf<[I64]>>:$positions,
                             UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
                             OptionalAttr<F64Attr>:$scale), NN_Path);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$logsumexp);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDeclaration = !strconcat(NN_ShapeRuleDeclaration, [{
+    /// The queries' positions, or null.
+    ::mlir::Value getQueryPositions() {
+      return getPositions().empty() ? ::mlir::Value() : getPositions()[0];
+    }
+    /// The keys' positions, or null.
+    ::mlir::Value getKeyPositions() {
+      return getPositions().size() < 2 ? ::mlir::Value() : getPositions()[1];
+    }
+  }]);
+}
+
+def NN_AttentionCombineOp : NN_Op<"attention_combine", [
+    RuntimeOutCall<"fsdp_op_attention_combine">, NN_Differentiable]> {
+  let summary = "One attention from two over disjoint keys, by log-sum-exp";
+  let description = [{
+    The results (`[B, S, Nq, Dv]`) and statistics (`[B, Nq, S]`) of two
+    attentions of the same queries over disjoint sets of keys give the
+    attention over their union: `lse = log(exp(lse_a) + exp(lse_b))` and
+    `result = exp(lse_a − lse) · result_a + exp(lse_b − lse) · result_b`.
+    A query neither saw (both `-inf`) keeps `-inf` and a zero row. Ring
+    attention (`cp_comm_type = "p2p"`) combines each block's partial
+    attention into the running one this way.
+
+    ```mlir
+    %o, %lse = nn.attention_combine %o0, %lse0, %o1, %lse1
+        : (tensor<2x8x4x16xf32>, tensor<2x4x8xf32>, tensor<2x8x4x16xf32>,
+           tensor<2x4x8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x4x8xf32>)
+    ```
+  }];
+  let arguments = !con((ins NN_FloatTensor:$result_a,
+                            NN_FloatTensor:$logsumexp_a,
+                            NN_FloatTensor:$result_b,
+                            NN_FloatTensor:$logsumexp_b), NN_Path);
+  let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$logsumexp);
+  let assemblyFormat = [{
+    $result_a `,` $logsumexp_a `,` $result_b `,` $logsumexp_b attr-dict `:` functional-type(operands, results)
   }];
 }
 
@@ -664,8 +709,8 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
 }
 
 def NN_AttentionGradOp : NN_Op<"attention_grad", [
-    RuntimeOutCall<"fsdp_op_attention_grad", "causal:bool sliding_window:int scale:f64", 7>,
-    NN_Costed]> {
+    RuntimeOutCall<"fsdp_op_attention_grad", "causal:bool sliding_window:int scale:f64">,
+    AttrSizedOperandSegments, NN_Costed]> {
   let summary = "Gradients of attention w.r.t. query, key and value";
   let description = [{
     Rebuilds the attention probabilities from `query`, `key` and the
@@ -675,20 +720,51 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [
     a KV head's gradient sums over the query heads that read it. `output`
     is the forward's result, which the backward's row sums
     `Σ_j P·dP = rowsum(grad ∘ output)` can read instead of recomputing it
-    (the CUDA backend's flash kernels do). `positions` is the forward's.
+    (the CUDA backend's flash kernels do). `positions` and `key_positions`
+    are the forward's `positions`. `logsumexp_grad` (`[B, Nq, S]`, when something
+    consumed the forward's statistics: `nn.attention_combine`) adds
+    `dLSE_i · P_ij` to each score's gradient.
   }];
   let arguments = !con((ins NN_FloatTensor:$query, NN_FloatTensor:$key,
                             NN_FloatTensor:$value, NN_FloatTensor:$output,
                             NN_FloatTensor:$logsumexp,
                             NN_FloatTensor:$grad,
+                            Optional<NN_FloatTensor>:$logsumexp_grad,
                             Optional<RankedTensorOf<[I64]>>:$positions,
+                            Optional<RankedTensorOf<[I64]>>:$key_positions,
                             UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
                             OptionalAttr<F64Attr>:$scale), NN_Path);
   let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad,
                       NN_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $output `,` $logsumexp `,` $grad (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
+    $query `,` $key `,` $value `,` $output `,` $logsumexp `,` $grad (`logsumexp_grad` $logsumexp_grad^)? (`positions` $positions^)? (`key_positions` $key_positions^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def NN_AttentionCombineGradOp : NN_Op<"attention_combine_grad", [
+    RuntimeOutCall<"fsdp_op_attention_combine_grad", "", 8>]> {
+  let summary = "Gradients of attention_combine";
+  let description = [{
+    From the forward's operands, its `result` and `logsumexp`, and the
+    gradients `grad` of its result and (optionally) `logsumexp_grad` of its
+    statistics: with `w_x = exp(lse_x − lse)`, `result_x` gets `w_x · grad`
+    and `lse_x` gets `w_x · (dLSE + Σ_d grad · (result_x − result))`.
+  }];
+  let arguments = !con((ins NN_FloatTensor:$result_a,
+                            NN_FloatTensor:$logsumexp_a,
+                            NN_FloatTensor:$result_b,
+                            NN_FloatTensor:$logsumexp_b,
+                            NN_FloatTensor:$result, NN_FloatTensor:$logsumexp,
+                            NN_FloatTensor:$grad,
+                            Optional<NN_FloatTensor>:$logsumexp_grad),
+                       NN_Path);
+  let results = (outs NN_FloatTensor:$result_a_grad,
+                      NN_FloatTensor:$logsumexp_a_grad,
+                      NN_FloatTensor:$result_b_grad,
+                      NN_FloatTensor:$logsumexp_b_grad);
+  let assemblyFormat = [{
+    $result_a `,` $logsumexp_a `,` $result_b `,` $logsumexp_b `,` $result `,` $logsumexp `,` $grad (`logsumexp_grad` $logsumexp_grad^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
