@@ -29,7 +29,7 @@ func.func @forward(%ids: tensor<2x4xi64> {nn.input = "input_ids"},
 }
 
 // CHECK: module attributes {fsdp.parallel = #fsdp.parallel<dp_replicate = 1, dp_shard = 1, cp = 1, cp_comm_type = p2p, tp = 2, ep = 1, sequence_parallel = false, async_tp = false, reshard_after_forward = all_but_last, defer_grad_sync = true, activation_checkpointing = none, activation_memory_budget = 0.000000e+00 : f64, offload_policy = none, forward_prefetch = 1, backward_prefetch = 1, mp_policy = <param = bf16, reduce = f32, output = bf16, cast_forward_inputs = true>>}
-// CHECK: dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, cp_comm_type = p2p, tp = 2)
+// CHECK: dist.mesh @mesh(dp_replicate = 1, dp_shard = 1, cp = 1, tp = 2)
 // CHECK-LABEL: func.func @forward
 // CHECK: nn.embedding {{.*}}dist.tp = #dist.tp<rowwise, input = replicate, output = replicate, use_local_output = true, entry = "model.embed_tokens">
 // CHECK: nn.rms_norm

@@ -39,11 +39,22 @@ CONFIGS = [
      {"tp_size": 8, "sequence_parallel": True,
       "activation_checkpointing": True}, 1, 597.3, None,
      ["h100-sxm", "h100-grand-teton"]),
-    ("Automodel Llama3 70B, FSDP 32 x CP 2 as FSDP 64, GBS 128, GA 2 "
+    ("Automodel Llama3 70B, FSDP 32 x CP 2, GBS 128, GA 2 "
      "(TE, compile, full AC)",
      "llama-3.1-70b", 64, 128, 8192,
-     {"activation_checkpointing": True, "defer_fsdp_grad_sync": False}, 2,
+     {"cp_size": 2, "activation_checkpointing": True,
+      "defer_fsdp_grad_sync": False}, 2,
      866.77, "39.3%", ["h100-sxm"]),
+] + [
+    # torchtitan's Table 2: Llama3 8B on 8 GPUs, FSDP over dp_shard x cp,
+    # local batch 1, full AC (compile and Float8, which we do not model).
+    (f"torchtitan Llama3 8B, FSDP {8 // cp} x CP {cp}, {seq // 1024}K "
+     "(compile, Float8, full AC)",
+     "llama-3.1-8b", 8, 8 // cp, seq,
+     {"cp_size": cp, "activation_checkpointing": True}, 1, tps, None,
+     ["h100-grand-teton"])
+    for cp, seq, tps in ((1, 32768, 3890), (2, 65536, 2540),
+                         (4, 131072, 1071), (8, 262144, 548))
 ]
 
 
@@ -69,8 +80,17 @@ def main():
          hardware) in CONFIGS:
         graph = os.path.join(tmp, f"{model}-{batch // micro}x{seq}.json")
         if not os.path.exists(graph):
-            run([os.path.join(args.bin_dir, "fsdp-graphgen"),
-                 os.path.join(ROOT, "test", "models", model, "config.json"),
+            model_config = os.path.join(ROOT, "test", "models", model,
+                                        "config.json")
+            with open(model_config) as f:
+                hf = json.load(f)
+            if seq > hf["max_position_embeddings"]:
+                # torchtitan trains past the config's context (262K).
+                hf["max_position_embeddings"] = seq
+                model_config = os.path.join(tmp, f"{model}-{seq}.json")
+                with open(model_config, "w") as f:
+                    json.dump(hf, f)
+            run([os.path.join(args.bin_dir, "fsdp-graphgen"), model_config,
                  "--batch", str(batch // micro), "--seq", str(seq),
                  "-o", graph])
         config = os.path.join(tmp, "parallel.json")

@@ -229,8 +229,13 @@ int fsdp_rt_kernel_profile(int max, const char **names, int64_t *calls,
 /// every place where the host waited.
 int64_t fsdp_rt_host_syncs(void);
 
-/// Zeroes the collective, kernel and host-sync counters (not the memory
-/// counters).
+/// Query-key pairs (per head) the forward attention kernels scored since
+/// the last reset: the pairs each call's mask shows, which context
+/// parallelism's load balance makes the same on every rank.
+int64_t fsdp_rt_attention_pairs(void);
+
+/// Zeroes the collective, kernel, host-sync and attention-pair counters
+/// (not the memory counters).
 void fsdp_rt_counters_reset(void);
 
 /// Shares the cores among the `local_ranks` processes of this node: each

@@ -20,6 +20,8 @@
 
 #include "Internal.h"
 
+#include "../Common/Counters.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -225,6 +227,16 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
     }
   });
   fo.finish();
+  // The pairs the masks showed, for the load-balance report.
+  int64_t pairs = 0;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    Mask mask = hd.mask(bi);
+    for (int64_t i = 0; i < s; ++i) {
+      KeyRange own = mask.of(i);
+      pairs += own.last - own.first;
+    }
+  }
+  fsdp::rt::counters::addAttentionPairs(pairs * nq);
 }
 
 void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,

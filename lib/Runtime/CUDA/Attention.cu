@@ -36,6 +36,9 @@
 
 #include "AttentionGemm.cuh"
 
+#include "../Common/Counters.h"
+
+#include <algorithm>
 #include <cmath>
 
 using namespace fsdp::rt::cuda;
@@ -370,6 +373,13 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   requireOneSequence(scope.name(), s, skv, positions, key_positions);
   if (b == 0 || s == 0 || nq == 0)
     return;
+  // The pairs the mask shows (AttentionGemm.cuh's rule), for the report.
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < s; ++i) {
+    int64_t first = sliding_window > 0 ? std::max<int64_t>(0, i - sliding_window + 1) : 0;
+    pairs += (causal ? i + 1 : s) - first;
+  }
+  fsdp::rt::counters::addAttentionPairs(pairs * b * nq);
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
   AttentionPath path = attentionPath();
   if (path == AttentionPath::Flash &&

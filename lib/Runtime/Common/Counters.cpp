@@ -17,6 +17,7 @@ std::atomic<int64_t> collectiveCalls[FSDP_RT_NUM_COLLECTIVE_KINDS][kNumMasks];
 std::atomic<int64_t> kernelNanos[FSDP_RT_NUM_KERNEL_CLASSES];
 std::atomic<int64_t> kernelCalls[FSDP_RT_NUM_KERNEL_CLASSES];
 std::atomic<int64_t> hostSyncs{0};
+std::atomic<int64_t> attentionPairs{0};
 } // namespace
 
 void fsdp::rt::counters::addKernelCall(fsdp_rt_kernel_class cls) {
@@ -30,6 +31,10 @@ void fsdp::rt::counters::addKernelTime(fsdp_rt_kernel_class cls,
 }
 
 void fsdp::rt::counters::addHostSync() { hostSyncs += 1; }
+
+void fsdp::rt::counters::addAttentionPairs(int64_t pairs) {
+  attentionPairs += pairs;
+}
 
 int64_t fsdp::rt::counters::kernelTime(fsdp_rt_kernel_class cls) {
   return kernelNanos[cls].load();
@@ -47,6 +52,7 @@ void fsdp::rt::counters::reset() {
   for (auto &c : kernelCalls)
     c = 0;
   hostSyncs = 0;
+  attentionPairs = 0;
   profileReset();
 }
 
@@ -71,6 +77,8 @@ int64_t fsdp_rt_kernel_calls(fsdp_rt_kernel_class cls) {
 }
 
 int64_t fsdp_rt_host_syncs(void) { return hostSyncs.load(); }
+
+int64_t fsdp_rt_attention_pairs(void) { return attentionPairs.load(); }
 
 size_t fsdp_rt_dtype_size(fsdp_rt_dtype dtype) {
   switch (dtype) {

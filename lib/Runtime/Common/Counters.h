@@ -30,6 +30,8 @@ void addKernelCall(fsdp_rt_kernel_class cls);
 void addKernelTime(fsdp_rt_kernel_class cls, const char *name, int64_t nanos);
 /// One wait of the host for the backend.
 void addHostSync();
+/// `pairs` query-key pairs scored by a forward attention.
+void addAttentionPairs(int64_t pairs);
 /// The kernel time counted for `cls` so far.
 int64_t kernelTime(fsdp_rt_kernel_class cls);
 /// Zeroes every counter and the profile (fsdp_rt_counters_reset).

@@ -435,7 +435,8 @@ void dumpTensors(const fsdp_program &p, const std::string &dir, DumpPart part);
 /// group's first call; then drops the queue's references.
 void applyDeferredUpdates(fsdp_program &p);
 /// Prints memory, kernel time and collective traffic (rank 0).
-void printReport(const fsdp_program &p);
+void printReport(const fsdp_program &p,
+                 const std::vector<int64_t> &attentionPairs);
 
 /// CPU offload's optimizer on the host's cores (HostOptimizer.cpp). When
 /// the program asks for it (fsdp_prog_optimizer_on_host_cores) and the

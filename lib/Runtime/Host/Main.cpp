@@ -500,8 +500,16 @@ void TrainingRun::finish() {
   if (!o.save.empty() && lastSaved != state.step)
     save();
   MPI_Barrier(MPI_COMM_WORLD);
-  if (o.report && p.worldRank == 0)
-    printReport(p);
+  if (o.report) {
+    // Every rank's attention pairs, for the load balance of context
+    // parallelism.
+    std::vector<int64_t> mine(size_t(p.worldSize), 0), all(mine.size());
+    mine[size_t(p.worldRank)] = fsdp_rt_attention_pairs();
+    MPI_Allreduce(mine.data(), all.data(), p.worldSize, MPI_INT64_T, MPI_SUM,
+                  MPI_COMM_WORLD);
+    if (p.worldRank == 0)
+      printReport(p, all);
+  }
   for (fsdp_tensor *t : recordedOutputs)
     fsdp_release(t);
   // Before the communicators go: NCCL's destroy waits for every recording

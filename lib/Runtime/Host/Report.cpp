@@ -123,7 +123,8 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir,
   std::fclose(shards);
 }
 
-void fsdp::host::printReport(const fsdp_program &p) {
+void fsdp::host::printReport(const fsdp_program &p,
+                             const std::vector<int64_t> &attentionPairs) {
   static const char *kernelNames[] = {
       "gemm",    "elementwise", "norm",      "rotary",        "attention",
       "softmax", "loss",        "embedding", "data_movement", "optimizer"};
@@ -157,6 +158,15 @@ void fsdp::host::printReport(const fsdp_program &p) {
                 "kernel and collective counts below are of the steps run as "
                 "calls and the recording\n",
                 (long long)p.graphReplays, (long long)p.stepsRun);
+  // Query-key pairs per head the forward attentions scored, per step and
+  // rank: context parallelism's load balance.
+  if (!attentionPairs.empty() && attentionPairs.front() > 0) {
+    std::printf("attention pairs per step, by rank:");
+    for (int64_t pairs : attentionPairs)
+      std::printf(" %lld",
+                  (long long)(pairs / std::max<int64_t>(1, p.stepsRun)));
+    std::printf("\n");
+  }
   std::printf("%-16s %10s %12s\n", "kernel class", "calls", "time (ms)");
   for (int c = 0; c < FSDP_RT_NUM_KERNEL_CLASSES; ++c) {
     auto cls = fsdp_rt_kernel_class(c);
