@@ -565,6 +565,15 @@ LogicalResult TrainStep::reportRemat() {
 /// (identical on its ranks) counts once. Parameters split the same way
 /// share one all-reduce.
 Value TrainStep::gradSumSquares() {
+  dist::MeshOp mesh = dist::findMesh(pass.getOperation());
+  auto meshIndex = [&](StringAttr axis) {
+    ArrayAttr names = mesh ? mesh.getAxes() : ArrayAttr();
+    for (auto [i, name] : llvm::enumerate(names ? names.getValue()
+                                                : ArrayRef<Attribute>()))
+      if (name == axis)
+        return i;
+    return size_t(~0);
+  };
   llvm::MapVector<ArrayAttr, Value> partials;
   for (auto [k, g] : llvm::enumerate(paramGrads)) {
     SmallVector<Attribute> axes;
@@ -573,8 +582,9 @@ Value TrainStep::gradSumSquares() {
       for (unsigned d = 0; d < sharding.getDims().size(); ++d)
         for (StringRef axis : sharding.getDimAxes(d))
           axes.push_back(b.getStringAttr(axis));
-    llvm::sort(axes, [](Attribute x, Attribute y) {
-      return cast<StringAttr>(x).getValue() < cast<StringAttr>(y).getValue();
+    // In the mesh's order, as the runtime orders a group's ranks.
+    llvm::sort(axes, [&](Attribute x, Attribute y) {
+      return meshIndex(cast<StringAttr>(x)) < meshIndex(cast<StringAttr>(y));
     });
     // Each parameter's share of the norm carries the parameter's name as
     // its path, so that the lowering sees which layer it belongs to.

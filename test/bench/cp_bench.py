@@ -1,0 +1,142 @@
+"""Context-parallel benchmark.
+
+1. One training step of a 2-rank cp 2 program on a long sequence, ring
+   attention (p2p) against all_gather, f32, with the runtime's
+   communication thread; runs interleaved. Prints the median step time,
+   the exposed (waited) cp communication per step and, with --simulate,
+   the simulator's prediction of the same scheduled programs on that
+   hardware.
+2. With --long-context, the compile-only long-context configurations of
+   issue 41: Llama-3.1-8B at 131,072 tokens on 8 ranks (cp 8) and
+   Llama-3.1-70B at 131,072 tokens on 64 ranks (tp 8 x cp 8, SP), full
+   activation checkpointing, bf16: compile time and estimated peak per
+   rank.
+
+    /usr/bin/python3 test/bench/cp_bench.py --bin-dir build/bin \\
+        --config test/bench/small-llama.json --seq 2048 \\
+        --simulate docs/hardware/h100-sxm.json --long-context
+"""
+
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+import benchutil
+from benchutil import F32, run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def exposed_cp(out):
+    """The waited cp communication per step of a --report, ms."""
+    row = re.search(r"^\{cp\}\s+\S+\s+\S+\s+(\S+)$", out, re.M)
+    return float(row.group(1)) if row else 0.0
+
+
+def ring_against_gather(args, tmp, graph):
+    variants, predicted = [], {}
+    for comm in ("p2p", "all_gather"):
+        parallel = os.path.join(tmp, f"{comm}.json")
+        json.dump(dict(F32, cp_size=2, cp_comm_type=comm),
+                  open(parallel, "w"))
+        exe = os.path.join(tmp, comm)
+        cmd = [os.path.join(args.bin_dir, "fsdp-compile"), graph,
+               "--parallel", parallel, "--world-size", "2",
+               "--passes=fsdp-build-train-step"]
+        run(cmd + ["-o", exe])
+        variants.append((comm, exe))
+        if args.simulate:
+            out = run(cmd + ["--simulate", args.simulate, "--source-only",
+                             "--emit-source", exe + ".cpp"])
+            cp_row = re.search(
+                r"^\{cp\}\s+\S+(?:\s+\S+)?\s+\S+\s+\S+\s+(\S+)$", out, re.M)
+            predicted[comm] = (
+                float(re.search(r"^step time\s+(\S+) ms", out,
+                                re.M).group(1)),
+                float(cp_row.group(1)) if cp_row else 0.0)
+    times = {comm: [] for comm, _ in variants}
+    exposed = {comm: [] for comm, _ in variants}
+    for _ in range(args.rounds):
+        for comm, exe in variants:
+            out = run(["mpirun", "--allow-run-as-root", "--oversubscribe",
+                       "-np", "2", exe, "--steps", str(args.steps),
+                       "--report"])
+            times[comm] += benchutil.step_times(out)
+            exposed[comm].append(exposed_cp(out))
+    sim = (f" {'predicted ms':>13} {'pred. exposed cp ms':>20}"
+           if args.simulate else "")
+    print(f"cp 2, batch {args.batch} x {args.seq} tokens, "
+          f"{os.path.basename(args.config)}")
+    print(f"{'cp_comm_type':>12} {'step ms':>9} {'vs all_gather':>14} "
+          f"{'exposed cp ms/step':>19}" + sim)
+    base = statistics.median(times["all_gather"])
+    for comm, _ in variants:
+        t = statistics.median(times[comm])
+        line = (f"{comm:>12} {t:9.1f} {base / t:14.3f} "
+                f"{statistics.median(exposed[comm]):19.1f}")
+        if args.simulate:
+            line += f" {predicted[comm][0]:13.3f} {predicted[comm][1]:20.3f}"
+        print(line)
+
+
+def long_context(args, tmp):
+    print("long context, compile-only (bf16, full activation checkpointing)")
+    print(f"{'model':>14} {'tokens':>8} {'ranks':>6} {'mesh':>12} "
+          f"{'compile s':>10} {'est. peak GiB':>14}")
+    for model, ranks, parallel in (
+            ("llama-3.1-8b", 8, {"cp_size": 8}),
+            ("llama-3.1-70b", 64, {"tp_size": 8, "cp_size": 8,
+                                   "sequence_parallel": True})):
+        graph = os.path.join(tmp, f"{model}.json")
+        run([os.path.join(args.bin_dir, "fsdp-graphgen"),
+             os.path.join(ROOT, "test", "models", model, "config.json"),
+             "--batch", "1", "--seq", "131072", "-o", graph])
+        config = os.path.join(tmp, f"{model}-parallel.json")
+        json.dump(dict(parallel, activation_checkpointing=True),
+                  open(config, "w"))
+        start = time.perf_counter()
+        out = run([os.path.join(args.bin_dir, "fsdp-compile"), graph,
+                   "--parallel", config, "--world-size", str(ranks),
+                   "--passes=fsdp-build-train-step", "--report",
+                   "--source-only", "--emit-source",
+                   os.path.join(tmp, f"{model}.cpp")])
+        seconds = time.perf_counter() - start
+        peak = int(re.search(r"^estimated peak\s+(\d+)", out,
+                             re.M).group(1)) / 2**30
+        mesh = " x ".join(f"{k[:2]} {v}" for k, v in parallel.items()
+                          if k.endswith("_size"))
+        print(f"{model:>14} {131072:8} {ranks:6} {mesh:>12} "
+              f"{seconds:10.2f} {peak:14.1f}")
+
+
+def main():
+    parser = benchutil.parser(__doc__, batch=1, seq=2048, steps=3,
+                              config=os.path.join(ROOT, "test", "bench",
+                                                  "small-llama.json"))
+    parser.add_argument("--simulate", metavar="HW.json")
+    parser.add_argument("--long-context", action="store_true")
+    args = benchutil.parse_steps(parser)
+    with open(args.config) as f:
+        hf = json.load(f)
+    if args.seq > hf.get("max_position_embeddings", args.seq):
+        # A long sequence for a small model: raise its context.
+        hf["max_position_embeddings"] = args.seq
+        long_config = os.path.join(
+            os.environ.get("TMPDIR", "/tmp"),
+            f"cp-bench-{os.getpid()}-config.json")
+        with open(long_config, "w") as f:
+            json.dump(hf, f)
+        args.config = long_config
+    tmp, graph = benchutil.graph(args, "cp-bench-")
+    ring_against_gather(args, tmp, graph)
+    if args.long_context:
+        long_context(args, tmp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
