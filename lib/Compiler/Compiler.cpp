@@ -331,8 +331,7 @@ fsdp::compileProgram(MLIRContext &context, llvm::SourceMgr &sourceMgr,
   if (failed(pm.run(*module)))
     return failure();
   if (options.target == "cuda" && cp > 1 && !options.sourceOnly)
-    return reportError("--target cuda: context parallelism (cp = " +
-                       Twine(cp) +
+    return reportError("--target cuda: context parallelism (cp = " + Twine(cp) +
                        ") runs on the CPU runtime only: the CUDA attention "
                        "kernels take no positions yet");
   if (!options.mpi && result.worldSize != 1)

@@ -96,7 +96,8 @@ void fsdp::registerPipeline() {
   registerPassPipeline(
       "fsdp-pipeline",
       "Graph to per-rank program to runtime calls: fsdp-tp-plan, "
-      "fsdp-partition, fsdp-context-parallel and fsdp-shard when a parallel option is given, the "
+      "fsdp-partition, fsdp-context-parallel and fsdp-shard when a parallel "
+      "option is given, the "
       "`step` passes, fsdp-schedule when parallel, the reports, "
       "fsdp-lower-to-runtime",
       [](OpPassManager &pm, StringRef text,

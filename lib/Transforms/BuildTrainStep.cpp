@@ -568,8 +568,8 @@ Value TrainStep::gradSumSquares() {
   dist::MeshOp mesh = dist::findMesh(pass.getOperation());
   auto meshIndex = [&](StringAttr axis) {
     ArrayAttr names = mesh ? mesh.getAxes() : ArrayAttr();
-    for (auto [i, name] : llvm::enumerate(names ? names.getValue()
-                                                : ArrayRef<Attribute>()))
+    for (auto [i, name] :
+         llvm::enumerate(names ? names.getValue() : ArrayRef<Attribute>()))
       if (name == axis)
         return i;
     return size_t(~0);

@@ -51,8 +51,7 @@ struct ContextParallelPass
 /// The dim of `to` that holds `from`'s dim `dim` whole, with whole dims
 /// before and after it (`[B, S, H]` to `[B, S, N, D]` or `[B·S, H]`), so
 /// that shrinking `dim` shrinks it by the same factor; -1 when none does.
-int64_t reshapedDim(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
-                    int64_t dim) {
+int64_t reshapedDim(ArrayRef<int64_t> from, ArrayRef<int64_t> to, int64_t dim) {
   int64_t before = 1;
   for (int64_t d = 0; d < dim; ++d)
     before *= from[d];
@@ -72,8 +71,8 @@ class SequenceSplitter {
 public:
   SequenceSplitter(ContextParallelPass &pass, func::FuncOp forward,
                    dist::MeshOp mesh, int64_t cp, CpCommType commType)
-      : pass(pass), forward(forward), context(forward.getContext()),
-        b(context), cp(cp), commType(commType),
+      : pass(pass), forward(forward), context(forward.getContext()), b(context),
+        cp(cp), commType(commType),
         meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
         cpAxes(b.getStrArrayAttr({"cp"})), body(forward.getBody().front()) {}
 
@@ -106,8 +105,7 @@ private:
   /// p2p: cp attentions over the blocks coming round the ring, combined.
   ValueRange ringAttention(nn::AttentionOp attention, Value positions);
   /// The load-balanced split of a sequence dim.
-  dist::ShardingAttr sequenceSharding(int64_t rank, int64_t dim,
-                                      Attribute old);
+  dist::ShardingAttr sequenceSharding(int64_t rank, int64_t dim, Attribute old);
   void finish();
 
   ContextParallelPass &pass;
@@ -126,12 +124,11 @@ private:
   SmallVector<DictionaryAttr> argAttrs;
   func::FuncOp split;
   IRMapping map;
-  DenseMap<Value, Value> gathered; // a rank's keys → the whole sequence's
+  DenseMap<Value, Value> gathered;  // a rank's keys → the whole sequence's
   SmallVector<Value> ringPositions; // per ring step, its block's positions
 };
 
-dist::ShardingAttr SequenceSplitter::sequenceSharding(int64_t rank,
-                                                      int64_t dim,
+dist::ShardingAttr SequenceSplitter::sequenceSharding(int64_t rank, int64_t dim,
                                                       Attribute old) {
   SmallVector<Attribute> dims(rank, b.getArrayAttr({}));
   SmallVector<int64_t> groups(rank, 1);
@@ -243,28 +240,7 @@ LogicalResult SequenceSplitter::rebuild(Operation &op) {
   if (isa<dist::DistDialect>(op.getDialect())) {
     // A tensor-parallel collective: each result dim shrinks with its
     // operand's (the sequence's, by cp).
-    Operation *copy = b.clone(op, map);
-    if (op.getNumOperands() == 0)
-      return success();
-    RankedTensorType oldIn = tensorOf(op.getOperand(0)),
-                     newIn = tensorOf(operands[0]);
-    for (auto [old, now] : llvm::zip(op.getResults(), copy->getResults())) {
-      auto type = dyn_cast<RankedTensorType>(old.getType());
-      if (!type || type.getRank() != oldIn.getRank())
-        continue;
-      SmallVector<int64_t> shape(type.getShape());
-      for (int64_t d = 0; d < type.getRank(); ++d) {
-        if (oldIn.getDimSize(d) == newIn.getDimSize(d))
-          continue;
-        if ((shape[d] * newIn.getDimSize(d)) % oldIn.getDimSize(d) != 0)
-          return op.emitOpError("cannot follow the context-parallel split of "
-                                "dim ")
-                 << d;
-        shape[d] = shape[d] * newIn.getDimSize(d) / oldIn.getDimSize(d);
-      }
-      now.setType(RankedTensorType::get(shape, type.getElementType()));
-    }
-    return success();
+    return followOperandSplit(&op, b.clone(op, map));
   }
   if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>())
     return op.emitOpError("cannot be context-parallel (not an nn op)");
@@ -327,8 +303,8 @@ ValueRange SequenceSplitter::gatheredAttention(nn::AttentionOp attention,
   StringAttr path = attention.getPathAttr();
   Value key = gatherSequence(map.lookup(attention.getKey()), loc, path);
   Value value = gatherSequence(map.lookup(attention.getValue()), loc, path);
-  return attentionOver(attention, map.lookup(attention.getQuery()), key,
-                       value, positions, Value())
+  return attentionOver(attention, map.lookup(attention.getQuery()), key, value,
+                       positions, Value())
       ->getResults();
 }
 
@@ -390,8 +366,9 @@ void SequenceSplitter::finish() {
     RankedTensorType now = tensorOf(v), old = tensorOf(ret.getOperand(i));
     for (int64_t d = 0; d < now.getRank(); ++d)
       if (now.getDimSize(d) != old.getDimSize(d))
-        attrs.set("dist.sharding", sequenceSharding(now.getRank(), d,
-                                                    attrs.get("dist.sharding")));
+        attrs.set(
+            "dist.sharding",
+            sequenceSharding(now.getRank(), d, attrs.get("dist.sharding")));
     resultAttrs.push_back(attrs.getDictionary(context));
   }
   replaceFunction(b, forward, split, ret.getLoc(), results, argAttrs,

@@ -326,20 +326,8 @@ LogicalResult Sharder::rewriteBody() {
           return op.emitOpError("works on dim 0, which the data-parallel "
                                 "split also splits");
         }
-      Operation *copy = b.clone(op, map);
-      for (auto [old, now] : llvm::zip(op.getResults(), copy->getResults())) {
-        auto type = dyn_cast<RankedTensorType>(old.getType());
-        bool batched = llvm::any_of(op.getOperands(), [&](Value v) {
-          return tensorOf(v).getRank() > 0 &&
-                 tensorOf(map.lookup(v)).getDimSize(0) !=
-                     tensorOf(v).getDimSize(0);
-        });
-        if (type && type.getRank() > 0 && batched) {
-          SmallVector<int64_t> shape(type.getShape());
-          shape[0] /= ranks;
-          now.setType(RankedTensorType::get(shape, type.getElementType()));
-        }
-      }
+      if (failed(followOperandSplit(&op, b.clone(op, map))))
+        return failure();
       continue;
     }
     if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>()) {

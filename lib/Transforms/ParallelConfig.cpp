@@ -178,8 +178,7 @@ ParallelConfigPass::attributeOf(const ParallelConfig &parallel,
   auto [forwardDepth, backwardDepth] = parallel.scheduleDepths();
   return ParallelConfigAttr::get(
       context, sizes.dpReplicate, sizes.dpShard, sizes.cp, parallel.cpCommType,
-      sizes.tp,
-      parallel.epSize, b.getBoolAttr(parallel.sequenceParallel),
+      sizes.tp, parallel.epSize, b.getBoolAttr(parallel.sequenceParallel),
       b.getBoolAttr(parallel.asyncTP), parallel.reshardAfterForward,
       b.getBoolAttr(parallel.deferGradSync), parallel.activationCheckpointing,
       b.getF64FloatAttr(parallel.activationMemoryBudget),

@@ -80,3 +80,29 @@ fsdp::writePassReport(Operation *op, JsonReport *report, StringRef member,
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(json))) << "\n";
   });
 }
+
+LogicalResult fsdp::followOperandSplit(Operation *op, Operation *copy) {
+  if (op->getNumOperands() == 0)
+    return success();
+  auto oldIn = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  auto newIn = dyn_cast<RankedTensorType>(copy->getOperand(0).getType());
+  if (!oldIn || !newIn)
+    return success();
+  for (auto [old, now] : llvm::zip(op->getResults(), copy->getResults())) {
+    auto type = dyn_cast<RankedTensorType>(old.getType());
+    if (!type || type.getRank() != oldIn.getRank())
+      continue;
+    SmallVector<int64_t> shape(type.getShape());
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      if (oldIn.getDimSize(d) == newIn.getDimSize(d))
+        continue;
+      if ((shape[d] * newIn.getDimSize(d)) % oldIn.getDimSize(d) != 0)
+        return op->emitOpError("cannot follow the split of its operand's dim ")
+               << d << " (" << oldIn.getDimSize(d) << " to "
+               << newIn.getDimSize(d) << ")";
+      shape[d] = shape[d] * newIn.getDimSize(d) / oldIn.getDimSize(d);
+    }
+    now.setType(RankedTensorType::get(shape, type.getElementType()));
+  }
+  return success();
+}

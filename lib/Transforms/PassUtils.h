@@ -31,6 +31,14 @@ void replaceFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
                      llvm::ArrayRef<mlir::DictionaryAttr> argAttrs,
                      llvm::ArrayRef<mlir::DictionaryAttr> resultAttrs);
 
+/// For a collective `op` cloned as `copy` onto operands whose dims shrank
+/// (the batch split over data-parallel ranks, the sequence over cp): gives
+/// each of `copy`'s results of operand 0's rank the old result's shape,
+/// each dim scaled as operand 0's same dim was. Fails, with an error at
+/// `op`, where a dim does not scale evenly.
+llvm::LogicalResult followOperandSplit(mlir::Operation *op,
+                                       mlir::Operation *copy);
+
 /// The decoder layer a parameter name or module path belongs to: its first
 /// element of a module list, `<path>.<name>.<index>` (`model.layers.3.mlp.
 /// up_proj.weight` and `model.layers.3` give `model.layers.3`; GPT-2's

@@ -4,7 +4,8 @@
 #     bit for bit, and the step's logits and loss equal transformers' forward
 #     of the same model (float64) within 1e-6;
 #   - on each --case mesh, every rank's blocks equal the 1-rank parameters
-#     bit for bit;
+#     bit for bit, and with --outputs its step's loss, logits and gradients
+#     equal the 1-rank step's within 1e-5;
 #   - with --consolidate, a checkpoint trained from those weights on the last
 #     case's mesh consolidates into a model.safetensors that transformers'
 #     from_pretrained loads, equal bit for bit to what the program holds;
@@ -14,6 +15,7 @@
 # Usage: HF_PYTHON hf_load.py CONFIG.json --work DIR --bin DIR --mpirun M
 #            [--dtype f32|bf16] [--shard-size 60KB] [--batch 4]
 #            [--case LABEL RANKS FLAGS ...] [--consolidate] [--errors]
+#            [--outputs]
 
 import argparse
 import json
@@ -54,6 +56,9 @@ def main():
     parser.add_argument("--case", nargs=3, action="append", default=[])
     parser.add_argument("--consolidate", action="store_true")
     parser.add_argument("--errors", action="store_true")
+    parser.add_argument("--outputs", action="store_true",
+                        help="also compare each case's step (loss, logits, "
+                             "gradients) with the 1-rank one within 1e-5")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     mpirun = shlex.split(args.mpirun)
@@ -128,20 +133,29 @@ def main():
     print(f"{'FAIL ' if bad else ''}1 rank vs transformers: logits "
           f"max_rel_err {e1:.3e}, loss rel_err {e2:.3e}")
 
-    # Every other mesh: blocks equal to the 1-rank parameters.
-    for label, ranks, flags in args.case:
-        name = "".join(c if c.isalnum() else "_" for c in label)
-        many = load_and_dump(name, int(ranks), shlex.split(flags))
+    def compare(label, many, ranks, rtol, skip):
+        """Prints compare_ranks.py's verdict on `many`; True on failure."""
         result = run([sys.executable,
                       os.path.join(os.path.dirname(__file__),
                                    "compare_ranks.py"), one, many,
-                      "--ranks", ranks, "--rtol", "0", "--skip", SKIP],
+                      "--ranks", ranks, "--rtol", rtol, "--skip", skip],
                      ok=False)
         line = (result.stdout + result.stderr).strip().splitlines()
         print(f"{label}: {line[0]}")
         for extra in line[1:]:
             print(f"  {extra}")
-        failed |= result.returncode != 0
+        return result.returncode != 0
+
+    # Every other mesh: blocks equal to the 1-rank parameters; with
+    # --outputs its step equals the 1-rank one, itself transformers'.
+    for label, ranks, flags in args.case:
+        name = "".join(c if c.isalnum() else "_" for c in label)
+        many = load_and_dump(name, int(ranks), shlex.split(flags))
+        failed |= compare(label, many, ranks, "0", SKIP)
+        if args.outputs:
+            failed |= compare(f"{label} step (loss, logits, gradients)",
+                              many, ranks, "1e-5",
+                              "updated.,lr,grad_sum_squares,optimizer_step")
 
     if args.consolidate and args.case:
         label, ranks, flags = args.case[-1]

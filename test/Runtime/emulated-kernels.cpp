@@ -149,12 +149,12 @@ template <typename E, int D> bool run(const Case &c) {
   Bits out(nqElems), dq(nqElems), dk(nkvElems), dv(nkvElems);
   std::vector<float> lse(nStat);
   fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), c.b, c.s, c.s,
-                    c.nq, c.nkv, D, D, nullptr, nullptr, c.causal, c.window, c.scale, out.data(),
-                    lse.data());
+                    c.nq, c.nkv, D, D, nullptr, nullptr, c.causal, c.window,
+                    c.scale, out.data(), lse.data());
   fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), out.data(),
-                         lse.data(), dout.data(), nullptr, c.b, c.s, c.s, c.nq, c.nkv,
-                         D, D, nullptr, nullptr, c.causal, c.window, c.scale, dq.data(), dk.data(),
-                         dv.data());
+                         lse.data(), dout.data(), nullptr, c.b, c.s, c.s, c.nq,
+                         c.nkv, D, D, nullptr, nullptr, c.causal, c.window,
+                         c.scale, dq.data(), dk.data(), dv.data());
 
   // The flash kernels on the emulator.
   Bits fout(nqElems, 0xffff), fdq(nqElems, 0xffff), fdk(nkvElems, 0xffff),

@@ -362,11 +362,13 @@ void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *dout, fsdp_tensor *dlse,
                             fsdp_tensor *positions, fsdp_tensor *key_positions,
                             bool causal, int64_t sliding_window, double scale);
-void fsdp_op_attention_combine_grad(
-    fsdp_program *p, fsdp_tensor *dout_a, fsdp_tensor *dlse_a,
-    fsdp_tensor *dout_b, fsdp_tensor *dlse_b, fsdp_tensor *out_a,
-    fsdp_tensor *lse_a, fsdp_tensor *out_b, fsdp_tensor *lse_b,
-    fsdp_tensor *out, fsdp_tensor *lse, fsdp_tensor *dout, fsdp_tensor *dlse);
+void fsdp_op_attention_combine_grad(fsdp_program *p, fsdp_tensor *dout_a,
+                                    fsdp_tensor *dlse_a, fsdp_tensor *dout_b,
+                                    fsdp_tensor *dlse_b, fsdp_tensor *out_a,
+                                    fsdp_tensor *lse_a, fsdp_tensor *out_b,
+                                    fsdp_tensor *lse_b, fsdp_tensor *out,
+                                    fsdp_tensor *lse, fsdp_tensor *dout,
+                                    fsdp_tensor *dlse);
 void fsdp_op_softmax_grad(fsdp_program *p, fsdp_tensor *dx, fsdp_tensor *y,
                           fsdp_tensor *dy, int64_t dim);
 void fsdp_op_embedding_grad(fsdp_program *p, fsdp_tensor *dtable,

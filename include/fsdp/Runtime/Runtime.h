@@ -360,9 +360,9 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 /// e^lse_b), out = e^(lse_a - lse)·out_a + e^(lse_b - lse)·out_b.
 void fsdp_rt_attention_combine(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                const void *out_a, const float *lse_a,
-                               const void *out_b, const float *lse_b,
-                               int64_t b, int64_t s, int64_t nq, int64_t dv,
-                               void *out, float *lse);
+                               const void *out_b, const float *lse_b, int64_t b,
+                               int64_t s, int64_t nq, int64_t dv, void *out,
+                               float *lse);
 
 /// Softmax along `dim` (negative counts from the end).
 void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
@@ -525,12 +525,14 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 /// Gradients of fsdp_rt_attention_combine from dout (and dlse, or NULL):
 /// w_x = e^(lse_x - lse); dout_x = w_x·dout, dlse_x = w_x·(dlse +
 /// Σ_d dout·(out_x - out)).
-void fsdp_rt_attention_combine_grad(
-    fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *out_a,
-    const float *lse_a, const void *out_b, const float *lse_b, const void *out,
-    const float *lse, const void *dout, const float *dlse, int64_t b,
-    int64_t s, int64_t nq, int64_t dv, void *dout_a, float *dlse_a,
-    void *dout_b, float *dlse_b);
+void fsdp_rt_attention_combine_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                                    const void *out_a, const float *lse_a,
+                                    const void *out_b, const float *lse_b,
+                                    const void *out, const float *lse,
+                                    const void *dout, const float *dlse,
+                                    int64_t b, int64_t s, int64_t nq,
+                                    int64_t dv, void *dout_a, float *dlse_a,
+                                    void *dout_b, float *dlse_b);
 
 /// Gradient of fsdp_rt_softmax from its output: dx = y · (dy - Σ y·dy) along
 /// `dim`.

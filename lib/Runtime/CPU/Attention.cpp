@@ -79,8 +79,7 @@ struct Mask {
 /// place, each row over the keys its query sees, and writes each row's
 /// log Σ exp(score) to lse[i - i0] (-inf for a query that sees no key).
 FSDP_VECTORIZE void maskedSoftmax(float *scores, int64_t i0, int64_t i1,
-                                  KeyRange keys, const Mask &mask,
-                                  float *lse) {
+                                  KeyRange keys, const Mask &mask, float *lse) {
   int64_t width = keys.last - keys.first;
   for (int64_t i = i0; i < i1; ++i) {
     float *row = scores + (i - i0) * width;
@@ -152,6 +151,11 @@ struct Heads {
   int causal;
   int64_t window;
   float scale;
+  /// The elements of q, k, v and out.
+  int64_t qElems() const { return b * s * nq * d; }
+  int64_t kElems() const { return b * skv * nkv * d; }
+  int64_t vElems() const { return b * skv * nkv * dv; }
+  int64_t oElems() const { return b * s * nq * dv; }
   int64_t group() const { return nq / nkv; }
   int64_t qOffset(int64_t bi, int64_t h) const { return (bi * s * nq + h) * d; }
   int64_t kOffset(int64_t bi, int64_t g) const {
@@ -171,6 +175,17 @@ struct Heads {
   }
 };
 
+Heads headsOf(int64_t b, int64_t s, int64_t skv, int64_t nq, int64_t nkv,
+              int64_t d, int64_t dv, const int64_t *positions,
+              const int64_t *keyPositions, int causal, int64_t window,
+              double scale) {
+  Heads h = {};
+  h.b = b, h.s = s, h.skv = skv, h.nq = nq, h.nkv = nkv, h.d = d, h.dv = dv;
+  h.positions = positions, h.keyPositions = keyPositions;
+  h.causal = causal, h.window = window, h.scale = float(scale);
+  return h;
+}
+
 /// Runs fn(batch, group) for every (batch, KV group) on the threads.
 template <typename Fn> void forEachGroup(const Heads &h, Fn fn) {
   parallelFor(h.b * h.nkv, 1, [&](int64_t begin, int64_t end) {
@@ -188,12 +203,11 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                        int64_t sliding_window, double scale, void *out,
                        float *lse) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
-  FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * skv * nkv * d),
-      fv(dtype, v, b * skv * nkv * dv);
-  FloatOutput fo(dtype, out, b * s * nq * dv);
-  Heads hd{b,         s,     skv,           nq,     nkv,          d,
-           dv,        positions, key_positions, causal, sliding_window,
-           float(scale)};
+  const Heads hd = headsOf(b, s, skv, nq, nkv, d, dv, positions, key_positions,
+                           causal, sliding_window, scale);
+  FloatInput fq(dtype, q, hd.qElems()), fk(dtype, k, hd.kElems()),
+      fv(dtype, v, hd.vElems());
+  FloatOutput fo(dtype, out, hd.oElems());
   const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get();
   float *po = fo.get();
   forEachGroup(hd, [&](int64_t bi, int64_t g) {
@@ -239,29 +253,25 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
   fsdp::rt::counters::addAttentionPairs(pairs * nq);
 }
 
-void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
-                            const void *k, const void *v,
-                            const void * /*out: Σ P·dP comes from P*/,
-                            const float *lse, const void *dout,
-                            const float *dlse, int64_t b, int64_t s,
-                            int64_t skv, int64_t nq, int64_t nkv, int64_t d,
-                            int64_t dv, const int64_t *positions,
-                            const int64_t *key_positions, int causal,
-                            int64_t sliding_window, double scale, void *dq,
-                            void *dk, void *dvalue) {
+void fsdp_rt_attention_grad(
+    fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q, const void *k,
+    const void *v, const void * /*out: Σ P·dP comes from P*/, const float *lse,
+    const void *dout, const float *dlse, int64_t b, int64_t s, int64_t skv,
+    int64_t nq, int64_t nkv, int64_t d, int64_t dv, const int64_t *positions,
+    const int64_t *key_positions, int causal, int64_t sliding_window,
+    double scale, void *dq, void *dk, void *dvalue) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
-  FloatInput fq(dtype, q, b * s * nq * d), fk(dtype, k, b * skv * nkv * d),
-      fv(dtype, v, b * skv * nkv * dv), fdo(dtype, dout, b * s * nq * dv);
-  FloatOutput fdq(dtype, dq, b * s * nq * d),
-      fdk(dtype, dk, b * skv * nkv * d), fdv(dtype, dvalue, b * skv * nkv * dv);
+  const Heads hd = headsOf(b, s, skv, nq, nkv, d, dv, positions, key_positions,
+                           causal, sliding_window, scale);
+  FloatInput fq(dtype, q, hd.qElems()), fk(dtype, k, hd.kElems()),
+      fv(dtype, v, hd.vElems()), fdo(dtype, dout, hd.oElems());
+  FloatOutput fdq(dtype, dq, hd.qElems()), fdk(dtype, dk, hd.kElems()),
+      fdv(dtype, dvalue, hd.vElems());
   // The query heads of a group add into the same dk and dvalue; a query
   // that sees no key gets a zero gradient.
-  std::fill(fdk.get(), fdk.get() + b * skv * nkv * d, 0.0f);
-  std::fill(fdv.get(), fdv.get() + b * skv * nkv * dv, 0.0f);
-  std::fill(fdq.get(), fdq.get() + b * s * nq * d, 0.0f);
-  Heads hd{b,         s,     skv,           nq,     nkv,          d,
-           dv,        positions, key_positions, causal, sliding_window,
-           float(scale)};
+  std::fill(fdk.get(), fdk.get() + hd.kElems(), 0.0f);
+  std::fill(fdv.get(), fdv.get() + hd.vElems(), 0.0f);
+  std::fill(fdq.get(), fdq.get() + hd.qElems(), 0.0f);
   const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get(), *pdo = fdo.get();
   forEachGroup(hd, [&](int64_t bi, int64_t g) {
     std::vector<float> probs(kRows * skv), dprobs(kRows * skv);
@@ -308,9 +318,9 @@ void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
 
 void fsdp_rt_attention_combine(fsdp_rt_stream, fsdp_rt_dtype dtype,
                                const void *out_a, const float *lse_a,
-                               const void *out_b, const float *lse_b,
-                               int64_t b, int64_t s, int64_t nq, int64_t dv,
-                               void *out, float *lse) {
+                               const void *out_b, const float *lse_b, int64_t b,
+                               int64_t s, int64_t nq, int64_t dv, void *out,
+                               float *lse) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
   int64_t n = b * s * nq * dv;
   FloatInput fa(dtype, out_a, n), fb(dtype, out_b, n);

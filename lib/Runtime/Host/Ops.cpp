@@ -415,8 +415,7 @@ void fsdp_op_attention(fsdp_program *, fsdp_tensor *out, fsdp_tensor *lse,
   c.that(v->type.rank == 4 && v->type.dims[0] == b && v->type.dims[1] == skv &&
              v->type.dims[2] == nkv,
          "v is " + typeString(v->type) + ", expected [" + std::to_string(b) +
-             ", " + std::to_string(skv) + ", " + std::to_string(nkv) +
-             ", Dv]");
+             ", " + std::to_string(skv) + ", " + std::to_string(nkv) + ", Dv]");
   int64_t dv = v->type.dims[3];
   c.sameDtype(out->type, q->type, "result");
   c.shape(out->type, {b, s, nq, dv}, "result");

@@ -146,10 +146,10 @@ void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
                              q->type.dims[0] * q->type.dims[1]),
           "positions must be i64 [B, S] of the queries");
   require("attention_grad",
-          !key_positions || (positions && key_positions->type.dtype ==
-                                              FSDP_RT_I64 &&
-                             numElements(key_positions->type) ==
-                                 k->type.dims[0] * k->type.dims[1]),
+          !key_positions ||
+              (positions && key_positions->type.dtype == FSDP_RT_I64 &&
+               numElements(key_positions->type) ==
+                   k->type.dims[0] * k->type.dims[1]),
           "key_positions must be i64 [B, Skv] of the keys, with positions");
   if (dlse)
     sameType("attention_grad", dlse, lse->type, "logsumexp gradient");
@@ -164,11 +164,13 @@ void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
       sliding_window, scale, dq->data, dk->data, dv->data);
 }
 
-void fsdp_op_attention_combine_grad(
-    fsdp_program *, fsdp_tensor *dout_a, fsdp_tensor *dlse_a,
-    fsdp_tensor *dout_b, fsdp_tensor *dlse_b, fsdp_tensor *out_a,
-    fsdp_tensor *lse_a, fsdp_tensor *out_b, fsdp_tensor *lse_b,
-    fsdp_tensor *out, fsdp_tensor *lse, fsdp_tensor *dout, fsdp_tensor *dlse) {
+void fsdp_op_attention_combine_grad(fsdp_program *, fsdp_tensor *dout_a,
+                                    fsdp_tensor *dlse_a, fsdp_tensor *dout_b,
+                                    fsdp_tensor *dlse_b, fsdp_tensor *out_a,
+                                    fsdp_tensor *lse_a, fsdp_tensor *out_b,
+                                    fsdp_tensor *lse_b, fsdp_tensor *out,
+                                    fsdp_tensor *lse, fsdp_tensor *dout,
+                                    fsdp_tensor *dlse) {
   for (fsdp_tensor *t : {out_b, out, dout, dout_a, dout_b})
     sameType("attention_combine_grad", t, out_a->type, "result");
   for (fsdp_tensor *t : {lse_b, lse, dlse_a, dlse_b})

@@ -188,8 +188,8 @@ LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          << dims.size() << " dims";
     for (int64_t g : groups.asArrayRef())
       if (g < 1 && g != kLoadBalanced)
-        return emitError() << "group counts must be >= 1 or "
-                           << kLoadBalanced << " (load-balanced), got " << g;
+        return emitError() << "group counts must be >= 1 or " << kLoadBalanced
+                           << " (load-balanced), got " << g;
   }
   llvm::StringSet<> used;
   auto useAxes = [&](Attribute list) -> LogicalResult {

@@ -46,10 +46,9 @@ MixedPrecisionPolicyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 LogicalResult ParallelConfigAttr::verify(
     function_ref<InFlightDiagnostic()> emitError, int64_t dpReplicate,
     int64_t dpShard, int64_t cp, CpCommType, int64_t tp, int64_t ep, BoolAttr,
-    BoolAttr,
-    ReshardPolicy, BoolAttr, CheckpointMode, FloatAttr activationMemoryBudget,
-    OffloadPolicy, int64_t forwardPrefetch, int64_t backwardPrefetch,
-    MixedPrecisionPolicyAttr, ArrayAttr, StringAttr) {
+    BoolAttr, ReshardPolicy, BoolAttr, CheckpointMode,
+    FloatAttr activationMemoryBudget, OffloadPolicy, int64_t forwardPrefetch,
+    int64_t backwardPrefetch, MixedPrecisionPolicyAttr, ArrayAttr, StringAttr) {
   for (auto [name, size] :
        {std::pair<StringRef, int64_t>{"dp_replicate", dpReplicate},
         {"dp_shard", dpShard},

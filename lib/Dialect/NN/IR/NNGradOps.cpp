@@ -125,8 +125,7 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
   if (adaptor.getKeyPositions() && !adaptor.getPositions())
     return reject<AttentionGradOp>(loc, "key_positions need positions");
   if (failed(forwardResults<AttentionOp, AttentionGradOp>(
-          context, loc, operands, adaptor,
-          forward)) ||
+          context, loc, operands, adaptor, forward)) ||
       failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), forward[0])))
     return failure();
   if (adaptor.getOutput().getType() != forward[0])
@@ -146,9 +145,10 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult AttentionCombineGradOp::inferTypes(
-    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+AttentionCombineGradOp::inferTypes(MLIRContext *context,
+                                   std::optional<Location> loc, Adaptor adaptor,
+                                   SmallVectorImpl<Type> &results) {
   SmallVector<Type> forward;
   if (failed(forwardResults<AttentionCombineOp, AttentionCombineGradOp>(
           context, loc,

@@ -199,9 +199,8 @@ LogicalResult AttentionOp::buildGradient(GradientBuilder &grads) {
 
 LogicalResult AttentionCombineOp::buildGradient(GradientBuilder &grads) {
   auto g = grads.make<AttentionCombineGradOp>(
-      getResultA(), getLogsumexpA(), getResultB(), getLogsumexpB(),
-      getResult(), getLogsumexp(), grads.grad(getResult()),
-      grads.grad(getLogsumexp()));
+      getResultA(), getLogsumexpA(), getResultB(), getLogsumexpB(), getResult(),
+      getLogsumexp(), grads.grad(getResult()), grads.grad(getLogsumexp()));
   return accumulateResults(
       grads, g, {getResultA(), getLogsumexpA(), getResultB(), getLogsumexpB()});
 }

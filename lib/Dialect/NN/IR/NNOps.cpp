@@ -361,8 +361,9 @@ LogicalResult AttentionOp::inferTypes(MLIRContext *,
       return reject<AttentionOp>(loc, "scale must be > 0");
   ValueRange positions = adaptor.getPositions();
   if (positions.size() > 2)
-    return reject<AttentionOp>(loc, "takes the queries' and the keys' "
-                                    "positions, got ",
+    return reject<AttentionOp>(loc,
+                               "takes the queries' and the keys' "
+                               "positions, got ",
                                positions.size(), " tensors");
   for (auto [i, v] : llvm::enumerate(positions)) {
     RankedTensorType of = i == 0 ? q : k;
@@ -387,21 +388,22 @@ LogicalResult AttentionCombineOp::inferTypes(MLIRContext *,
   RankedTensorType o = tensorOf(adaptor.getResultA());
   RankedTensorType lse = tensorOf(adaptor.getLogsumexpA());
   if (o.getRank() != 4)
-    return reject<AttentionCombineOp>(loc, "results must be [B, S, Nq, Dv], "
-                                           "got ",
+    return reject<AttentionCombineOp>(loc,
+                                      "results must be [B, S, Nq, Dv], "
+                                      "got ",
                                       o);
-  auto stats = RankedTensorType::get(
-      {o.getDimSize(0), o.getDimSize(2), o.getDimSize(1)},
-      Float32Type::get(o.getContext()));
+  auto stats =
+      RankedTensorType::get({o.getDimSize(0), o.getDimSize(2), o.getDimSize(1)},
+                            Float32Type::get(o.getContext()));
   if (lse != stats)
     return reject<AttentionCombineOp>(loc, "logsumexp ", lse, " is not the ",
                                       stats, " of ", o);
   if (adaptor.getResultB().getType() != o ||
       adaptor.getLogsumexpB().getType() != lse)
-    return reject<AttentionCombineOp>(
-        loc, "the two attentions differ: ", o, ", ", lse, " and ",
-        adaptor.getResultB().getType(), ", ",
-        adaptor.getLogsumexpB().getType());
+    return reject<AttentionCombineOp>(loc, "the two attentions differ: ", o,
+                                      ", ", lse, " and ",
+                                      adaptor.getResultB().getType(), ", ",
+                                      adaptor.getLogsumexpB().getType());
   results.append({o, lse});
   return success();
 }
