@@ -42,14 +42,8 @@ def main():
             key = (tp, asynchronous)
             variants.append((key, exe))
             if args.simulate:
-                out = run(cmd + ["--simulate", args.simulate, "--source-only",
-                                 "--emit-source", exe + ".cpp"])
-                tp_row = re.search(r"^\{tp\}\s+\S+(?:\s+\S+)?\s+\S+\s+\S+\s+(\S+)$",
-                                   out, re.M)
-                predicted[key] = (
-                    float(re.search(r"^step time\s+(\S+) ms", out,
-                                    re.M).group(1)),
-                    float(tp_row.group(1)) if tp_row else 0.0)
+                predicted[key] = benchutil.simulate(cmd, args.simulate,
+                                                    exe + ".cpp", "{tp}")
     times = {key: [] for key, _ in variants}
     exposed = {key: [] for key, _ in variants}
     for _ in range(args.rounds):

@@ -54,3 +54,15 @@ def step_times(out):
     """The step times of a program's log, without the first (warm-up)."""
     return [float(m) for m in re.findall(
         r"^step \d+ loss \S+ time (\S+) ms", out, re.M)][1:]
+
+
+def simulate(cmd, hardware, source, group):
+    """The simulator's predicted step time and exposed communication of
+    `group` (e.g. "{tp}"), ms, for the fsdp-compile command `cmd` on the
+    hardware file; writes the program's source to `source`."""
+    out = run(cmd + ["--simulate", hardware, "--source-only",
+                     "--emit-source", source])
+    row = re.search(r"^" + re.escape(group) +
+                    r"\s+\S+(?:\s+\S+)?\s+\S+\s+\S+\s+(\S+)$", out, re.M)
+    return (float(re.search(r"^step time\s+(\S+) ms", out, re.M).group(1)),
+            float(row.group(1)) if row else 0.0)

@@ -50,14 +50,8 @@ def ring_against_gather(args, tmp, graph):
         run(cmd + ["-o", exe])
         variants.append((comm, exe))
         if args.simulate:
-            out = run(cmd + ["--simulate", args.simulate, "--source-only",
-                             "--emit-source", exe + ".cpp"])
-            cp_row = re.search(
-                r"^\{cp\}\s+\S+(?:\s+\S+)?\s+\S+\s+\S+\s+(\S+)$", out, re.M)
-            predicted[comm] = (
-                float(re.search(r"^step time\s+(\S+) ms", out,
-                                re.M).group(1)),
-                float(cp_row.group(1)) if cp_row else 0.0)
+            predicted[comm] = benchutil.simulate(cmd, args.simulate,
+                                                 exe + ".cpp", "{cp}")
     times = {comm: [] for comm, _ in variants}
     exposed = {comm: [] for comm, _ in variants}
     for _ in range(args.rounds):
@@ -69,8 +63,7 @@ def ring_against_gather(args, tmp, graph):
             exposed[comm].append(exposed_cp(out))
     sim = (f" {'predicted ms':>13} {'pred. exposed cp ms':>20}"
            if args.simulate else "")
-    print(f"cp 2, batch {args.batch} x {args.seq} tokens, "
-          f"{os.path.basename(args.config)}")
+    print(f"cp 2, batch {args.batch} x {args.seq} tokens, {args.model}")
     print(f"{'cp_comm_type':>12} {'step ms':>9} {'vs all_gather':>14} "
           f"{'exposed cp ms/step':>19}" + sim)
     base = statistics.median(times["all_gather"])
@@ -120,6 +113,7 @@ def main():
     parser.add_argument("--simulate", metavar="HW.json")
     parser.add_argument("--long-context", action="store_true")
     args = benchutil.parse_steps(parser)
+    args.model = os.path.basename(args.config)
     with open(args.config) as f:
         hf = json.load(f)
     if args.seq > hf.get("max_position_embeddings", args.seq):
