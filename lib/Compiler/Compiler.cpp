@@ -148,16 +148,14 @@ LogicalResult writeFile(StringRef path, StringRef text,
 /// Reads the world size off the module's mesh before each pass: the lowering
 /// to runtime calls erases the mesh, so the last reading is the program's.
 struct WorldSizeInstrumentation : public PassInstrumentation {
-  WorldSizeInstrumentation(int64_t &worldSize, int64_t &cp)
-      : worldSize(worldSize), cp(cp) {}
+  explicit WorldSizeInstrumentation(int64_t &worldSize)
+      : worldSize(worldSize) {}
   void runBeforePass(Pass *, Operation *op) override {
     if (auto module = dyn_cast<ModuleOp>(op))
-      if (fsdp::dist::MeshOp mesh = fsdp::dist::findMesh(module)) {
+      if (fsdp::dist::MeshOp mesh = fsdp::dist::findMesh(module))
         worldSize = mesh.getNumRanks();
-        cp = mesh.getAxisSize("cp").value_or(1);
-      }
   }
-  int64_t &worldSize, &cp;
+  int64_t &worldSize;
 };
 
 /// --max-cpu-isa, or else FSDP_MAX_CPU_ISA where it applies (the CPU
@@ -323,17 +321,12 @@ fsdp::compileProgram(MLIRContext &context, llvm::SourceMgr &sourceMgr,
 
   PassManager pm(&context);
   CompileResult result;
-  int64_t cp = 1;
   pm.addInstrumentation(
-      std::make_unique<WorldSizeInstrumentation>(result.worldSize, cp));
+      std::make_unique<WorldSizeInstrumentation>(result.worldSize));
   if (failed(buildPipeline(pm, pipeline, errors)))
     return reportError("--passes: cannot parse '" + pipeline.step + "'");
   if (failed(pm.run(*module)))
     return failure();
-  if (options.target == "cuda" && cp > 1 && !options.sourceOnly)
-    return reportError("--target cuda: context parallelism (cp = " + Twine(cp) +
-                       ") runs on the CPU runtime only: the CUDA attention "
-                       "kernels take no positions yet");
   if (!options.mpi && result.worldSize != 1)
     return reportError("--no-mpi builds a one-process program, but the mesh "
                        "has " +

@@ -13,7 +13,9 @@
 // - flash attention (FlashAttention.cuh), forward and backward through the
 //   orchestration the runtime uses: out, lse, dq, dk and dv against
 //   fsdp_rt_attention(_grad), within 1e-2 of each tensor's largest
-//   magnitude for bf16 and 4e-3 for f16;
+//   magnitude for bf16 and 4e-3 for f16, context parallelism's calls
+//   (query and key positions, keys of another length, queries that see no
+//   key, a statistics gradient) included;
 // - the cross-entropy row kernels (LossRows.cuh): per-row losses within
 //   1e-5, logit gradients within 1e-5 (f32) or 1e-2 (bf16/f16), on rows
 //   that are 16-byte aligned and rows that are not;
@@ -87,6 +89,13 @@ struct Case {
   int causal;
   int64_t window;
   double scale;
+  /// Context parallelism at cp 2, the rank holding chunks 0 and 3 of a
+  /// sequence of 2·s: 1, its queries over the whole sequence's keys
+  /// (all_gather); 2, over the keys of chunks 1 and 2 (a ring step, some
+  /// queries seeing none). With `dlse`, the backward takes a gradient of
+  /// the statistics too.
+  int placed = 0;
+  bool dlse = false;
 };
 
 using Bits = std::vector<uint16_t>;
@@ -133,28 +142,61 @@ std::vector<float> widen(const Bits &x, bool half) {
   return out;
 }
 
+/// The relative error of the statistics, where every -inf (a query that
+/// sees no key) must be -inf in both.
+double lseError(const std::vector<float> &got, const std::vector<float> &want) {
+  std::vector<float> a, b;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isinf(want[i]) || std::isinf(got[i])) {
+      if (got[i] != want[i])
+        return INFINITY;
+      continue;
+    }
+    a.push_back(got[i]);
+    b.push_back(want[i]);
+  }
+  return relError(a, b);
+}
+
 template <typename E, int D> bool run(const Case &c) {
   using T = typename E::T;
   std::mt19937 rng(1234);
+  // The rank's query positions (chunks 0 and 3 of 4 chunks of s / 2) and
+  // the keys', per batch entry.
+  int64_t chunk = c.s / 2, skv = c.placed == 1 ? 2 * c.s : c.s;
+  std::vector<int64_t> qpos, kpos;
+  for (int64_t bi = 0; bi < c.b && c.placed; ++bi) {
+    for (int64_t i = 0; i < c.s; ++i)
+      qpos.push_back(i < chunk ? i : 3 * chunk + (i - chunk));
+    for (int64_t j = 0; j < c.s && c.placed == 2; ++j)
+      kpos.push_back(chunk + j);
+  }
+  const int64_t *qp = qpos.empty() ? nullptr : qpos.data(),
+                *kp = kpos.empty() ? nullptr : kpos.data();
   size_t nqElems = size_t(c.b * c.s * c.nq * D),
-         nkvElems = size_t(c.b * c.s * c.nkv * D),
+         nkvElems = size_t(c.b * skv * c.nkv * D),
          nStat = size_t(c.b * c.nq * c.s);
   Bits q = random(rng, nqElems, 2.0f, c.half),
        k = random(rng, nkvElems, 2.0f, c.half),
        v = random(rng, nkvElems, 1.0f, c.half),
        dout = random(rng, nqElems, 1.0f, c.half);
+  std::vector<float> dlse;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (size_t i = 0; i < nStat && c.dlse; ++i)
+    dlse.push_back(dist(rng));
+  const float *dl = dlse.empty() ? nullptr : dlse.data();
   fsdp_rt_dtype dt = c.half ? FSDP_RT_F16 : FSDP_RT_BF16;
 
   // The CPU backend: the specification.
   Bits out(nqElems), dq(nqElems), dk(nkvElems), dv(nkvElems);
   std::vector<float> lse(nStat);
-  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), c.b, c.s, c.s,
-                    c.nq, c.nkv, D, D, nullptr, nullptr, c.causal, c.window,
-                    c.scale, out.data(), lse.data());
+  fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), c.b, c.s, skv,
+                    c.nq, c.nkv, D, D, qp, kp, c.causal, c.window, c.scale,
+                    out.data(), lse.data());
   fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), out.data(),
-                         lse.data(), dout.data(), nullptr, c.b, c.s, c.s, c.nq,
-                         c.nkv, D, D, nullptr, nullptr, c.causal, c.window,
-                         c.scale, dq.data(), dk.data(), dv.data());
+                         lse.data(), dout.data(), dl, c.b, c.s, skv, c.nq,
+                         c.nkv, D, D, qp, kp, c.causal, c.window, c.scale,
+                         dq.data(), dk.data(), dv.data());
 
   // The flash kernels on the emulator.
   Bits fout(nqElems, 0xffff), fdq(nqElems, 0xffff), fdk(nkvElems, 0xffff),
@@ -162,8 +204,8 @@ template <typename E, int D> bool run(const Case &c) {
   std::vector<float> flse(nStat, NAN);
   auto as = [](const Bits &x) { return reinterpret_cast<const T *>(x.data()); };
   auto asOut = [](Bits &x) { return reinterpret_cast<T *>(x.data()); };
-  flash::Params p =
-      flash::makeParams(c.b, c.s, c.nq, c.nkv, c.causal, c.window, c.scale);
+  flash::Params p = flash::makeParams(c.b, c.s, skv, c.nq, c.nkv, qp, kp,
+                                      c.causal, c.window, c.scale);
   {
     Launcher launcher;
     flash::forward<E, D>(launcher,
@@ -176,7 +218,7 @@ template <typename E, int D> bool run(const Case &c) {
         launcher,
         flash::BackwardArgs<E>{as(q), as(k), as(v), as(dout), lse.data(),
                                nullptr, p, nullptr, asOut(fdk), asOut(fdv)},
-        as(out), asOut(fdq));
+        as(out), dl, asOut(fdq));
   }
 
   double bound = c.half ? 4e-3 : 1e-2;
@@ -185,7 +227,7 @@ template <typename E, int D> bool run(const Case &c) {
     double err;
   } rows[] = {
       {"out", relError(widen(fout, c.half), widen(out, c.half))},
-      {"lse", relError(flse, lse)},
+      {"lse", lseError(flse, lse)},
       {"dq", relError(widen(fdq, c.half), widen(dq, c.half))},
       {"dk", relError(widen(fdk, c.half), widen(dk, c.half))},
       {"dv", relError(widen(fdv, c.half), widen(dv, c.half))},
@@ -490,6 +532,14 @@ int main() {
       {"f16_full_d128", true, 1, 70, 2, 2, 128, 0, 0, 0.0883883},
       // Head dim 32 (the device check's small model), two batch entries.
       {"bf16_causal_d32", false, 2, 80, 4, 2, 32, 1, 0, 0.1767767},
+      // Context parallelism, cp 2, rank 0: chunks 0 and 3 of 128 queries
+      // each over the gathered 512 keys; a ring step over chunks 1 and 2,
+      // which chunk 0's queries do not see, with a statistics gradient;
+      // a window of 100 that crosses the chunks.
+      {"bf16_cp_all_gather_gqa_d64", false, 1, 256, 4, 2, 64, 1, 0, 0.125, 1},
+      {"bf16_cp_ring_step_d64", false, 2, 256, 2, 2, 64, 1, 0, 0.125, 2, true},
+      {"f16_cp_ring_window_d32", true, 1, 256, 2, 1, 32, 1, 100, 0.1767767, 2,
+       true},
   };
   bool ok = true;
   for (const Case &c : cases)

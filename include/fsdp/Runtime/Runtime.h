@@ -231,7 +231,9 @@ int64_t fsdp_rt_host_syncs(void);
 
 /// Query-key pairs (per head) the forward attention kernels scored since
 /// the last reset: the pairs each call's mask shows, which context
-/// parallelism's load balance makes the same on every rank.
+/// parallelism's load balance makes the same on every rank. The CUDA
+/// backend counts the calls without positions only (it would have to read
+/// them from the device).
 int64_t fsdp_rt_attention_pairs(void);
 
 /// Zeroes the collective, kernel, host-sync and attention-pair counters

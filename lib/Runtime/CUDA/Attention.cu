@@ -256,17 +256,14 @@ size_t sharedBytes(Kernel kernel, int64_t floats, const char *name) {
 }
 } // namespace
 
-/// The CUDA kernels run queries and keys of one sequence: context
-/// parallelism's gathered keys, positions and statistics gradients are the
-/// CPU runtime's only.
-static void requireOneSequence(const char *where, int64_t s, int64_t skv,
-                               const int64_t *positions,
-                               const int64_t *keyPositions,
-                               const float *dlse = nullptr) {
-  if (skv != s || positions || keyPositions || dlse)
-    fail(where, "context-parallel attention (keys of another length than "
-                "the queries, positions, a statistics gradient) is not built "
-                "for CUDA");
+/// Context parallelism's calls (keys of another length, positions, a
+/// statistics gradient) run on the flash kernels only; the product and
+/// exact kernels take one sequence by index.
+static void requireFlash(const char *where) {
+  fail(where, "context-parallel attention (positions) needs the flash "
+              "kernels: bf16 or f16, equal head dims of 32, 64 or 128, "
+              "16-byte aligned tensors, FSDP_RT_CUDA_ATTENTION unset or "
+              "flash");
 }
 
 namespace {
@@ -370,21 +367,24 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        int64_t sliding_window, double scale, void *out,
                        float *lse) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention");
-  requireOneSequence(scope.name(), s, skv, positions, key_positions);
   if (b == 0 || s == 0 || nq == 0)
     return;
-  // The pairs the mask shows (AttentionGemm.cuh's rule), for the report.
-  int64_t pairs = 0;
-  for (int64_t i = 0; i < s; ++i) {
-    int64_t first = sliding_window > 0 ? std::max<int64_t>(0, i - sliding_window + 1) : 0;
-    pairs += (causal ? i + 1 : s) - first;
-  }
-  fsdp::rt::counters::addAttentionPairs(pairs * b * nq);
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
+  shape.skv = skv, shape.qpos = positions, shape.kpos = key_positions;
+  // The pairs the mask shows (AttentionGemm.cuh's rule), for the report;
+  // positions live on the device, so only calls by index are counted.
+  if (shape.byIndex()) {
+    int64_t pairs = 0;
+    for (int64_t i = 0; i < s; ++i)
+      pairs += (causal ? i + 1 : s) - firstKey(i, sliding_window);
+    fsdp::rt::counters::addAttentionPairs(pairs * b * nq);
+  }
   AttentionPath path = attentionPath();
   if (path == AttentionPath::Flash &&
       flashAttention(scope, dtype, q, k, v, shape, out, lse))
     return;
+  if (!shape.byIndex())
+    requireFlash(scope.name());
   if (path != AttentionPath::Exact) {
     attentionProducts(scope, stream, dtype, q, k, v, shape, out, lse);
     return;
@@ -410,15 +410,17 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             int64_t sliding_window, double scale, void *dq,
                             void *dk, void *dvalue) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_grad");
-  requireOneSequence(scope.name(), s, skv, positions, key_positions, dlse);
   if (b == 0 || s == 0 || nq == 0)
     return;
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
+  shape.skv = skv, shape.qpos = positions, shape.kpos = key_positions;
   AttentionPath path = attentionPath();
   if (path == AttentionPath::Flash &&
-      flashAttentionGrad(scope, dtype, q, k, v, out, lse, dout, shape, dq, dk,
-                         dvalue))
+      flashAttentionGrad(scope, dtype, q, k, v, out, lse, dout, dlse, shape,
+                         dq, dk, dvalue))
     return;
+  if (!shape.byIndex() || dlse)
+    requireFlash(scope.name());
   if (path != AttentionPath::Exact) {
     attentionGradProducts(scope, stream, dtype, q, k, v, lse, dout, shape, dq,
                           dk, dvalue);

@@ -34,6 +34,12 @@ struct AttentionShape {
   int causal;
   int64_t window;
   double scale;
+  /// Context parallelism (the flash kernels only): `skv` keys (0: s), and
+  /// the queries' and keys' positions, or null.
+  int64_t skv = 0;
+  const int64_t *qpos = nullptr, *kpos = nullptr;
+  /// Whether the call is one sequence's queries and keys by index.
+  bool byIndex() const { return (skv == 0 || skv == s) && !qpos && !kpos; }
 };
 
 /// How attention runs, from FSDP_RT_CUDA_ATTENTION: `flash` (the default:
@@ -50,12 +56,13 @@ bool flashAttention(const KernelScope &scope, fsdp_rt_dtype dtype,
                     const void *q, const void *k, const void *v,
                     const AttentionShape &shape, void *out, float *lse);
 
-/// fsdp_rt_attention_grad through the flash kernels, likewise.
+/// fsdp_rt_attention_grad through the flash kernels, likewise; `dlse` is
+/// the statistics' gradient, or null.
 bool flashAttentionGrad(const KernelScope &scope, fsdp_rt_dtype dtype,
                         const void *q, const void *k, const void *v,
                         const void *out, const float *lse, const void *dout,
-                        const AttentionShape &shape, void *dq, void *dk,
-                        void *dvalue);
+                        const float *dlse, const AttentionShape &shape,
+                        void *dq, void *dk, void *dvalue);
 
 /// fsdp_rt_attention through products, inside the caller's scope.
 void attentionProducts(const KernelScope &scope, fsdp_rt_stream stream,

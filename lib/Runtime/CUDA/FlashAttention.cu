@@ -83,7 +83,8 @@ bool dispatch(const KernelScope &scope, fsdp_rt_dtype dtype,
 }
 
 flash::Params paramsOf(const AttentionShape &a) {
-  return flash::makeParams(a.b, a.s, a.nq, a.nkv, a.causal, a.window, a.scale);
+  return flash::makeParams(a.b, a.s, a.skv ? a.skv : a.s, a.nq, a.nkv, a.qpos,
+                           a.kpos, a.causal, a.window, a.scale);
 }
 
 template <typename E> const typename E::T *in(const void *p) {
@@ -112,7 +113,8 @@ bool fsdp::rt::cuda::flashAttention(const KernelScope &scope,
 bool fsdp::rt::cuda::flashAttentionGrad(
     const KernelScope &scope, fsdp_rt_dtype dtype, const void *q, const void *k,
     const void *v, const void *o, const float *lse, const void *dout,
-    const AttentionShape &a, void *dq, void *dk, void *dvalue) {
+    const float *dlse, const AttentionShape &a, void *dq, void *dk,
+    void *dvalue) {
   return dispatch(scope, dtype, a, {q, k, v, o, dout, dq, dk, dvalue},
                   [&](auto e, auto dim) {
                     using E = decltype(e);
@@ -123,6 +125,6 @@ bool fsdp::rt::cuda::flashAttentionGrad(
                                                in<E>(dout), lse, nullptr,
                                                paramsOf(a), nullptr, out<E>(dk),
                                                out<E>(dvalue)},
-                        in<E>(o), out<E>(dq));
+                        in<E>(o), dlse, out<E>(dq));
                   });
 }

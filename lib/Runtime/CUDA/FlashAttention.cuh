@@ -27,8 +27,12 @@
 //   the scores fit in the registers beside dK and dV.
 //
 // The mask is the runtime's rule (AttentionGemm.cuh): query i sees keys
-// [i - W + 1, i + 1) when causal with window W, and so on. Tensors are
-// [b, s, heads, dim] row-major, lse and Δ [b, nq, s].
+// [i - W + 1, i + 1) when causal with window W, and so on; with positions
+// (context parallelism) query i sees key j when kp(j) <= qp(i) and
+// qp(i) - kp(j) < W, the tiles a block walks are all of them, and a tile
+// its queries' and keys' first and last positions hide is skipped. Tensors
+// are [b, s, heads, dim] (keys [b, skv, heads, dim]) row-major, lse and Δ
+// [b, nq, s]; a query that sees no key gets a zero row and lse -inf.
 //
 // The kernels are written against Portable.cuh's primitives, so that the
 // same source also runs on the CPU emulator of CUDA threads in CI. The host
@@ -57,30 +61,63 @@ constexpr int kPad = 8;
 using namespace portable;
 
 /// The shape and mask of a call. `scaleLog2` is scale · log2(e): scores are
-/// kept in log2 units so that exp is exp2.
+/// kept in log2 units so that exp is exp2. `s` queries and `skv` keys;
+/// with positions (context parallelism: `qpos` [b, s], `kpos` [b, skv] or
+/// null, each ascending along a row) query i of batch bi sits at
+/// qp(bi, i) and key j at kp(bi, j), else at i and j.
 struct Params {
-  int64_t b, s, nq, nkv;
+  int64_t b, s, skv, nq, nkv;
+  const int64_t *qpos, *kpos;
   int causal;
   int64_t window;
   float scale, scaleLog2;
 
   PORTABLE_DEVICE int64_t group() const { return nq / nkv; }
+  PORTABLE_DEVICE int64_t qp(int64_t bi, int64_t i) const {
+    return qpos ? qpos[bi * s + i] : i;
+  }
+  PORTABLE_DEVICE int64_t kp(int64_t bi, int64_t j) const {
+    return kpos ? kpos[bi * skv + j] : j;
+  }
+  /// The key tiles a block of queries walks, [firstKey(first query),
+  /// endKey(last query)): the mask's range by index, or all keys with
+  /// positions (whose tiles `hidden` skips).
   PORTABLE_DEVICE int64_t firstKey(int64_t i) const {
-    return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+    return !qpos && window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
   }
-  PORTABLE_DEVICE int64_t endKey(int64_t i) const { return causal ? i + 1 : s; }
-  PORTABLE_DEVICE int64_t firstQuery(int64_t j) const { return causal ? j : 0; }
+  PORTABLE_DEVICE int64_t endKey(int64_t i) const {
+    return !qpos && causal ? i + 1 : skv;
+  }
+  /// Likewise the query tiles a block of keys walks.
+  PORTABLE_DEVICE int64_t firstQuery(int64_t j) const {
+    return !qpos && causal ? j : 0;
+  }
   PORTABLE_DEVICE int64_t endQuery(int64_t j) const {
-    return window > 0 && j + window < s ? j + window : s;
+    return !qpos && window > 0 && j + window < s ? j + window : s;
   }
-  PORTABLE_DEVICE bool visible(int64_t i, int64_t j) const {
-    return i < s && j < s && j >= firstKey(i) && j < endKey(i);
+  PORTABLE_DEVICE bool visible(int64_t bi, int64_t i, int64_t j) const {
+    if (i >= s || j >= skv)
+      return false;
+    int64_t pi = qp(bi, i), pj = kp(bi, j);
+    return (!causal || pj <= pi) && (window <= 0 || pi - pj < window);
   }
-  /// Element offset of row (batch, position, head) of a [b, s, heads, D]
+  /// Whether no query of [i0, i1] sees a key of [j0, j1] (both in range).
+  PORTABLE_DEVICE bool hidden(int64_t bi, int64_t i0, int64_t i1, int64_t j0,
+                              int64_t j1) const {
+    return (causal && kp(bi, j0) > qp(bi, i1)) ||
+           (window > 0 && qp(bi, i0) - kp(bi, j1) >= window);
+  }
+  /// Whether every query of [i0, i1] sees every key of [j0, j1].
+  PORTABLE_DEVICE bool full(int64_t bi, int64_t i0, int64_t i1, int64_t j0,
+                            int64_t j1) const {
+    return (!causal || kp(bi, j1) <= qp(bi, i0)) &&
+           (window <= 0 || qp(bi, i1) - kp(bi, j0) < window);
+  }
+  /// Element offset of row (batch, position, head) of a [b, len, heads, D]
   /// tensor.
-  PORTABLE_DEVICE int64_t row(int64_t bi, int64_t i, int64_t heads, int64_t h,
-                           int d) const {
-    return ((bi * s + i) * heads + h) * d;
+  PORTABLE_DEVICE int64_t row(int64_t bi, int64_t i, int64_t len,
+                              int64_t heads, int64_t h, int d) const {
+    return ((bi * len + i) * heads + h) * d;
   }
   /// Index of query i of head h in lse and Δ.
   PORTABLE_DEVICE int64_t stat(int64_t bi, int64_t h, int64_t i) const {
@@ -98,18 +135,20 @@ PORTABLE_DEVICE float quadMax(float v) {
   return fmaxf(v, shflXor(v, 2));
 }
 
-/// Copies rows [first, first + kTile) of a [b, s, heads, D] tensor (batch
-/// bi, head h) into a shared tile of stride D + kPad, 16 bytes at a time;
-/// rows at or past s are zero.
+/// Copies rows [first, first + kTile) of a [b, len, heads, D] tensor
+/// (batch bi, head h) into a shared tile of stride D + kPad, 16 bytes at a
+/// time; rows at or past len are zero.
 template <int D, typename T>
-PORTABLE_DEVICE void loadTile(const T *src, const Params &p, int64_t bi,
-                           int64_t heads, int64_t h, int64_t first, T *dst) {
+PORTABLE_DEVICE void loadTile(const T *src, const Params &p, int64_t len,
+                              int64_t bi, int64_t heads, int64_t h,
+                              int64_t first, T *dst) {
   constexpr int chunks = D / 8;
   for (int idx = threadIdx.x; idx < kTile * chunks; idx += kThreads) {
     int r = idx / chunks, c = idx % chunks;
     int64_t i = first + r;
-    if (i < p.s)
-      copy16(dst + r * (D + kPad) + c * 8, src + p.row(bi, i, heads, h, D) + c * 8);
+    if (i < len)
+      copy16(dst + r * (D + kPad) + c * 8,
+             src + p.row(bi, i, len, heads, h, D) + c * 8);
     else
       zero16(dst + r * (D + kPad) + c * 8);
   }
@@ -204,7 +243,8 @@ PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
     for (int x = 0; x < 4; ++x) {
       int64_t r = rows[x % 2];
       int col = kk * 16 + 2 * t + (x / 2) * 8;
-      qa[kk][x] = r < p.s ? load2(a.q + p.row(bi, r, p.nq, h, D) + col) : 0u;
+      qa[kk][x] =
+          r < p.s ? load2(a.q + p.row(bi, r, p.s, p.nq, h, D) + col) : 0u;
     }
 
   float o[D / 8][4] = {};
@@ -212,14 +252,18 @@ PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
   int64_t qLast = q0 + kTile - 1 < p.s - 1 ? q0 + kTile - 1 : p.s - 1;
   int64_t kBegin = p.firstKey(q0), kEnd = p.endKey(qLast);
   for (int64_t j0 = kBegin; j0 < kEnd; j0 += kTile) {
-    barrier();
-    loadTile<D>(a.k, p, bi, p.nkv, kvh, j0, ks);
-    loadTile<D>(a.v, p, bi, p.nkv, kvh, j0, vs);
-    barrier();
-    if (!warpActive || j0 >= p.endKey(wLast) || j0 + kTile <= p.firstKey(w0))
+    int64_t jLast = j0 + kTile - 1 < p.skv - 1 ? j0 + kTile - 1 : p.skv - 1;
+    // A tile no query of the block sees (the same test on every thread).
+    if (p.qpos && p.hidden(bi, q0, qLast, j0, jLast))
       continue;
-    bool full = j0 >= p.firstKey(wLast) && j0 + kTile <= p.endKey(w0) &&
-                j0 + kTile <= p.s;
+    barrier();
+    loadTile<D>(a.k, p, p.skv, bi, p.nkv, kvh, j0, ks);
+    loadTile<D>(a.v, p, p.skv, bi, p.nkv, kvh, j0, vs);
+    barrier();
+    if (!warpActive || p.hidden(bi, w0, wLast, j0, jLast))
+      continue;
+    bool full =
+        j0 + kTile <= p.skv && p.full(bi, w0, wLast, j0, j0 + kTile - 1);
 
     float sc[kTile / 8][4] = {};
     PORTABLE_UNROLL
@@ -236,7 +280,7 @@ PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
       PORTABLE_UNROLL
       for (int x = 0; x < 4; ++x) {
         float v = sc[nt][x] * p.scaleLog2;
-        if (!full && !p.visible(rows[x / 2], j0 + nt * 8 + 2 * t + x % 2))
+        if (!full && !p.visible(bi, rows[x / 2], j0 + nt * 8 + 2 * t + x % 2))
           v = -INFINITY;
         sc[nt][x] = v;
         mx[x / 2] = fmaxf(mx[x / 2], v);
@@ -283,7 +327,7 @@ PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
     int64_t i = rows[r];
     float inv = total > 0.0f ? 1.0f / total : 0.0f;
     if (i < p.s) {
-      T *orow = a.out + p.row(bi, i, p.nq, h, D);
+      T *orow = a.out + p.row(bi, i, p.s, p.nq, h, D);
       PORTABLE_UNROLL
       for (int dt = 0; dt < D / 8; ++dt)
         store2(orow + dt * 8 + 2 * t,
@@ -294,12 +338,12 @@ PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
   }
 }
 
-/// Δ[b, h, i] = Σ_d dO[b, i, h, d] · O[b, i, h, d] in f32: a warp per row
-/// of [b, s, nq], grid-stride.
+/// Δ[b, h, i] = Σ_d dO[b, i, h, d] · O[b, i, h, d] (less dlse[b, h, i] when
+/// given) in f32: a warp per row of [b, s, nq], grid-stride.
 template <typename E, int D>
 PORTABLE_KERNEL(kThreads)
-void deltaKernel(const typename E::T *out, const typename E::T *dout, Params p,
-                 float *delta) {
+void deltaKernel(const typename E::T *out, const typename E::T *dout,
+                 const float *dlse, Params p, float *delta) {
   int lane = threadIdx.x % 32;
   int64_t rows = p.b * p.s * p.nq;
   for (int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; r < rows;
@@ -308,8 +352,11 @@ void deltaKernel(const typename E::T *out, const typename E::T *dout, Params p,
     for (int c = lane; c < D; c += 32)
       sum += toFloat<E>(out[r * D + c]) * toFloat<E>(dout[r * D + c]);
     sum = warpSum(sum);
+    // A gradient of the statistics (ring attention's combine) enters as
+    // dS = P·(dP - (Δ - dLSE)).
+    int64_t at = p.stat(r / (p.nq * p.s), r % p.nq, (r / p.nq) % p.s);
     if (lane == 0)
-      delta[p.stat(r / (p.nq * p.s), r % p.nq, (r / p.nq) % p.s)] = sum;
+      delta[at] = dlse ? sum - dlse[at] : sum;
   }
 }
 
@@ -348,20 +395,24 @@ PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
   int64_t j0 = int64_t(blockIdx.x) * kTile, kvh = blockIdx.y, bi = blockIdx.z;
   int64_t w0 = j0 + 16 * warp;
   int64_t keys[2] = {w0 + g, w0 + g + 8};
-  int64_t wLast = w0 + 15 < p.s - 1 ? w0 + 15 : p.s - 1;
-  bool warpActive = w0 < p.s;
-  int64_t jLast = j0 + kTile - 1 < p.s - 1 ? j0 + kTile - 1 : p.s - 1;
+  int64_t wLast = w0 + 15 < p.skv - 1 ? w0 + 15 : p.skv - 1;
+  bool warpActive = w0 < p.skv;
+  int64_t jLast = j0 + kTile - 1 < p.skv - 1 ? j0 + kTile - 1 : p.skv - 1;
 
-  loadTile<D>(a.k, p, bi, p.nkv, kvh, j0, ks);
-  loadTile<D>(a.v, p, bi, p.nkv, kvh, j0, vs);
+  loadTile<D>(a.k, p, p.skv, bi, p.nkv, kvh, j0, ks);
+  loadTile<D>(a.v, p, p.skv, bi, p.nkv, kvh, j0, vs);
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   int64_t iBegin = p.firstQuery(j0) / kTile * kTile, iEnd = p.endQuery(jLast);
   for (int64_t h = kvh * p.group(); h < (kvh + 1) * p.group(); ++h) {
     for (int64_t i0 = iBegin; i0 < iEnd; i0 += kTile) {
+      int64_t iLast = i0 + kTile - 1 < p.s - 1 ? i0 + kTile - 1 : p.s - 1;
+      // A query tile that sees none of the block's keys (uniform).
+      if (p.qpos && p.hidden(bi, i0, iLast, j0, jLast))
+        continue;
       barrier();
-      loadTile<D>(a.q, p, bi, p.nq, h, i0, qs);
-      loadTile<D>(a.dout, p, bi, p.nq, h, i0, dos);
+      loadTile<D>(a.q, p, p.s, bi, p.nq, h, i0, qs);
+      loadTile<D>(a.dout, p, p.s, bi, p.nq, h, i0, dos);
       for (int r = threadIdx.x; r < kTile; r += kThreads) {
         bool in = i0 + r < p.s;
         lses[r] = in ? a.lse[p.stat(bi, h, i0 + r)] * 1.44269504f : 0.0f;
@@ -369,11 +420,10 @@ PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
       }
       barrier();
 
-      bool active = warpActive && i0 < p.endQuery(wLast) &&
-                    i0 + kTile > p.firstQuery(w0);
+      bool active = warpActive && !p.hidden(bi, i0, iLast, w0, wLast);
       if (active) {
-        bool full = i0 + kTile <= p.s && i0 >= p.firstQuery(wLast) &&
-                    i0 + kTile <= p.endQuery(w0);
+        bool full =
+            i0 + kTile <= p.s && p.full(bi, i0, i0 + kTile - 1, w0, wLast);
         // The query tile in kSplit parts of kPart queries, one after the
         // other, so that a part's scores and the dK/dV accumulators fit in
         // the registers together (at D = 128 they spilled).
@@ -403,7 +453,7 @@ PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
             for (int x = 0; x < 4; ++x) {
               int col = c0 + nt * 8 + 2 * t + x % 2;
               float pr = 0.0f;
-              if (full || p.visible(i0 + col, keys[x / 2]))
+              if (full || p.visible(bi, i0 + col, keys[x / 2]))
                 pr = exp2f(sc[nt][x] * p.scaleLog2 - lses[col]);
               sc[nt][x] = pr;
               dp[nt][x] = p.scale * pr * (dp[nt][x] - dls[col]);
@@ -459,7 +509,7 @@ PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
           int64_t i = i0 + qt * 16 + g + 8 * r;
           if (i < p.s) {
             float *dst =
-                a.dqAcc + p.row(bi, i, p.nq, h, D) + dt * 8 + 2 * t;
+                a.dqAcc + p.row(bi, i, p.s, p.nq, h, D) + dt * 8 + 2 * t;
             atomicAddF(dst, acc[2 * r]);
             atomicAddF(dst + 1, acc[2 * r + 1]);
           }
@@ -471,10 +521,10 @@ PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
   PORTABLE_UNROLL
   for (int r = 0; r < 2; ++r) {
     int64_t j = keys[r];
-    if (j >= p.s)
+    if (j >= p.skv)
       continue;
-    T *dkr = a.dk + p.row(bi, j, p.nkv, kvh, D),
-      *dvr = a.dv + p.row(bi, j, p.nkv, kvh, D);
+    T *dkr = a.dk + p.row(bi, j, p.skv, p.nkv, kvh, D),
+      *dvr = a.dv + p.row(bi, j, p.skv, p.nkv, kvh, D);
     PORTABLE_UNROLL
     for (int dt = 0; dt < D / 8; ++dt) {
       store2(dkr + dt * 8 + 2 * t, pack<E>(dk[dt][2 * r], dk[dt][2 * r + 1]));
@@ -511,12 +561,15 @@ inline bool supports(int64_t d, int64_t dv,
   return true;
 }
 
-inline Params makeParams(int64_t b, int64_t s, int64_t nq, int64_t nkv,
+inline Params makeParams(int64_t b, int64_t s, int64_t skv, int64_t nq,
+                         int64_t nkv, const int64_t *qpos, const int64_t *kpos,
                          int causal, int64_t window, double scale) {
-  return {b,       s,
-          nq,      nkv,
-          causal,  window,
-          float(scale), float(scale * 1.4426950408889634)};
+  Params p = {};
+  p.b = b, p.s = s, p.skv = skv, p.nq = nq, p.nkv = nkv;
+  p.qpos = qpos, p.kpos = kpos;
+  p.causal = causal, p.window = window;
+  p.scale = float(scale), p.scaleLog2 = float(scale * 1.4426950408889634);
+  return p;
 }
 
 template <typename E, int D, typename L>
@@ -528,17 +581,18 @@ void forward(L &launcher, ForwardArgs<E> args) {
                   args);
 }
 
-/// `out` is the forward's result, for Δ.
+/// `out` is the forward's result, for Δ; `dlse` the statistics' gradient,
+/// or null.
 template <typename E, int D, typename L>
 void backward(L &launcher, BackwardArgs<E> args, const typename E::T *out,
-              typename E::T *dq) {
+              const float *dlse, typename E::T *dq) {
   const Params &p = args.p;
-  unsigned tiles = unsigned((p.s + kTile - 1) / kTile);
+  unsigned tiles = unsigned((p.skv + kTile - 1) / kTile);
   int64_t rows = p.b * p.s * p.nq, rowBlocks = (rows + kWarps - 1) / kWarps;
   float *delta = launcher.temp(rows);
   launcher.launch(deltaKernel<E, D>,
                   unsigned(rowBlocks < (1 << 20) ? rowBlocks : (1 << 20)), 1u,
-                  1u, kThreads, size_t(0), out, args.dout, p, delta);
+                  1u, kThreads, size_t(0), out, args.dout, dlse, p, delta);
   int64_t n = p.b * p.s * p.nq * D;
   args.dqAcc = launcher.temp(n);
   args.delta = delta;
