@@ -16,6 +16,8 @@
 //   magnitude for bf16 and 4e-3 for f16, context parallelism's calls
 //   (query and key positions, keys of another length, queries that see no
 //   key, a statistics gradient) included;
+// - attention_combine and its gradient (AttentionCombine.cuh): within 1e-5
+//   (f32) or 1e-2 (bf16), statistics within 1e-6, -inf ones included;
 // - the cross-entropy row kernels (LossRows.cuh): per-row losses within
 //   1e-5, logit gradients within 1e-5 (f32) or 1e-2 (bf16/f16), on rows
 //   that are 16-byte aligned and rows that are not;
@@ -36,6 +38,7 @@
 #include "cuda-emulator.h"
 
 #include "../../lib/Runtime/CUDA/AdamWMulti.cuh"
+#include "../../lib/Runtime/CUDA/AttentionCombine.cuh"
 #include "../../lib/Runtime/CUDA/FlashAttention.cuh"
 #include "../../lib/Runtime/CUDA/LossRows.cuh"
 #include "../../lib/Runtime/CUDA/NormRows.cuh"
@@ -49,6 +52,7 @@
 #include <vector>
 
 namespace adamw = fsdp::rt::cuda::adamw;
+namespace combine = fsdp::rt::cuda::combine;
 namespace flash = fsdp::rt::cuda::flash;
 namespace loss = fsdp::rt::cuda::loss;
 namespace norm = fsdp::rt::cuda::norm;
@@ -371,6 +375,67 @@ template <typename E> bool runNorm(const NormCase &c) {
   return report(c.name, "inv_rms", invErr, 1e-12) && ok;
 }
 
+/// Emulated attention_combine and its gradient against the CPU backend's,
+/// on [2, 33, 3, 16] partial attentions with statistics that are -inf
+/// (a partial attention that saw no key) in one of them, the other, or
+/// both, now and then.
+template <typename E> bool runCombine(const char *name, fsdp_rt_dtype dtype) {
+  using T = typename E::T;
+  const int64_t b = 2, s = 33, nq = 3, dv = 16, rows = b * s * nq;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  auto fill = [&](size_t count) {
+    std::vector<T> v(count);
+    for (T &x : v)
+      x = portable::fromFloat<E>(dist(rng));
+    return v;
+  };
+  const size_t n = size_t(rows * dv), nr = size_t(rows);
+  std::vector<T> a = fill(n), bb = fill(n), dout = fill(n);
+  std::vector<float> la(nr), lb(nr), dlse(nr);
+  for (int64_t r = 0; r < rows; ++r) {
+    la[size_t(r)] = r % 7 == 0 ? -INFINITY : dist(rng);
+    lb[size_t(r)] = r % 5 == 0 ? -INFINITY : dist(rng);
+    dlse[size_t(r)] = dist(rng);
+  }
+  std::vector<T> outCpu(n), outEmu(n), daCpu(n), daEmu(n), dbCpu(n), dbEmu(n);
+  std::vector<float> lseCpu(nr), lseEmu(nr), dlaCpu(nr), dlaEmu(nr), dlbCpu(nr),
+      dlbEmu(nr);
+  fsdp_rt_attention_combine(nullptr, dtype, a.data(), la.data(), bb.data(),
+                            lb.data(), b, s, nq, dv, outCpu.data(),
+                            lseCpu.data());
+  fsdp_rt_attention_combine_grad(
+      nullptr, dtype, a.data(), la.data(), bb.data(), lb.data(), outCpu.data(),
+      lseCpu.data(), dout.data(), dlse.data(), b, s, nq, dv, daCpu.data(),
+      dlaCpu.data(), dbCpu.data(), dlbCpu.data());
+  unsigned grid = combine::blocksFor(rows);
+  emu::launch(grid, 1, 1, combine::kThreads, 0, [&] {
+    combine::forwardKernel<E>(a.data(), la.data(), bb.data(), lb.data(), rows,
+                              s, nq, dv, outEmu.data(), lseEmu.data());
+  });
+  emu::launch(grid, 1, 1, combine::kThreads, 0, [&] {
+    combine::backwardKernel<E>(a.data(), la.data(), bb.data(), lb.data(),
+                               outCpu.data(), lseCpu.data(), dout.data(),
+                               dlse.data(), rows, s, nq, dv, daEmu.data(),
+                               dlaEmu.data(), dbEmu.data(), dlbEmu.data());
+  });
+  auto widen = [](const std::vector<T> &v) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      out[i] = portable::toFloat<E>(v[i]);
+    return out;
+  };
+  double bound = E::kFloat ? 1e-5 : 1e-2;
+  bool ok = report(name, "out", relError(widen(outEmu), widen(outCpu)), bound);
+  ok = report(name, "lse", lseError(lseEmu, lseCpu), 1e-6) && ok;
+  ok =
+      report(name, "dout_a", relError(widen(daEmu), widen(daCpu)), bound) && ok;
+  ok =
+      report(name, "dout_b", relError(widen(dbEmu), widen(dbCpu)), bound) && ok;
+  ok = report(name, "dlse_a", relError(dlaEmu, dlaCpu), 1e-5) && ok;
+  return report(name, "dlse_b", relError(dlbEmu, dlbCpu), 1e-5) && ok;
+}
+
 /// Three emulated multi-tensor AdamW steps against the CPU backend's
 /// fsdp_rt_adamw one tensor at a time. Tensor k updates in place when k is
 /// even; `grid` (0: the runtime's) may be smaller than the chunks, so blocks
@@ -559,6 +624,8 @@ int main() {
           : c.dtype == FSDP_RT_BF16 ? runLoss<portable::BF16>(c)
                                     : runLoss<portable::F16>(c)) &&
          ok;
+  ok = runCombine<portable::F32>("attention_combine_f32", FSDP_RT_F32) && ok;
+  ok = runCombine<portable::BF16>("attention_combine_bf16", FSDP_RT_BF16) && ok;
   const NormCase normCases[] = {
       {"rms_norm_f32", FSDP_RT_F32, 11, 256},
       {"rms_norm_bf16", FSDP_RT_BF16, 20, 2048},

@@ -34,6 +34,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AttentionCombine.cuh"
 #include "AttentionGemm.cuh"
 
 #include "../Common/Counters.h"
@@ -266,61 +267,6 @@ static void requireFlash(const char *where) {
               "flash");
 }
 
-namespace {
-constexpr float kNoKeys = -INFINITY;
-
-/// Row (bi, i, h) of [b, s, nq, dv] results; its statistic is [bi, h, i].
-__device__ int64_t statisticOf(int64_t row, int64_t s, int64_t nq) {
-  int64_t bi = row / (s * nq), i = row / nq % s, h = row % nq;
-  return (bi * nq + h) * s + i;
-}
-
-template <typename E>
-__global__ void combineKernel(const typename E::T *a, const float *lseA,
-                              const typename E::T *b, const float *lseB,
-                              int64_t rows, int64_t s, int64_t nq, int64_t dv,
-                              typename E::T *out, float *lse) {
-  for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-       row < rows; row += int64_t(gridDim.x) * blockDim.x) {
-    int64_t at = statisticOf(row, s, nq);
-    float la = lseA[at], lb = lseB[at], m = fmaxf(la, lb);
-    float total = m == kNoKeys ? m : m + logf(expf(la - m) + expf(lb - m));
-    float wa = la == kNoKeys ? 0.0f : expf(la - total),
-          wb = lb == kNoKeys ? 0.0f : expf(lb - total);
-    lse[at] = total;
-    for (int64_t e = row * dv; e < (row + 1) * dv; ++e)
-      E::store(out, e, wa * E::load(a, e) + wb * E::load(b, e));
-  }
-}
-
-template <typename E>
-__global__ void combineGradKernel(const typename E::T *a, const float *lseA,
-                                  const typename E::T *b, const float *lseB,
-                                  const typename E::T *out, const float *lse,
-                                  const typename E::T *dout, const float *dlse,
-                                  int64_t rows, int64_t s, int64_t nq,
-                                  int64_t dv, typename E::T *da, float *dlseA,
-                                  typename E::T *db, float *dlseB) {
-  for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-       row < rows; row += int64_t(gridDim.x) * blockDim.x) {
-    int64_t at = statisticOf(row, s, nq);
-    float total = lse[at];
-    float wa = lseA[at] == kNoKeys ? 0.0f : expf(lseA[at] - total),
-          wb = lseB[at] == kNoKeys ? 0.0f : expf(lseB[at] - total);
-    double dotA = dlse ? dlse[at] : 0.0, dotB = dotA;
-    for (int64_t e = row * dv; e < (row + 1) * dv; ++e) {
-      float g = E::load(dout, e), o = E::load(out, e);
-      dotA += double(g) * (E::load(a, e) - o);
-      dotB += double(g) * (E::load(b, e) - o);
-      E::store(da, e, wa * g);
-      E::store(db, e, wb * g);
-    }
-    dlseA[at] = wa * float(dotA);
-    dlseB[at] = wb * float(dotB);
-  }
-}
-} // namespace
-
 void fsdp_rt_attention_combine(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                const void *out_a, const float *lse_a,
                                const void *out_b, const float *lse_b,
@@ -333,9 +279,10 @@ void fsdp_rt_attention_combine(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     return;
   dispatchFloat(dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
-    combineKernel<E><<<gridFor(rows), kThreads, 0, scope.stream()>>>(
-        asIn<E>(out_a), lse_a, asIn<E>(out_b), lse_b, rows, s, nq, dv,
-        asOut<E>(out), lse);
+    combine::forwardKernel<Portable<E>>
+        <<<combine::blocksFor(rows), combine::kThreads, 0, scope.stream()>>>(
+            asPortable<E>(out_a), lse_a, asPortable<E>(out_b), lse_b, rows, s,
+            nq, dv, asPortable<E>(out), lse);
   });
 }
 
@@ -352,10 +299,11 @@ void fsdp_rt_attention_combine_grad(
     return;
   dispatchFloat(dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
-    combineGradKernel<E><<<gridFor(rows), kThreads, 0, scope.stream()>>>(
-        asIn<E>(out_a), lse_a, asIn<E>(out_b), lse_b, asIn<E>(out), lse,
-        asIn<E>(dout), dlse, rows, s, nq, dv, asOut<E>(dout_a), dlse_a,
-        asOut<E>(dout_b), dlse_b);
+    combine::backwardKernel<Portable<E>>
+        <<<combine::blocksFor(rows), combine::kThreads, 0, scope.stream()>>>(
+            asPortable<E>(out_a), lse_a, asPortable<E>(out_b), lse_b,
+            asPortable<E>(out), lse, asPortable<E>(dout), dlse, rows, s, nq, dv,
+            asPortable<E>(dout_a), dlse_a, asPortable<E>(dout_b), dlse_b);
   });
 }
 
