@@ -324,6 +324,15 @@ struct NormCase {
   int64_t rows, h;
 };
 
+/// `v` of element type E as floats.
+template <typename E>
+std::vector<float> widenAs(const std::vector<typename E::T> &v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = portable::toFloat<E>(v[i]);
+  return out;
+}
+
 /// Emulated rms_norm rows against the CPU backend's.
 template <typename E> bool runNorm(const NormCase &c) {
   using T = typename E::T;
@@ -362,16 +371,12 @@ template <typename E> bool runNorm(const NormCase &c) {
     double want = 1.0 / std::sqrt(sumSq / double(c.h) + eps);
     invErr = std::max(invErr, std::fabs(inv[size_t(r)] - want) / want);
   }
-  auto widen = [](const std::vector<T> &v) {
-    std::vector<float> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i)
-      out[i] = portable::toFloat<E>(v[i]);
-    return out;
-  };
   double bound = E::kFloat ? 1e-5 : 1e-2;
-  bool ok =
-      report(c.name, "out", relError(widen(outEmu), widen(outCpu)), bound);
-  ok = report(c.name, "dx", relError(widen(dxEmu), widen(dxCpu)), bound) && ok;
+  bool ok = report(c.name, "out",
+                   relError(widenAs<E>(outEmu), widenAs<E>(outCpu)), bound);
+  ok = report(c.name, "dx", relError(widenAs<E>(dxEmu), widenAs<E>(dxCpu)),
+              bound) &&
+       ok;
   return report(c.name, "inv_rms", invErr, 1e-12) && ok;
 }
 
@@ -419,19 +424,16 @@ template <typename E> bool runCombine(const char *name, fsdp_rt_dtype dtype) {
                                dlse.data(), rows, s, nq, dv, daEmu.data(),
                                dlaEmu.data(), dbEmu.data(), dlbEmu.data());
   });
-  auto widen = [](const std::vector<T> &v) {
-    std::vector<float> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i)
-      out[i] = portable::toFloat<E>(v[i]);
-    return out;
-  };
   double bound = E::kFloat ? 1e-5 : 1e-2;
-  bool ok = report(name, "out", relError(widen(outEmu), widen(outCpu)), bound);
+  bool ok = report(name, "out",
+                   relError(widenAs<E>(outEmu), widenAs<E>(outCpu)), bound);
   ok = report(name, "lse", lseError(lseEmu, lseCpu), 1e-6) && ok;
-  ok =
-      report(name, "dout_a", relError(widen(daEmu), widen(daCpu)), bound) && ok;
-  ok =
-      report(name, "dout_b", relError(widen(dbEmu), widen(dbCpu)), bound) && ok;
+  ok = report(name, "dout_a", relError(widenAs<E>(daEmu), widenAs<E>(daCpu)),
+              bound) &&
+       ok;
+  ok = report(name, "dout_b", relError(widenAs<E>(dbEmu), widenAs<E>(dbCpu)),
+              bound) &&
+       ok;
   ok = report(name, "dlse_a", relError(dlaEmu, dlaCpu), 1e-5) && ok;
   return report(name, "dlse_b", relError(dlbEmu, dlbCpu), 1e-5) && ok;
 }
