@@ -15,7 +15,8 @@
 // values and their positions, combined by log-sum-exp), or gathers its
 // keys and values over `cp` once and puts the chunks back in sequence
 // order (all_gather). Autodiff runs either backwards: dK and dV return to
-// the ranks that own them.
+// the ranks that own them; the training step passes the ring's blocks round
+// again before each layer's backward instead of keeping them (Remat.cpp).
 //
 //===----------------------------------------------------------------------===//
 

@@ -49,6 +49,12 @@ SmallVector<std::string> layersOf(ArrayRef<Operation *> forward) {
   return layers;
 }
 
+/// Whether `op` passes a ring-attention K/V block on (fsdp-context-parallel's
+/// permutes of a layer's keys and values).
+bool isRingStep(Operation *op) {
+  return isa<dist::PermuteOp>(op) && op->hasAttr("fsdp.context_parallel");
+}
+
 /// The values a layer of `ops` keeps for the backward besides its inputs:
 /// its outputs (read by other forward ops), and with `selective` the policy's
 /// saved results.
@@ -63,8 +69,10 @@ DenseSet<Value> keptValues(ArrayRef<Operation *> ops,
     if (selective) {
       if (op->hasTrait<nn::RematProduct>())
         keep = ++matmuls % 2 == 1;
+      // Collectives are kept, but ring attention's K/V blocks, which go
+      // round the ring again.
       keep |= op->hasTrait<nn::RematSaved>() ||
-              isa<dist::CollectiveOpInterface>(op);
+              (isa<dist::CollectiveOpInterface>(op) && !isRingStep(op));
     }
     for (Value result : op->getResults())
       if (keep || llvm::any_of(result.getUsers(), [&](Operation *user) {
@@ -89,7 +97,10 @@ RematStats fsdp::rematerialize(OpBuilder &b, ArrayRef<Operation *> forward,
                                Operation *backwardStart,
                                const RematPlan &plan) {
   RematStats stats;
-  if (!plan.any())
+  // Ring attention's K/V blocks are passed round again before the layer's
+  // backward rather than kept: a layer keeps only its own block.
+  bool ring = llvm::any_of(forward, isRingStep);
+  if (!plan.any() && !ring)
     return stats;
   DenseSet<Operation *> inForward(forward.begin(), forward.end());
   llvm::MapVector<StringRef, SmallVector<Operation *>> layers;
@@ -107,11 +118,21 @@ RematStats fsdp::rematerialize(OpBuilder &b, ArrayRef<Operation *> forward,
   for (auto [index, entry] : llvm::enumerate(layers)) {
     ArrayRef<Operation *> ops = entry.second;
     Checkpointing mode = plan.modeOf(static_cast<int64_t>(index));
-    if (mode != Checkpointing::Full && mode != Checkpointing::Selective)
+    bool checkpointed =
+        mode == Checkpointing::Full || mode == Checkpointing::Selective;
+    if (!checkpointed && !llvm::any_of(ops, isRingStep))
       continue;
     DenseSet<Operation *> inLayer(ops.begin(), ops.end());
-    DenseSet<Value> kept =
-        keptValues(ops, inLayer, inForward, mode == Checkpointing::Selective);
+    DenseSet<Value> kept;
+    if (checkpointed) {
+      kept =
+          keptValues(ops, inLayer, inForward, mode == Checkpointing::Selective);
+    } else {
+      // Everything but the ring's blocks.
+      for (Operation *op : ops)
+        if (!isRingStep(op))
+          kept.insert(op->result_begin(), op->result_end());
+    }
     // The values to recompute: the layer's, not kept, read in the backward;
     // then what they are computed from, back to kept values and inputs.
     llvm::SetVector<Value> needed;
@@ -147,13 +168,14 @@ RematStats fsdp::rematerialize(OpBuilder &b, ArrayRef<Operation *> forward,
       Operation *copy = b.clone(*op, map);
       copy->setAttr("fsdp.recompute", b.getUnitAttr());
       clones.insert(copy);
-      ++stats.ops;
+      if (checkpointed)
+        ++stats.ops;
       if (isa<dist::CollectiveOpInterface>(op))
-        ++stats.collectives;
+        ++(checkpointed ? stats.collectives : stats.ringCollectives);
     }
     for (Value v : needed)
       v.replaceUsesWithIf(map.lookup(v), inBackward);
-    ++stats.layers;
+    ++(checkpointed ? stats.layers : stats.ringLayers);
   }
   return stats;
 }

@@ -19,11 +19,16 @@ struct RematStats {
   /// Layers that recompute, ops cloned into the backward, and of them the
   /// collectives re-issued.
   int64_t layers = 0, ops = 0, collectives = 0;
+  /// Layers without checkpointing whose ring-attention K/V blocks go round
+  /// again before their backward, and those permutes.
+  int64_t ringLayers = 0, ringCollectives = 0;
 
   RematStats &operator+=(const RematStats &other) {
     layers += other.layers;
     ops += other.ops;
     collectives += other.collectives;
+    ringLayers += other.ringLayers;
+    ringCollectives += other.ringCollectives;
     return *this;
   }
 };
@@ -66,8 +71,11 @@ decoderLayers(llvm::ArrayRef<mlir::Operation *> forward);
 /// its inputs and its outputs (values other forward ops read); `Selective`
 /// also keeps every other matmul's result (the first, third, ...),
 /// attention's and every collective's. `plan` says which mode each layer
-/// gets. Runs before fsdp's backward
-/// re-gather, which then serves the recompute too.
+/// gets. Whatever the mode, ring attention's K/V blocks (context
+/// parallelism's permutes) are not kept: a layer without checkpointing
+/// keeps everything else and passes the blocks round the ring again before
+/// its backward. Runs before fsdp's backward re-gather, which then serves
+/// the recompute too.
 RematStats rematerialize(mlir::OpBuilder &b,
                          llvm::ArrayRef<mlir::Operation *> forward,
                          mlir::Operation *backwardStart, const RematPlan &plan);

@@ -3,12 +3,14 @@
 # collective table after one step) against the closed forms. With
 # K = b·(s/cp)·n_kv·d·4 bytes (one rank's f32 key or value block), per
 # decoder layer and step:
-#   p2p:        cp - 1 permutes of K and of V forward, the same of dK and dV
-#               backward: 4·(cp - 1) permutes sending K each; and once per
-#               step, cp - 1 permutes of the rank's positions (b·s/cp i64);
+#   p2p:        cp - 1 permutes of K and of V forward, the same again before
+#               the layer's backward (the blocks go round the ring again
+#               rather than being kept), and cp - 1 of dK and of dV back:
+#               6·(cp - 1) permutes sending K each; and once per step,
+#               cp - 1 permutes of the rank's positions (b·s/cp i64);
 #   all_gather: an all_gather of K and of V forward (each sending K·(cp-1)),
-#               a reduce_scatter of dK and of dV backward (the same bytes).
-# Either way 4·K·(cp - 1) bytes per layer.
+#               a reduce_scatter of dK and of dV backward (the same bytes):
+#               4·K·(cp - 1) bytes per layer.
 #
 # Usage: /usr/bin/python3 cp_volume.py REPORT --config CONFIG.json --cp N
 #            --comm p2p|all_gather [--batch B] [--seq S] [--table]
@@ -59,10 +61,11 @@ def main():
     d = cfg.get("head_dim") or cfg["hidden_size"] // heads
     cp = args.cp
     block = args.batch * (args.seq // cp) * kv * d * 4
+    blocks = 6 if args.comm == "p2p" else 4
     if args.comm == "p2p":
         want = {("permute", "{cp}"): (
-            4 * (cp - 1) * layers + (cp - 1),
-            4 * (cp - 1) * layers * block +
+            6 * (cp - 1) * layers + (cp - 1),
+            6 * (cp - 1) * layers * block +
             (cp - 1) * args.batch * (args.seq // cp) * 8)}
     else:
         want = {("all_gather", "{cp}"): (2 * layers,
@@ -71,7 +74,7 @@ def main():
                                             2 * layers * block * (cp - 1))}
     got = {k: v for k, v in rows_of(args.report, args.table).items()
            if k[1] == "{cp}"}
-    print(f"cp={cp} {args.comm}: per layer {4 * block * (cp - 1)} bytes "
+    print(f"cp={cp} {args.comm}: per layer {blocks * block * (cp - 1)} bytes "
           f"over cp; report {sorted(got.items())}")
     if got != want:
         print(f"FAIL: expected {sorted(want.items())}")

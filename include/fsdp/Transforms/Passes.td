@@ -371,8 +371,11 @@ def ContextParallelPass : Pass<"fsdp-context-parallel", "mlir::ModuleOp"> {
     and `nn.attention_combine` merges each step's result into the running
     one by log-sum-exp; each permute is issued before the previous block's
     attention, and `fsdp-schedule` makes it asynchronous so the transfer
-    overlaps that attention. Autodiff runs the ring backwards: dK and dV
-    travel back to the ranks that own them. With `"all_gather"` (as Llama 3
+    overlaps that attention. A layer keeps only its own block for the
+    backward: the training step passes the blocks round the ring again
+    before the layer's backward (fsdp-build-train-step's rematerialization,
+    with or without activation checkpointing), and autodiff returns dK and
+    dV to the ranks that own them. With `"all_gather"` (as Llama 3
     trained) each attention gathers its keys and values over `cp` once,
     puts the chunks back in sequence order and attends to all of them;
     autodiff turns the gather into the reduce-scatter of dK and dV.
