@@ -106,3 +106,11 @@ LogicalResult fsdp::followOperandSplit(Operation *op, Operation *copy) {
   }
   return success();
 }
+
+bool fsdp::isRingStep(Operation *op) {
+  auto permute = dyn_cast<dist::PermuteOp>(op);
+  if (!permute)
+    return false;
+  ArrayAttr axes = permute.getMeshAxes();
+  return axes.size() == 1 && cast<StringAttr>(axes[0]).getValue() == "cp";
+}

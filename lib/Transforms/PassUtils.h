@@ -31,6 +31,11 @@ void replaceFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
                      llvm::ArrayRef<mlir::DictionaryAttr> argAttrs,
                      llvm::ArrayRef<mlir::DictionaryAttr> resultAttrs);
 
+/// Whether `op` passes context parallelism's ring-attention blocks on: a
+/// dist.permute over cp (fsdp-context-parallel's, of a layer's keys and
+/// values or of their positions, or its transpose in the backward).
+bool isRingStep(mlir::Operation *op);
+
 /// For a collective `op` cloned as `copy` onto operands whose dims shrank
 /// (the batch split over data-parallel ranks, the sequence over cp): gives
 /// each of `copy`'s results of operand 0's rank the old result's shape,

@@ -49,12 +49,6 @@ SmallVector<std::string> layersOf(ArrayRef<Operation *> forward) {
   return layers;
 }
 
-/// Whether `op` passes a ring-attention K/V block on (fsdp-context-parallel's
-/// permutes of a layer's keys and values).
-bool isRingStep(Operation *op) {
-  return isa<dist::PermuteOp>(op) && op->hasAttr("fsdp.context_parallel");
-}
-
 /// The values a layer of `ops` keeps for the backward besides its inputs:
 /// its outputs (read by other forward ops), and with `selective` the policy's
 /// saved results.

@@ -233,15 +233,6 @@ bool isGradientSync(dist::CollectiveOpInterface op) {
   });
 }
 
-/// Whether `op` passes context parallelism's ring-attention blocks on (a
-/// permute over cp, in the forward or, transposed, in the backward).
-bool isRingStep(dist::CollectiveOpInterface op) {
-  if (!isa<dist::PermuteOp>(op.getOperation()) || op.isAsync())
-    return false;
-  ArrayAttr axes = op.getMeshAxes();
-  return axes.size() == 1 && cast<StringAttr>(axes[0]).getValue() == "cp";
-}
-
 struct SchedulePass
     : EntryFunctionPass<SchedulePass, fsdp::impl::SchedulePassBase> {
   using EntryFunctionPass::EntryFunctionPass;
@@ -254,7 +245,7 @@ struct SchedulePass
       auto collective = dyn_cast<dist::CollectiveOpInterface>(op);
       if (!collective)
         continue;
-      if (isRingStep(collective)) {
+      if (isRingStep(&op) && !collective.isAsync()) {
         ring.push_back(&op);
         continue;
       }
