@@ -1,26 +1,38 @@
-# Reads `activations and temporaries, peak` from the memory reports
-# (fsdp-compile --report) of one model at cp 1, 2, 4, ... and prints each
-# against cp 1; exits 1 unless they fall as cp grows.
+# Reads one line of the memory reports (fsdp-compile --report) of one
+# model compiled several ways and prints each against the first; exits 1
+# unless each is below the one before.
 #
-# Usage: /usr/bin/python3 cp_memory.py CP1.txt CP2.txt [CP4.txt ...]
+# Usage: /usr/bin/python3 cp_memory.py [--field NAME] LABEL=REPORT ...
+#   --field: the report line (default "activations and temporaries, peak")
 
+import argparse
 import re
 import sys
 
 
 def main():
-    peaks = []
-    for path in sys.argv[1:]:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--field", default="activations and temporaries, peak")
+    parser.add_argument("reports", nargs="+", metavar="LABEL=REPORT")
+    args = parser.parse_args()
+    labels, values = [], []
+    for item in args.reports:
+        label, _, path = item.partition("=")
         with open(path) as f:
-            peaks.append(int(re.search(
-                r"^activations and temporaries, peak\s+(\d+)", f.read(),
-                re.M).group(1)))
-    parts = [f"cp 1 {peaks[0]}"]
-    for i, peak in enumerate(peaks[1:], 1):
-        parts.append(f"cp {2 ** i} {peak} ({peak / peaks[0]:.2f} of cp 1)")
-    print("activations and temporaries, peak: " + ", ".join(parts))
-    if any(b >= a for a, b in zip(peaks, peaks[1:])):
-        print("FAIL: the activations do not fall with cp")
+            found = re.search(rf"^{re.escape(args.field)}\s+(\d+)", f.read(),
+                              re.M)
+        if not found:
+            print(f"FAIL: {path}: no line '{args.field}'")
+            return 1
+        labels.append(label)
+        values.append(int(found.group(1)))
+    parts = [f"{labels[0]} {values[0]}"]
+    for label, value in zip(labels[1:], values[1:]):
+        parts.append(f"{label} {value} ({value / values[0]:.2f} of "
+                     f"{labels[0]})")
+    print(f"{args.field}: " + ", ".join(parts))
+    if any(b >= a for a, b in zip(values, values[1:])):
+        print(f"FAIL: '{args.field}' does not fall in the order given")
         return 1
     return 0
 

@@ -125,17 +125,22 @@ FSDP_VECTORIZE void probabilities(float *scores, int64_t i0, int64_t i1,
   }
 }
 
-/// dS = P · (dP - Σ_j P·dP + dLSE) per row, in place of dP (dlse: the
-/// rows' statistics gradients, or null); masked keys have P = 0 and get no
-/// gradient.
+/// dS = P · (dP - Δ + dLSE) per row, in place of dP, with Δ = Σ_j P·dP =
+/// Σ_d dO·O read from the forward's output (`out` and `dout` rows `stride`
+/// apart): over all the keys the output saw, so that a ring step given the
+/// merged attention's output and statistics gets its share of the merged
+/// gradient. dlse: the rows' statistics gradients, or null. Masked keys have
+/// P = 0 and get no gradient.
 FSDP_VECTORIZE void softmaxGrad(const float *probs, float *dprobs, int64_t rows,
-                                int64_t width, const float *dlse) {
+                                int64_t width, const float *out,
+                                const float *dout, int64_t stride, int64_t dv,
+                                const float *dlse) {
   for (int64_t i = 0; i < rows; ++i) {
     const float *p = probs + i * width;
     float *dp = dprobs + i * width;
     double dot = 0;
-    for (int64_t j = 0; j < width; ++j)
-      dot += double(p[j]) * dp[j];
+    for (int64_t d = 0; d < dv; ++d)
+      dot += double(out[i * stride + d]) * dout[i * stride + d];
     if (dlse)
       dot -= dlse[i];
     for (int64_t j = 0; j < width; ++j)
@@ -253,18 +258,21 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
   fsdp::rt::counters::addAttentionPairs(pairs * nq);
 }
 
-void fsdp_rt_attention_grad(
-    fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q, const void *k,
-    const void *v, const void * /*out: Σ P·dP comes from P*/, const float *lse,
-    const void *dout, const float *dlse, int64_t b, int64_t s, int64_t skv,
-    int64_t nq, int64_t nkv, int64_t d, int64_t dv, const int64_t *positions,
-    const int64_t *key_positions, int causal, int64_t sliding_window,
-    double scale, void *dq, void *dk, void *dvalue) {
+void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
+                            const void *k, const void *v, const void *out,
+                            const float *lse, const void *dout,
+                            const float *dlse, int64_t b, int64_t s,
+                            int64_t skv, int64_t nq, int64_t nkv, int64_t d,
+                            int64_t dv, const int64_t *positions,
+                            const int64_t *key_positions, int causal,
+                            int64_t sliding_window, double scale, void *dq,
+                            void *dk, void *dvalue) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
   const Heads hd = headsOf(b, s, skv, nq, nkv, d, dv, positions, key_positions,
                            causal, sliding_window, scale);
   FloatInput fq(dtype, q, hd.qElems()), fk(dtype, k, hd.kElems()),
-      fv(dtype, v, hd.vElems()), fdo(dtype, dout, hd.oElems());
+      fv(dtype, v, hd.vElems()), fdo(dtype, dout, hd.oElems()),
+      fo(dtype, out, hd.oElems());
   FloatOutput fdq(dtype, dq, hd.qElems()), fdk(dtype, dk, hd.kElems()),
       fdv(dtype, dvalue, hd.vElems());
   // The query heads of a group add into the same dk and dvalue; a query
@@ -272,7 +280,8 @@ void fsdp_rt_attention_grad(
   std::fill(fdk.get(), fdk.get() + hd.kElems(), 0.0f);
   std::fill(fdv.get(), fdv.get() + hd.vElems(), 0.0f);
   std::fill(fdq.get(), fdq.get() + hd.qElems(), 0.0f);
-  const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get(), *pdo = fdo.get();
+  const float *pq = fq.get(), *pk = fk.get(), *pv = fv.get(), *pdo = fdo.get(),
+              *po = fo.get();
   forEachGroup(hd, [&](int64_t bi, int64_t g) {
     std::vector<float> probs(kRows * skv), dprobs(kRows * skv);
     Mask mask = hd.mask(bi);
@@ -280,7 +289,8 @@ void fsdp_rt_attention_grad(
     float *dkh = fdk.get() + hd.kOffset(bi, g);
     float *dvh = fdv.get() + hd.vOffset(bi, g);
     for (int64_t h = g * hd.group(); h < (g + 1) * hd.group(); ++h) {
-      const float *qh = pq + hd.qOffset(bi, h), *doh = pdo + hd.oOffset(bi, h);
+      const float *qh = pq + hd.qOffset(bi, h), *doh = pdo + hd.oOffset(bi, h),
+                  *oh = po + hd.oOffset(bi, h);
       float *dqh = fdq.get() + hd.qOffset(bi, h);
       for (int64_t i0 = 0; i0 < s; i0 += kRows) {
         int64_t i1 = std::min(s, i0 + kRows), rows = i1 - i0;
@@ -300,7 +310,8 @@ void fsdp_rt_attention_grad(
               dvh + keys.first * nkv * dv, nkv * dv);
         sgemm(false, true, rows, width, dv, 1.0f, doh + i0 * nq * dv, nq * dv,
               vv, nkv * dv, nullptr, 0.0f, dprobs.data(), width);
-        softmaxGrad(probs.data(), dprobs.data(), rows, width,
+        softmaxGrad(probs.data(), dprobs.data(), rows, width, oh + i0 * nq * dv,
+                    doh + i0 * nq * dv, nq * dv, dv,
                     dlse ? dlse + hd.lseOffset(bi, h) + i0 : nullptr);
         // dQ = scale·dS·K and dK += scale·dSᵀ·Q.
         sgemm(false, false, rows, d, width, hd.scale, dprobs.data(), width, kv,

@@ -20,7 +20,7 @@
 //   when m grows), then writes out = acc / l and lse = m + log l.
 // - Backward, without atomics and so deterministic: a query-side kernel
 //   rebuilds P = exp(scale·q·k - lse) per visible key, computes
-//   Δ = Σ_j P·dP (dP = dO·v, Δ summed in double as on the CPU), then
+//   Δ = Σ_j P·dP = Σ_d dO·O (from the forward's output, as on the CPU), then
 //   dQ = scale·Σ_j P·(dP - Δ)·k; a key-side kernel walks, for each key and
 //   every query head of its group, the queries that see the key and sums
 //   dV = Σ P·dO and dK = scale·Σ P·(dP - Δ)·q in f32.
@@ -153,9 +153,9 @@ __global__ void attentionKernel(const typename E::T *q, const typename E::T *k,
 template <typename E>
 __global__ void
 attentionQueryGradKernel(const typename E::T *q, const typename E::T *k,
-                         const typename E::T *v, const float *lse,
-                         const typename E::T *dout, Geometry g,
-                         typename E::T *dq, float *delta) {
+                         const typename E::T *v, const typename E::T *out,
+                         const float *lse, const typename E::T *dout,
+                         Geometry g, typename E::T *dq, float *delta) {
   extern __shared__ float shared[];
   int warp = threadIdx.x / 32;
   int64_t i = int64_t(blockIdx.x) * kWarps + warp, h = blockIdx.y,
@@ -168,15 +168,9 @@ attentionQueryGradKernel(const typename E::T *q, const typename E::T *k,
   loadRow<E>(dout + g.oRow(bi, i, h), g.dv, dos);
   zeroRow(g.d, acc);
   float shift = lse[g.stat(bi, h, i)];
-  // Δ = Σ_j P·dP over the visible keys.
-  double sum = 0;
-  for (int64_t j = g.firstKey(i); j < g.endKey(i); ++j) {
-    float p =
-        fastExp(g.scale * warpDot<E>(qs, k + g.kRow(bi, j, kvh), g.d) - shift);
-    float dp = warpDot<E>(dos, v + g.vRow(bi, j, kvh), g.dv);
-    sum += double(p) * double(dp);
-  }
-  float dlt = float(sum);
+  // Δ = Σ_j P·dP = Σ_d dO·O, from the forward's output (over every key it
+  // saw: a ring step gets the merged attention's).
+  float dlt = warpDot<E>(dos, out + g.oRow(bi, i, h), g.dv);
   // dQ = scale · Σ_j P·(dP - Δ)·k_j.
   for (int64_t j = g.firstKey(i); j < g.endKey(i); ++j) {
     const typename E::T *kr = k + g.kRow(bi, j, kvh);
@@ -370,8 +364,8 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   if (!shape.byIndex() || dlse)
     requireFlash(scope.name());
   if (path != AttentionPath::Exact) {
-    attentionGradProducts(scope, stream, dtype, q, k, v, lse, dout, shape, dq,
-                          dk, dvalue);
+    attentionGradProducts(scope, stream, dtype, q, k, v, out, lse, dout, shape,
+                          dq, dk, dvalue);
     return;
   }
   Geometry g = {b, s, nq, nkv, d, dv, causal, sliding_window, float(scale)};
@@ -382,8 +376,8 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     auto queryKernel = attentionQueryGradKernel<E>;
     size_t queryBytes = sharedBytes(queryKernel, 2 * d + dv, scope.name());
     queryKernel<<<gridOf(s, nq, b, scope.name()), kWarps * 32, queryBytes,
-                  st>>>(asIn<E>(q), asIn<E>(k), asIn<E>(v), lse, asIn<E>(dout),
-                        g, asOut<E>(dq), delta.get());
+                  st>>>(asIn<E>(q), asIn<E>(k), asIn<E>(v), asIn<E>(out), lse,
+                        asIn<E>(dout), g, asOut<E>(dq), delta.get());
     auto keyKernel = attentionKeyGradKernel<E>;
     size_t keyBytes = sharedBytes(keyKernel, 2 * (d + dv), scope.name());
     keyKernel<<<gridOf(s, nkv, b, scope.name()), kWarps * 32, keyBytes, st>>>(

@@ -103,11 +103,24 @@ struct Block {
   __device__ int64_t query(int64_t row) const {
     return r0 + (row % rows()) / group;
   }
+  /// The row's batch entry, query head and position.
+  __device__ void place(int64_t row, int64_t &bi, int64_t &h,
+                        int64_t &i) const {
+    int64_t pair = row / rows(), local = row % rows();
+    bi = bi0 + pair / nkv, h = (pair % nkv) * group + local % group;
+    i = r0 + local / group;
+  }
   /// The row's index in lse, [b, nq, s].
   __device__ int64_t lseAt(int64_t row, int64_t s) const {
-    int64_t pair = row / rows(), local = row % rows();
-    int64_t bi = bi0 + pair / nkv, h = (pair % nkv) * group + local % group;
-    return (bi * nq + h) * s + r0 + local / group;
+    int64_t bi, h, i;
+    place(row, bi, h, i);
+    return (bi * nq + h) * s + i;
+  }
+  /// The row's first element in the attention's output, [b, s, nq, dv].
+  __device__ int64_t outAt(int64_t row, int64_t s, int64_t dv) const {
+    int64_t bi, h, i;
+    place(row, bi, h, i);
+    return ((bi * s + i) * nq + h) * dv;
   }
 };
 
@@ -138,22 +151,25 @@ __global__ void softmaxRows(const float *scores, Mask mask, Block blk,
   }
 }
 
-/// Per row of a block: P rebuilt from the scores and lse, Δ = Σ_j P·dP in
-/// double, then P and dS = scale·P·(dP - Δ) in the input type (zero where
-/// masked).
+/// Per row of a block: P rebuilt from the scores and lse, Δ = Σ_j P·dP =
+/// Σ_d dO·O from the forward's output `out` and its gradient `dout`
+/// ([b, s, nq, dv], in double; over every key the output saw), then P and
+/// dS = scale·P·(dP - Δ) in the input type (zero where masked).
 template <typename E>
 __global__ void softmaxGradRows(const float *scores, const float *dp,
-                                const float *lse, Mask mask, Block blk,
-                                int64_t rows, typename E::T *p,
-                                typename E::T *ds) {
+                                const float *lse, const typename E::T *out,
+                                const typename E::T *dout, int64_t dv,
+                                Mask mask, Block blk, int64_t rows,
+                                typename E::T *p, typename E::T *ds) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     int64_t i = blk.query(row);
     int64_t lo = mask.lo(i) - blk.k0, hi = mask.hi(i) - blk.k0;
     float l = lse[blk.lseAt(row, mask.s)];
     const float *x = scores + row * blk.nk, *g = dp + row * blk.nk;
+    int64_t o = blk.outAt(row, mask.s, dv);
     double delta = 0;
-    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
-      delta += double(expf(mask.scale * x[j] - l)) * double(g[j]);
+    for (int64_t dd = threadIdx.x; dd < dv; dd += blockDim.x)
+      delta += double(E::load(out, o + dd)) * double(E::load(dout, o + dd));
     delta = blockReduce(delta, SumOp());
     for (int64_t j = threadIdx.x; j < blk.nk; j += blockDim.x) {
       bool seen = j >= lo && j < hi;
@@ -357,7 +373,8 @@ void fsdp::rt::cuda::attentionGradProducts(const KernelScope &scope,
                                            fsdp_rt_stream stream,
                                            fsdp_rt_dtype dtype, const void *q,
                                            const void *k, const void *v,
-                                           const float *lse, const void *dout,
+                                           const void *out, const float *lse,
+                                           const void *dout,
                                            const AttentionShape &a, void *dq,
                                            void *dk, void *dvalue) {
   cudaStream_t st = scope.stream();
@@ -403,7 +420,10 @@ void fsdp::rt::cuda::attentionGradProducts(const KernelScope &scope,
       dispatchFloat(dtype, scope.name(), [&](auto e) {
         using E = decltype(e);
         softmaxGradRows<E><<<rowBlocks(pairs * m), kThreads, 0, st>>>(
-            scores.get(), dp.get(), lse, heads.mask, blk, pairs * m,
+            scores.get(), dp.get(), lse,
+            reinterpret_cast<const typename E::T *>(out),
+            reinterpret_cast<const typename E::T *>(dout), a.dv, heads.mask,
+            blk, pairs * m,
             reinterpret_cast<typename E::T *>(probs.get()),
             reinterpret_cast<typename E::T *>(dscores.get()));
       });

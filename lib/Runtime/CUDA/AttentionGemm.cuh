@@ -73,9 +73,9 @@ void attentionProducts(const KernelScope &scope, fsdp_rt_stream stream,
 /// fsdp_rt_attention_grad through products, inside the caller's scope.
 void attentionGradProducts(const KernelScope &scope, fsdp_rt_stream stream,
                            fsdp_rt_dtype dtype, const void *q, const void *k,
-                           const void *v, const float *lse, const void *dout,
-                           const AttentionShape &shape, void *dq, void *dk,
-                           void *dvalue);
+                           const void *v, const void *out, const float *lse,
+                           const void *dout, const AttentionShape &shape,
+                           void *dq, void *dk, void *dvalue);
 
 } // namespace fsdp::rt::cuda
 

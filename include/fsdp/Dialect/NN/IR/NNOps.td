@@ -718,9 +718,11 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [
     and returns the gradients of the three inputs for the output gradient
     `grad`, with the forward's mask and scale. With grouped-query attention
     a KV head's gradient sums over the query heads that read it. `output`
-    is the forward's result, which the backward's row sums
-    `Σ_j P·dP = rowsum(grad ∘ output)` can read instead of recomputing it
-    (the CUDA backend's flash kernels do). `positions` and `key_positions`
+    is the forward's result: the backward's row sums are
+    `Σ_j P·dP = rowsum(grad ∘ output)`. A ring step's gradient passes the
+    merged attention's `output` and `logsumexp` (and their gradients) in
+    place of its own, and its keys get their share of the merged gradient.
+    `positions` and `key_positions`
     are the forward's `positions`. `logsumexp_grad` (`[B, Nq, S]`, when something
     consumed the forward's statistics: `nn.attention_combine`) adds
     `dLSE_i · P_ij` to each score's gradient.
