@@ -7,7 +7,7 @@ Reads `llvm-tblgen --dump-json` of NNOps.td and writes, for every op with the
 NN_Imported trait, what graph.json may give it: its operand count range and
 each attribute with its kind and whether it is required. Arguments an op
 lists in `internalArgs` (set by passes, not by a graph) are left out; a
-variadic operand takes at least one input.
+variadic operand takes at least one input unless listed in `optionalArgs`.
 """
 
 import argparse
@@ -35,6 +35,7 @@ def attr_kind(op, name, record, defname):
 def op_entry(records, op):
     name = op["opName"]
     internal = set(op.get("internalArgs") or [])
+    optional = set(op.get("optionalArgs") or [])
     lo = hi = 0
     attrs = []
     for arg, arg_name in op["arguments"]["args"]:
@@ -50,9 +51,10 @@ def op_entry(records, op):
                           attr_kind(name, arg_name, record, arg["def"]),
                           required))
         elif "Variadic" in supers:
-            # A graph node gives a variadic operand at least one input.
+            # A graph node gives a variadic operand at least one input,
+            # unless the op lists it in optionalArgs.
             hi = None
-            lo += 1
+            lo += arg_name not in optional
         else:
             hi = None if hi is None else hi + 1
             lo += "Optional" not in supers

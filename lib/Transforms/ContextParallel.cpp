@@ -42,6 +42,10 @@ using nn::tensorOf;
 
 namespace {
 
+/// The input that holds, for packed rows, each token's index in its row
+/// (position_ids hold its position in its document).
+constexpr llvm::StringLiteral kTokenIndex = "token_index";
+
 struct ContextParallelPass
     : fsdp::impl::ContextParallelPassBase<ContextParallelPass> {
   using ContextParallelPassBase::ContextParallelPassBase;
@@ -171,6 +175,9 @@ LogicalResult SequenceSplitter::splitArguments() {
         return forward.emitOpError("the sequence length ")
                << sequence << " is not divisible by 2 x cp_size = " << 2 * cp
                << " (context parallelism's load-balanced chunks)";
+      if (input.getValue() == kTokenIndex)
+        return forward.emitOpError("input '")
+               << kTokenIndex << "' is context parallelism's own";
       if (input.getValue() == "position_ids") {
         if (!type.getElementType().isInteger(64))
           return forward.emitOpError("input 'position_ids' is ")
@@ -188,6 +195,25 @@ LogicalResult SequenceSplitter::splitArguments() {
   if (!sequence)
     return forward.emitOpError("has no [B, S] token input for context "
                                "parallelism to split");
+  // Packed rows: position_ids restart at each document, so the masks read
+  // the tokens' indices in the row from an input of their own, which the
+  // data loader fills as it fills position_ids for unpacked rows.
+  bool packed = false;
+  forward.walk(
+      [&](nn::AttentionOp attention) { packed |= attention.getPacked(); });
+  if (packed) {
+    int64_t batch = tensorOf(forward.getArgument(0)).getDimSize(0);
+    for (BlockArgument arg : forward.getArguments())
+      if (forward.getArgAttr(arg.getArgNumber(), nn::NNDialect::kInputAttrName))
+        batch = tensorOf(arg).getDimSize(0);
+    positionsArg = static_cast<int>(argTypes.size());
+    argTypes.push_back(
+        RankedTensorType::get({batch, sequence / cp}, b.getI64Type()));
+    NamedAttrList attrs;
+    attrs.set(nn::NNDialect::kInputAttrName, b.getStringAttr(kTokenIndex));
+    attrs.set("dist.sharding", sequenceSharding(2, 1, Attribute()));
+    argAttrs.push_back(attrs.getDictionary(context));
+  }
   return success();
 }
 
@@ -267,7 +293,7 @@ LogicalResult SequenceSplitter::rewriteBody() {
         return failure();
       continue;
     }
-    if (!attention.getPositions().empty())
+    if (attention.getQueryPositions())
       return attention.emitOpError("already has positions");
     if (attention.getCausal() && positionsArg < 0)
       return attention.emitOpError(
@@ -288,14 +314,17 @@ nn::AttentionOp SequenceSplitter::attentionOver(nn::AttentionOp attention,
                                                 Value query, Value key,
                                                 Value value, Value positions,
                                                 Value keyPositions) {
-  SmallVector<Value, 2> placed;
+  SmallVector<Value, 3> placed;
+  if (Value documents = attention.getDocumentPositions())
+    placed.push_back(map.lookup(documents));
   for (Value v : {positions, keyPositions})
     if (v)
       placed.push_back(v);
   return nn::AttentionOp::create(
       b, attention.getLoc(), query, key, value, placed,
       attention.getCausalAttr(), attention.getSlidingWindowAttr(),
-      attention.getScaleAttr(), attention.getPathAttr());
+      attention.getScaleAttr(), attention.getPackedAttr(),
+      attention.getPathAttr());
 }
 
 ValueRange SequenceSplitter::gatheredAttention(nn::AttentionOp attention,

@@ -12,7 +12,8 @@
 # input: with a seeded float64 direction v, the central difference
 # (<f(x + h v), dy> - <f(x - h v), dy>) / 2h, h = 1e-6, of the float64
 # forward reference f must match <our dx, v> within 1e-5 relative error for
-# f32 gradients, 2e-2 for bf16 and f16. A low-precision gradient of more
+# f32 gradients, 2e-2 for bf16 and f16 (3e-2 for attention_grad, whose row
+# sums read the rounded forward output). A low-precision gradient of more
 # than 4096 elements (the flash-attention shapes) is left to the float64
 # reference above: rounding each element of a long gradient adds up, in the
 # projection, to more than the bound. reduce_sum_to is checked as the transpose of
@@ -220,6 +221,12 @@ def grad_reference(case):
 
 FD_STEP = 1e-6
 FD_TOLERANCE = {"f32": 1e-5, "bf16": 2e-2, "f16": 2e-2}
+# attention_grad takes its row sums Σ_j P·dP as Σ_d dO·O from the forward's
+# output, rounded to bf16/f16 (flash-attention's Δ, which a ring step needs
+# over the merged output): a low-precision query gradient gets that
+# rounding too.
+FD_TOLERANCE_OF = {("attention_grad", "bf16"): 3e-2,
+                   ("attention_grad", "f16"): 3e-2}
 FD_MAX_LOW_PRECISION = 4096
 
 
@@ -316,7 +323,8 @@ def finite_differences(case):
         d = ((plus - minus) * dy).sum().item() / (2 * FD_STEP)
         ours = (case["out"][out_name].to(torch.float64) * v).sum().item()
         err = abs(d - ours) / max(abs(d), 1e-30)
-        results.append((name, err, err <= FD_TOLERANCE[dtype]))
+        bound = FD_TOLERANCE_OF.get((case["op"], dtype), FD_TOLERANCE[dtype])
+        results.append((name, err, err <= bound))
     return results
 
 

@@ -100,7 +100,22 @@ struct Case {
   /// the statistics too.
   int placed = 0;
   bool dlse = false;
+  /// Packed rows: documents of 23, 1, 71, 9, 130 and 40 tokens over and
+  /// over (the queries' positions in their documents; by the tokens' places
+  /// in the whole sequence with context parallelism).
+  bool packed = false;
 };
+
+/// A token's position in its document, at index `at` of a packed row.
+int64_t documentPosition(int64_t at) {
+  static const int64_t lengths[] = {23, 1, 71, 9, 130, 40};
+  int64_t start = 0;
+  for (int k = 0;; k = (k + 1) % 6) {
+    if (at < start + lengths[k])
+      return at - start;
+    start += lengths[k];
+  }
+}
 
 using Bits = std::vector<uint16_t>;
 
@@ -175,8 +190,13 @@ template <typename E, int D> bool run(const Case &c) {
     for (int64_t j = 0; j < c.s && c.placed == 2; ++j)
       kpos.push_back(chunk + j);
   }
+  std::vector<int64_t> dpos;
+  for (int64_t bi = 0; bi < c.b && c.packed; ++bi)
+    for (int64_t i = 0; i < c.s; ++i)
+      dpos.push_back(documentPosition(c.placed ? qpos[size_t(i)] : i));
   const int64_t *qp = qpos.empty() ? nullptr : qpos.data(),
-                *kp = kpos.empty() ? nullptr : kpos.data();
+                *kp = kpos.empty() ? nullptr : kpos.data(),
+                *dp = dpos.empty() ? nullptr : dpos.data();
   size_t nqElems = size_t(c.b * c.s * c.nq * D),
          nkvElems = size_t(c.b * skv * c.nkv * D),
          nStat = size_t(c.b * c.nq * c.s);
@@ -195,11 +215,11 @@ template <typename E, int D> bool run(const Case &c) {
   Bits out(nqElems), dq(nqElems), dk(nkvElems), dv(nkvElems);
   std::vector<float> lse(nStat);
   fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), c.b, c.s, skv,
-                    c.nq, c.nkv, D, D, qp, kp, c.causal, c.window, c.scale,
+                    c.nq, c.nkv, D, D, qp, kp, dp, c.causal, c.window, c.scale,
                     out.data(), lse.data());
   fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), out.data(),
                          lse.data(), dout.data(), dl, c.b, c.s, skv, c.nq,
-                         c.nkv, D, D, qp, kp, c.causal, c.window, c.scale,
+                         c.nkv, D, D, qp, kp, dp, c.causal, c.window, c.scale,
                          dq.data(), dk.data(), dv.data());
 
   // The flash kernels on the emulator.
@@ -208,7 +228,7 @@ template <typename E, int D> bool run(const Case &c) {
   std::vector<float> flse(nStat, NAN);
   auto as = [](const Bits &x) { return reinterpret_cast<const T *>(x.data()); };
   auto asOut = [](Bits &x) { return reinterpret_cast<T *>(x.data()); };
-  flash::Params p = flash::makeParams(c.b, c.s, skv, c.nq, c.nkv, qp, kp,
+  flash::Params p = flash::makeParams(c.b, c.s, skv, c.nq, c.nkv, qp, kp, dp,
                                       c.causal, c.window, c.scale);
   {
     Launcher launcher;
@@ -607,6 +627,17 @@ int main() {
       {"bf16_cp_ring_step_d64", false, 2, 256, 2, 2, 64, 1, 0, 0.125, 2, true},
       {"f16_cp_ring_window_d32", true, 1, 256, 2, 1, 32, 1, 100, 0.1767767, 2,
        true},
+      // Packed rows: documents shorter and longer than a tile, one of a
+      // single token; with GQA, with a window inside the documents, and at
+      // cp 2 on a ring step whose keys are chunks 1 and 2.
+      {"bf16_packed_gqa_d64", false, 2, 300, 4, 2, 64, 1, 0, 0.125, 0, false,
+       true},
+      {"f16_packed_window_d32", true, 1, 280, 2, 1, 32, 1, 50, 0.1767767, 0,
+       false, true},
+      {"bf16_cp_ring_packed_d64", false, 1, 256, 2, 2, 64, 1, 0, 0.125, 2, true,
+       true},
+      {"bf16_cp_all_gather_packed_d64", false, 1, 256, 4, 2, 64, 1, 0, 0.125, 1,
+       false, true},
   };
   bool ok = true;
   for (const Case &c : cases)

@@ -297,8 +297,8 @@ void attentionCase(Writer &w, const char *name, fsdp_rt_dtype dt, bool causal,
          v = randomFloat(dt, {b, s, nkv, dv}), out(dt, {b, s, nq, dv}),
          lse(FSDP_RT_F32, {b, nq, s});
   fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, s, nq, nkv,
-                    d, dv, nullptr, nullptr, causal, window, scale, out.data(),
-                    lse.as<float>());
+                    d, dv, nullptr, nullptr, nullptr, causal, window, scale,
+                    out.data(), lse.as<float>());
   w.begin(name, "attention");
   w.attr("causal", causal);
   w.attr("sliding_window", double(window));
@@ -609,12 +609,12 @@ void attentionGradCase(Writer &w, const char *name, fsdp_rt_dtype dt,
          lse(FSDP_RT_F32, {b, nq, s});
   // The backward reads the forward's statistics.
   fsdp_rt_attention(nullptr, dt, q.data(), k.data(), v.data(), b, s, s, nq, nkv,
-                    d, dv, nullptr, nullptr, causal, window, scale, out.data(),
-                    lse.as<float>());
+                    d, dv, nullptr, nullptr, nullptr, causal, window, scale,
+                    out.data(), lse.as<float>());
   fsdp_rt_attention_grad(nullptr, dt, q.data(), k.data(), v.data(), out.data(),
                          lse.as<float>(), dout.data(), nullptr, b, s, s, nq,
-                         nkv, d, dv, nullptr, nullptr, causal, window, scale,
-                         dq.data(), dk.data(), dvalue.data());
+                         nkv, d, dv, nullptr, nullptr, nullptr, causal, window,
+                         scale, dq.data(), dk.data(), dvalue.data());
   w.begin(name, "attention_grad");
   w.attr("causal", causal);
   w.attr("sliding_window", double(window));

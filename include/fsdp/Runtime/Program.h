@@ -212,12 +212,16 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                             bool inverse);
 /// `sliding_window` <= 0 means none; `scale` <= 0 means 1/sqrt(D);
 /// `positions` (i64 [B, S]) and `key_positions` (i64 [B, Skv]), or NULL,
-/// place the queries and keys in the sequence. Writes the result and the
-/// f32 statistics `lse` [B, Nq, S].
+/// place the queries and keys in the sequence. With `packed`, the queries'
+/// positions in their documents (i64 [B, S]) come first, in `pos0`, and the
+/// query and key positions follow; else `pos0` and `pos1` are the query and
+/// key positions. Writes the result and the f32 statistics `lse`
+/// [B, Nq, S].
 void fsdp_op_attention(fsdp_program *p, fsdp_tensor *out, fsdp_tensor *lse,
                        fsdp_tensor *q, fsdp_tensor *k, fsdp_tensor *v,
-                       fsdp_tensor *positions, fsdp_tensor *key_positions,
-                       bool causal, int64_t sliding_window, double scale);
+                       fsdp_tensor *pos0, fsdp_tensor *pos1, fsdp_tensor *pos2,
+                       bool causal, int64_t sliding_window, double scale,
+                       bool packed);
 void fsdp_op_attention_combine(fsdp_program *p, fsdp_tensor *out,
                                fsdp_tensor *lse, fsdp_tensor *out_a,
                                fsdp_tensor *lse_a, fsdp_tensor *out_b,
@@ -361,7 +365,8 @@ void fsdp_op_attention_grad(fsdp_program *p, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *v, fsdp_tensor *out, fsdp_tensor *lse,
                             fsdp_tensor *dout, fsdp_tensor *dlse,
                             fsdp_tensor *positions, fsdp_tensor *key_positions,
-                            bool causal, int64_t sliding_window, double scale);
+                            fsdp_tensor *document_positions, bool causal,
+                            int64_t sliding_window, double scale);
 void fsdp_op_attention_combine_grad(fsdp_program *p, fsdp_tensor *dout_a,
                                     fsdp_tensor *dlse_a, fsdp_tensor *dout_b,
                                     fsdp_tensor *dlse_b, fsdp_tensor *out_a,

@@ -346,14 +346,18 @@ void fsdp_rt_rotary(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
 /// key j at k_j = key_positions[b, j] (i64 [b, skv], ascending along the
 /// row; only with `positions`), else at i and j. With `causal`, query i
 /// sees keys with k_j <= p_i; `sliding_window` > 0 further requires
-/// p_i - k_j < sliding_window (<= 0 means no window). lse [b, nq, s] (f32)
-/// receives each query's log Σ_j exp(scale · q·k_j) over the keys it sees,
-/// for the backward (-inf, and a zero output row, when it sees none).
+/// p_i - k_j < sliding_window (<= 0 means no window). With
+/// `document_positions` (i64 [b, s], packed rows; only with `causal`), query
+/// i is at position d_i of its document and further needs k_j >= p_i - d_i.
+/// lse [b, nq, s] (f32) receives each query's log Σ_j exp(scale · q·k_j)
+/// over the keys it sees, for the backward (-inf, and a zero output row,
+/// when it sees none).
 void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *q, const void *k, const void *v, int64_t b,
                        int64_t s, int64_t skv, int64_t nq, int64_t nkv,
                        int64_t d, int64_t dv, const int64_t *positions,
-                       const int64_t *key_positions, int causal,
+                       const int64_t *key_positions,
+                       const int64_t *document_positions, int causal,
                        int64_t sliding_window, double scale, void *out,
                        float *lse);
 
@@ -510,19 +514,17 @@ void fsdp_rt_rotary_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
 /// statistics were read on (attention_combine), their gradient dlse
 /// [b, nq, s] (else NULL). The probabilities are
 /// rebuilt from the forward's lse in one pass; dk and dvalue sum over the
-/// query heads sharing a KV head. `out` is the forward's result: a backend
-/// may take the row sums Σ_j P·dP as rowsum(dout ∘ out) from it (the CUDA
-/// backend's flash kernels do) or from the rebuilt probabilities (the CPU
-/// backend does), which differ by the output's rounding.
-void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
-                            const void *q, const void *k, const void *v,
-                            const void *out, const float *lse, const void *dout,
-                            const float *dlse, int64_t b, int64_t s,
-                            int64_t skv, int64_t nq, int64_t nkv, int64_t d,
-                            int64_t dv, const int64_t *positions,
-                            const int64_t *key_positions, int causal,
-                            int64_t sliding_window, double scale, void *dq,
-                            void *dk, void *dvalue);
+/// query heads sharing a KV head. `out` is the forward's result: every
+/// backend takes the row sums Σ_j P·dP as rowsum(dout ∘ out), so that a
+/// ring step given the merged attention's out, lse and gradients gets its
+/// keys' share of the merged gradient.
+void fsdp_rt_attention_grad(
+    fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *q, const void *k,
+    const void *v, const void *out, const float *lse, const void *dout,
+    const float *dlse, int64_t b, int64_t s, int64_t skv, int64_t nq,
+    int64_t nkv, int64_t d, int64_t dv, const int64_t *positions,
+    const int64_t *key_positions, const int64_t *document_positions, int causal,
+    int64_t sliding_window, double scale, void *dq, void *dk, void *dvalue);
 
 /// Gradients of fsdp_rt_attention_combine from dout (and dlse, or NULL):
 /// w_x = e^(lse_x - lse); dout_x = w_x·dout, dlse_x = w_x·(dlse +

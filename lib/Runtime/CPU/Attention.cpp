@@ -39,10 +39,13 @@ struct KeyRange {
 
 /// Which keys each query of one batch row sees: query i sits at key index
 /// p_i (its position when the call has positions, else i); a causal mask
-/// shows it keys j <= p_i, a window further needs p_i - j < window.
+/// shows it keys j <= p_i, a window further needs p_i - j < window, and a
+/// packed row (the queries' document positions d_i) keys j >= p_i - d_i,
+/// its document's first token.
 struct Mask {
   int64_t skv;
-  const int64_t *positions, *keyPositions; // this batch row's, or null
+  // This batch row's, or null.
+  const int64_t *positions, *keyPositions, *documents;
   int causal;
   int64_t window;
 
@@ -58,6 +61,8 @@ struct Mask {
   KeyRange of(int64_t i) const {
     int64_t p = positions ? positions[i] : i;
     int64_t lo = window > 0 ? firstKey(p - window + 1, false) : 0;
+    if (documents)
+      lo = std::max(lo, firstKey(p - documents[i], false));
     int64_t hi = causal ? firstKey(p, true) : skv;
     return {lo, std::max(lo, hi)};
   }
@@ -152,7 +157,7 @@ FSDP_VECTORIZE void softmaxGrad(const float *probs, float *dprobs, int64_t rows,
 /// [B, Skv, heads, D].
 struct Heads {
   int64_t b, s, skv, nq, nkv, d, dv;
-  const int64_t *positions, *keyPositions;
+  const int64_t *positions, *keyPositions, *documents;
   int causal;
   int64_t window;
   float scale;
@@ -175,18 +180,23 @@ struct Heads {
   /// Row 0 of head h's statistics, [b, nq, s].
   int64_t lseOffset(int64_t bi, int64_t h) const { return (bi * nq + h) * s; }
   Mask mask(int64_t bi) const {
-    return {skv, positions ? positions + bi * s : nullptr,
-            keyPositions ? keyPositions + bi * skv : nullptr, causal, window};
+    return {skv,
+            positions ? positions + bi * s : nullptr,
+            keyPositions ? keyPositions + bi * skv : nullptr,
+            documents ? documents + bi * s : nullptr,
+            causal,
+            window};
   }
 };
 
 Heads headsOf(int64_t b, int64_t s, int64_t skv, int64_t nq, int64_t nkv,
               int64_t d, int64_t dv, const int64_t *positions,
-              const int64_t *keyPositions, int causal, int64_t window,
-              double scale) {
+              const int64_t *keyPositions, const int64_t *documents, int causal,
+              int64_t window, double scale) {
   Heads h = {};
   h.b = b, h.s = s, h.skv = skv, h.nq = nq, h.nkv = nkv, h.d = d, h.dv = dv;
   h.positions = positions, h.keyPositions = keyPositions;
+  h.documents = documents;
   h.causal = causal, h.window = window, h.scale = float(scale);
   return h;
 }
@@ -204,12 +214,13 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
                        const void *k, const void *v, int64_t b, int64_t s,
                        int64_t skv, int64_t nq, int64_t nkv, int64_t d,
                        int64_t dv, const int64_t *positions,
-                       const int64_t *key_positions, int causal,
+                       const int64_t *key_positions,
+                       const int64_t *document_positions, int causal,
                        int64_t sliding_window, double scale, void *out,
                        float *lse) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
   const Heads hd = headsOf(b, s, skv, nq, nkv, d, dv, positions, key_positions,
-                           causal, sliding_window, scale);
+                           document_positions, causal, sliding_window, scale);
   FloatInput fq(dtype, q, hd.qElems()), fk(dtype, k, hd.kElems()),
       fv(dtype, v, hd.vElems());
   FloatOutput fo(dtype, out, hd.oElems());
@@ -258,18 +269,16 @@ void fsdp_rt_attention(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
   fsdp::rt::counters::addAttentionPairs(pairs * nq);
 }
 
-void fsdp_rt_attention_grad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q,
-                            const void *k, const void *v, const void *out,
-                            const float *lse, const void *dout,
-                            const float *dlse, int64_t b, int64_t s,
-                            int64_t skv, int64_t nq, int64_t nkv, int64_t d,
-                            int64_t dv, const int64_t *positions,
-                            const int64_t *key_positions, int causal,
-                            int64_t sliding_window, double scale, void *dq,
-                            void *dk, void *dvalue) {
+void fsdp_rt_attention_grad(
+    fsdp_rt_stream, fsdp_rt_dtype dtype, const void *q, const void *k,
+    const void *v, const void *out, const float *lse, const void *dout,
+    const float *dlse, int64_t b, int64_t s, int64_t skv, int64_t nq,
+    int64_t nkv, int64_t d, int64_t dv, const int64_t *positions,
+    const int64_t *key_positions, const int64_t *document_positions, int causal,
+    int64_t sliding_window, double scale, void *dq, void *dk, void *dvalue) {
   KernelTimer timer(FSDP_RT_KERNEL_ATTENTION);
   const Heads hd = headsOf(b, s, skv, nq, nkv, d, dv, positions, key_positions,
-                           causal, sliding_window, scale);
+                           document_positions, causal, sliding_window, scale);
   FloatInput fq(dtype, q, hd.qElems()), fk(dtype, k, hd.kElems()),
       fv(dtype, v, hd.vElems()), fdo(dtype, dout, hd.oElems()),
       fo(dtype, out, hd.oElems());

@@ -305,7 +305,8 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                        const void *q, const void *k, const void *v, int64_t b,
                        int64_t s, int64_t skv, int64_t nq, int64_t nkv,
                        int64_t d, int64_t dv, const int64_t *positions,
-                       const int64_t *key_positions, int causal,
+                       const int64_t *key_positions,
+                       const int64_t *document_positions, int causal,
                        int64_t sliding_window, double scale, void *out,
                        float *lse) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention");
@@ -313,6 +314,7 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     return;
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
   shape.skv = skv, shape.qpos = positions, shape.kpos = key_positions;
+  shape.dpos = document_positions;
   // The pairs the mask shows (AttentionGemm.cuh's rule), for the report;
   // positions live on the device, so only calls by index are counted.
   if (shape.byIndex()) {
@@ -348,7 +350,8 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                             const float *dlse, int64_t b, int64_t s,
                             int64_t skv, int64_t nq, int64_t nkv, int64_t d,
                             int64_t dv, const int64_t *positions,
-                            const int64_t *key_positions, int causal,
+                            const int64_t *key_positions,
+                            const int64_t *document_positions, int causal,
                             int64_t sliding_window, double scale, void *dq,
                             void *dk, void *dvalue) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_grad");
@@ -356,6 +359,7 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     return;
   AttentionShape shape = {b, s, nq, nkv, d, dv, causal, sliding_window, scale};
   shape.skv = skv, shape.qpos = positions, shape.kpos = key_positions;
+  shape.dpos = document_positions;
   AttentionPath path = attentionPath();
   if (path == AttentionPath::Flash &&
       flashAttentionGrad(scope, dtype, q, k, v, out, lse, dout, dlse, shape,

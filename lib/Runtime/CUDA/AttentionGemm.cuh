@@ -35,11 +35,15 @@ struct AttentionShape {
   int64_t window;
   double scale;
   /// Context parallelism (the flash kernels only): `skv` keys (0: s), and
-  /// the queries' and keys' positions, or null.
+  /// the queries' and keys' positions, or null; packed rows (the flash
+  /// kernels only): the queries' positions in their documents, or null.
   int64_t skv = 0;
-  const int64_t *qpos = nullptr, *kpos = nullptr;
-  /// Whether the call is one sequence's queries and keys by index.
-  bool byIndex() const { return (skv == 0 || skv == s) && !qpos && !kpos; }
+  const int64_t *qpos = nullptr, *kpos = nullptr, *dpos = nullptr;
+  /// Whether the call is one sequence's queries and keys by index, one
+  /// document a row.
+  bool byIndex() const {
+    return (skv == 0 || skv == s) && !qpos && !kpos && !dpos;
+  }
 };
 
 /// How attention runs, from FSDP_RT_CUDA_ATTENTION: `flash` (the default:

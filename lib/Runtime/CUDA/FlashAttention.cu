@@ -84,7 +84,7 @@ bool dispatch(const KernelScope &scope, fsdp_rt_dtype dtype,
 
 flash::Params paramsOf(const AttentionShape &a) {
   return flash::makeParams(a.b, a.s, a.skv ? a.skv : a.s, a.nq, a.nkv, a.qpos,
-                           a.kpos, a.causal, a.window, a.scale);
+                           a.kpos, a.dpos, a.causal, a.window, a.scale);
 }
 
 template <typename E> const typename E::T *in(const void *p) {

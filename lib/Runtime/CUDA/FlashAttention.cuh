@@ -64,10 +64,13 @@ using namespace portable;
 /// kept in log2 units so that exp is exp2. `s` queries and `skv` keys;
 /// with positions (context parallelism: `qpos` [b, s], `kpos` [b, skv] or
 /// null, each ascending along a row) query i of batch bi sits at
-/// qp(bi, i) and key j at kp(bi, j), else at i and j.
+/// qp(bi, i) and key j at kp(bi, j), else at i and j. Packed rows (`dpos`
+/// [b, s], the queries' positions in their documents, or null): query i
+/// sees no key before its document's first token, start(bi, i) =
+/// qp(bi, i) - dpos, which never falls along a row.
 struct Params {
   int64_t b, s, skv, nq, nkv;
-  const int64_t *qpos, *kpos;
+  const int64_t *qpos, *kpos, *dpos;
   int causal;
   int64_t window;
   float scale, scaleLog2;
@@ -79,39 +82,50 @@ struct Params {
   PORTABLE_DEVICE int64_t kp(int64_t bi, int64_t j) const {
     return kpos ? kpos[bi * skv + j] : j;
   }
+  /// The first key position query i of a packed row sees.
+  PORTABLE_DEVICE int64_t start(int64_t bi, int64_t i) const {
+    return qp(bi, i) - dpos[bi * s + i];
+  }
+  /// Whether the mask is by position (context parallelism or packed rows):
+  /// the tiles walk every key, and `hidden` skips those no query sees.
+  PORTABLE_DEVICE bool byPosition() const { return qpos || dpos; }
   /// The key tiles a block of queries walks, [firstKey(first query),
-  /// endKey(last query)): the mask's range by index, or all keys with
-  /// positions (whose tiles `hidden` skips).
+  /// endKey(last query)): the mask's range by index, or all keys by
+  /// position.
   PORTABLE_DEVICE int64_t firstKey(int64_t i) const {
-    return !qpos && window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+    return !byPosition() && window > 0 && i - window + 1 > 0 ? i - window + 1
+                                                             : 0;
   }
   PORTABLE_DEVICE int64_t endKey(int64_t i) const {
-    return !qpos && causal ? i + 1 : skv;
+    return !byPosition() && causal ? i + 1 : skv;
   }
   /// Likewise the query tiles a block of keys walks.
   PORTABLE_DEVICE int64_t firstQuery(int64_t j) const {
-    return !qpos && causal ? j : 0;
+    return !byPosition() && causal ? j : 0;
   }
   PORTABLE_DEVICE int64_t endQuery(int64_t j) const {
-    return !qpos && window > 0 && j + window < s ? j + window : s;
+    return !byPosition() && window > 0 && j + window < s ? j + window : s;
   }
   PORTABLE_DEVICE bool visible(int64_t bi, int64_t i, int64_t j) const {
     if (i >= s || j >= skv)
       return false;
     int64_t pi = qp(bi, i), pj = kp(bi, j);
-    return (!causal || pj <= pi) && (window <= 0 || pi - pj < window);
+    return (!causal || pj <= pi) && (window <= 0 || pi - pj < window) &&
+           (!dpos || pj >= start(bi, i));
   }
   /// Whether no query of [i0, i1] sees a key of [j0, j1] (both in range).
   PORTABLE_DEVICE bool hidden(int64_t bi, int64_t i0, int64_t i1, int64_t j0,
                               int64_t j1) const {
     return (causal && kp(bi, j0) > qp(bi, i1)) ||
-           (window > 0 && qp(bi, i0) - kp(bi, j1) >= window);
+           (window > 0 && qp(bi, i0) - kp(bi, j1) >= window) ||
+           (dpos && kp(bi, j1) < start(bi, i0));
   }
   /// Whether every query of [i0, i1] sees every key of [j0, j1].
   PORTABLE_DEVICE bool full(int64_t bi, int64_t i0, int64_t i1, int64_t j0,
                             int64_t j1) const {
     return (!causal || kp(bi, j1) <= qp(bi, i0)) &&
-           (window <= 0 || qp(bi, i1) - kp(bi, j0) < window);
+           (window <= 0 || qp(bi, i1) - kp(bi, j0) < window) &&
+           (!dpos || kp(bi, j0) >= start(bi, i1));
   }
   /// Element offset of row (batch, position, head) of a [b, len, heads, D]
   /// tensor.
@@ -254,7 +268,7 @@ PORTABLE_KERNEL(kThreads) void forwardKernel(ForwardArgs<E> a) {
   for (int64_t j0 = kBegin; j0 < kEnd; j0 += kTile) {
     int64_t jLast = j0 + kTile - 1 < p.skv - 1 ? j0 + kTile - 1 : p.skv - 1;
     // A tile no query of the block sees (the same test on every thread).
-    if (p.qpos && p.hidden(bi, q0, qLast, j0, jLast))
+    if (p.byPosition() && p.hidden(bi, q0, qLast, j0, jLast))
       continue;
     barrier();
     loadTile<D>(a.k, p, p.skv, bi, p.nkv, kvh, j0, ks);
@@ -408,7 +422,7 @@ PORTABLE_KERNEL(kThreads) void backwardKernel(BackwardArgs<E> a) {
     for (int64_t i0 = iBegin; i0 < iEnd; i0 += kTile) {
       int64_t iLast = i0 + kTile - 1 < p.s - 1 ? i0 + kTile - 1 : p.s - 1;
       // A query tile that sees none of the block's keys (uniform).
-      if (p.qpos && p.hidden(bi, i0, iLast, j0, jLast))
+      if (p.byPosition() && p.hidden(bi, i0, iLast, j0, jLast))
         continue;
       barrier();
       loadTile<D>(a.q, p, p.s, bi, p.nq, h, i0, qs);
@@ -563,10 +577,11 @@ inline bool supports(int64_t d, int64_t dv,
 
 inline Params makeParams(int64_t b, int64_t s, int64_t skv, int64_t nq,
                          int64_t nkv, const int64_t *qpos, const int64_t *kpos,
-                         int causal, int64_t window, double scale) {
+                         const int64_t *dpos, int causal, int64_t window,
+                         double scale) {
   Params p = {};
   p.b = b, p.s = s, p.skv = skv, p.nq = nq, p.nkv = nkv;
-  p.qpos = qpos, p.kpos = kpos;
+  p.qpos = qpos, p.kpos = kpos, p.dpos = dpos;
   p.causal = causal, p.window = window;
   p.scale = float(scale), p.scaleLog2 = float(scale * 1.4426950408889634);
   return p;

@@ -392,9 +392,14 @@ fsdp_tensor *fsdp_op_rotary(fsdp_program *, fsdp_type r, fsdp_tensor *x,
 
 void fsdp_op_attention(fsdp_program *, fsdp_tensor *out, fsdp_tensor *lse,
                        fsdp_tensor *q, fsdp_tensor *k, fsdp_tensor *v,
-                       fsdp_tensor *positions, fsdp_tensor *key_positions,
-                       bool causal, int64_t sliding_window, double scale) {
+                       fsdp_tensor *pos0, fsdp_tensor *pos1, fsdp_tensor *pos2,
+                       bool causal, int64_t sliding_window, double scale,
+                       bool packed) {
   Check c{"attention"};
+  fsdp_tensor *documents = packed ? pos0 : nullptr;
+  fsdp_tensor *positions = packed ? pos1 : pos0;
+  fsdp_tensor *key_positions = packed ? pos2 : pos1;
+  c.that(packed || !pos2, "three positions without packed");
   c.present(q, "q");
   c.present(k, "k");
   c.present(v, "v");
@@ -431,12 +436,19 @@ void fsdp_op_attention(fsdp_program *, fsdp_tensor *out, fsdp_tensor *lse,
            "key_positions must be i64");
     c.shape(key_positions->type, {b, skv}, "key_positions");
   }
+  if (packed) {
+    c.that(documents && causal, "packed needs document positions and causal");
+    c.that(documents->type.dtype == FSDP_RT_I64,
+           "document positions must be i64");
+    c.shape(documents->type, {b, s}, "document positions");
+  }
   if (scale <= 0)
     scale = 1.0 / std::sqrt(double(d));
   fsdp_rt_attention(nullptr, q->type.dtype, q->data, k->data, v->data, b, s,
                     skv, nq, nkv, d, dv, indices(positions),
-                    indices(key_positions), causal, sliding_window, scale,
-                    out->data, static_cast<float *>(lse->data));
+                    indices(key_positions), indices(documents), causal,
+                    sliding_window, scale, out->data,
+                    static_cast<float *>(lse->data));
 }
 
 void fsdp_op_attention_combine(fsdp_program *, fsdp_tensor *out,

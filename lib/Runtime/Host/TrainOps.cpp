@@ -126,7 +126,8 @@ void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
                             fsdp_tensor *v, fsdp_tensor *out, fsdp_tensor *lse,
                             fsdp_tensor *dout, fsdp_tensor *dlse,
                             fsdp_tensor *positions, fsdp_tensor *key_positions,
-                            bool causal, int64_t sliding_window, double scale) {
+                            fsdp_tensor *document_positions, bool causal,
+                            int64_t sliding_window, double scale) {
   sameType("attention_grad", dq, q->type, "query gradient");
   sameType("attention_grad", out, dout->type, "forward output");
   sameType("attention_grad", dk, k->type, "key gradient");
@@ -151,6 +152,12 @@ void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
                numElements(key_positions->type) ==
                    k->type.dims[0] * k->type.dims[1]),
           "key_positions must be i64 [B, Skv] of the keys, with positions");
+  require("attention_grad",
+          !document_positions ||
+              (causal && document_positions->type.dtype == FSDP_RT_I64 &&
+               numElements(document_positions->type) ==
+                   q->type.dims[0] * q->type.dims[1]),
+          "document_positions must be i64 [B, S] of the queries, with causal");
   if (dlse)
     sameType("attention_grad", dlse, lse->type, "logsumexp gradient");
   if (scale <= 0)
@@ -160,8 +167,9 @@ void fsdp_op_attention_grad(fsdp_program *, fsdp_tensor *dq, fsdp_tensor *dk,
       static_cast<const float *>(lse->data), dout->data,
       dlse ? static_cast<const float *>(dlse->data) : nullptr, q->type.dims[0],
       q->type.dims[1], k->type.dims[1], q->type.dims[2], k->type.dims[2], d,
-      v->type.dims[3], indices(positions), indices(key_positions), causal,
-      sliding_window, scale, dq->data, dk->data, dv->data);
+      v->type.dims[3], indices(positions), indices(key_positions),
+      indices(document_positions), causal, sliding_window, scale, dq->data,
+      dk->data, dv->data);
 }
 
 void fsdp_op_attention_combine_grad(fsdp_program *, fsdp_tensor *dout_a,

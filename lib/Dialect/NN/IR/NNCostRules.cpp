@@ -95,9 +95,29 @@ static double attendedPairs(int64_t s, int64_t skv, bool causal,
 /// chunks) the queries are spread evenly over the sequence: a rank's share
 /// of the whole sequence's pairs, 1/n of them for the n = S/s ranks; with
 /// the keys' positions too, the keys are one rank's block of a ring, and a
-/// step attends (on average over the ring) 1/n of the rank's pairs.
+/// step attends (on average over the ring) 1/n of the rank's pairs. A
+/// packed attention (document positions) attends within documents of the
+/// stated length only.
+/// The causal pairs of a packed row of `whole` tokens: documents of the
+/// module's `fsdp.document_length` tokens (a stated length; the whole row,
+/// one document, when the module states none) back to back.
+static double packedPairs(Operation *op, int64_t whole,
+                          std::optional<uint64_t> window) {
+  auto module = op->getParentOfType<ModuleOp>();
+  auto stated = module ? module->getAttrOfType<IntegerAttr>(
+                             fsdp::nn::NNDialect::kDocumentLengthAttrName)
+                       : IntegerAttr();
+  int64_t length =
+      stated ? std::clamp<int64_t>(stated.getInt(), 1, whole) : whole;
+  int64_t docs = whole / length, rest = whole % length;
+  return static_cast<double>(docs) *
+             attendedPairs(length, length, /*causal=*/true, window) +
+         (rest ? attendedPairs(rest, rest, /*causal=*/true, window) : 0.0);
+}
+
 static OpCost attentionCost(Operation *op, Value query, Value key, Value value,
-                            Value positions, Value keyPositions, bool causal,
+                            Value positions, Value keyPositions,
+                            Value documents, bool causal,
                             std::optional<uint64_t> window, bool backward) {
   RankedTensorType q = tensorOf(query);
   int64_t b = q.getDimSize(0), s = q.getDimSize(1), heads = q.getDimSize(2),
@@ -117,8 +137,11 @@ static OpCost attentionCost(Operation *op, Value query, Value key, Value value,
       ranks = mesh ? mesh.getAxisSize("cp").value_or(1) : 1;
     }
     int64_t whole = s * ranks;
-    pairs = attendedPairs(whole, whole, causal, window) /
+    pairs = (documents ? packedPairs(op, whole, window)
+                       : attendedPairs(whole, whole, causal, window)) /
             static_cast<double>(keyPositions ? ranks * ranks : ranks);
+  } else if (documents) {
+    pairs = packedPairs(op, s, window);
   }
   double full = static_cast<double>(s) * skv;
   OpCost cost = streamingCost(op);
@@ -140,12 +163,13 @@ static OpCost attentionCost(Operation *op, Value query, Value key, Value value,
 
 OpCost AttentionOp::getCost() {
   return attentionCost(*this, getQuery(), getKey(), getValue(),
-                       getQueryPositions(), getKeyPositions(), getCausal(),
-                       getSlidingWindow(), /*backward=*/false);
+                       getQueryPositions(), getKeyPositions(),
+                       getDocumentPositions(), getCausal(), getSlidingWindow(),
+                       /*backward=*/false);
 }
 
 OpCost AttentionGradOp::getCost() {
   return attentionCost(*this, getQuery(), getKey(), getValue(), getPositions(),
-                       getKeyPositions(), getCausal(), getSlidingWindow(),
-                       /*backward=*/true);
+                       getKeyPositions(), getDocumentPositions(), getCausal(),
+                       getSlidingWindow(), /*backward=*/true);
 }

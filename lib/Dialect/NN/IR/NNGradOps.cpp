@@ -124,6 +124,18 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
       operands.push_back(v);
   if (adaptor.getKeyPositions() && !adaptor.getPositions())
     return reject<AttentionGradOp>(loc, "key_positions need positions");
+  // A packed forward's document positions: the rule below checks the rest
+  // as an unpacked attention's.
+  if (Value documents = adaptor.getDocumentPositions()) {
+    RankedTensorType q = tensorOf(adaptor.getQuery());
+    if (!adaptor.getCausal())
+      return reject<AttentionGradOp>(loc, "document_positions need causal");
+    if (tensorOf(documents).getShape() !=
+        ArrayRef<int64_t>{q.getDimSize(0), q.getDimSize(1)})
+      return reject<AttentionGradOp>(loc, "document positions ",
+                                     documents.getType(), " must be [B, S] of ",
+                                     q);
+  }
   if (failed(forwardResults<AttentionOp, AttentionGradOp>(
           context, loc, operands, adaptor, forward)) ||
       failed(checkGrad<AttentionGradOp>(loc, adaptor.getGrad(), forward[0])))

@@ -193,7 +193,8 @@ LogicalResult AttentionOp::buildGradient(GradientBuilder &grads) {
   auto g = grads.make<AttentionGradOp>(
       getQuery(), getKey(), getValue(), getResult(), getLogsumexp(),
       grads.grad(getResult()), grads.grad(getLogsumexp()), getQueryPositions(),
-      getKeyPositions(), getCausal(), getSlidingWindowAttr(), getScaleAttr());
+      getKeyPositions(), getDocumentPositions(), getCausal(),
+      getSlidingWindowAttr(), getScaleAttr());
   return accumulateResults(grads, g, {getQuery(), getKey(), getValue()});
 }
 

@@ -360,17 +360,32 @@ LogicalResult AttentionOp::inferTypes(MLIRContext *,
     if (!(scale->convertToDouble() > 0.0))
       return reject<AttentionOp>(loc, "scale must be > 0");
   ValueRange positions = adaptor.getPositions();
-  if (positions.size() > 2)
+  bool packed = adaptor.getPacked();
+  if (packed && !adaptor.getCausal())
+    return reject<AttentionOp>(loc, "packed requires causal");
+  if (packed && positions.empty())
+    return reject<AttentionOp>(
+        loc, "packed needs the queries' positions in their documents "
+             "(position_ids) as its first positions");
+  if (positions.size() > 2 + packed)
     return reject<AttentionOp>(loc,
-                               "takes the queries' and the keys' "
-                               "positions, got ",
+                               packed ? "takes the document positions, the "
+                                        "queries' and the keys' positions, got "
+                                      : "takes the queries' and the keys' "
+                                        "positions, got ",
                                positions.size(), " tensors");
   for (auto [i, v] : llvm::enumerate(positions)) {
-    RankedTensorType of = i == 0 ? q : k;
+    // The document positions and the queries' are the queries'.
+    bool ofKeys = i == size_t(1 + packed);
+    RankedTensorType of = ofKeys ? k : q;
     if (tensorOf(v).getShape() !=
         ArrayRef<int64_t>{of.getDimSize(0), of.getDimSize(1)})
-      return reject<AttentionOp>(loc, i == 0 ? "query" : "key", " positions ",
-                                 v.getType(), " must be [B, S] of ", of);
+      return reject<AttentionOp>(loc,
+                                 packed && i == 0 ? "document"
+                                 : ofKeys         ? "key"
+                                                  : "query",
+                                 " positions ", v.getType(),
+                                 " must be [B, S] of ", of);
   }
   results.push_back(RankedTensorType::get(
       {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2), v.getDimSize(3)},

@@ -50,6 +50,10 @@ def NN_Dialect : Dialect {
     static constexpr llvm::StringLiteral kOutputAttrName = "nn.output";
     /// Function attribute naming the model architecture.
     static constexpr llvm::StringLiteral kModelAttrName = "nn.model";
+    /// Module attribute: the length (in tokens) of the documents packed
+    /// rows hold, for the cost of packed attention (an i64).
+    static constexpr llvm::StringLiteral kDocumentLengthAttrName =
+        "nn.document_length";
   }];
 }
 

@@ -67,6 +67,9 @@ class NN_OpBase<string mnemonic, list<Trait> traits>
          !listconcat([NN_ShapeRuleOpInterface, Pure], traits)> {
   /// Arguments passes set and graph.json may not (NN_Imported).
   list<string> internalArgs = [];
+  /// Variadic operands graph.json may leave empty (else it gives one at
+  /// least).
+  list<string> optionalArgs = [];
   let extraClassDeclaration = NN_ShapeRuleDeclaration;
 }
 
@@ -392,12 +395,12 @@ def NN_RotaryOp : NN_Op<"rotary", [NN_Imported,
 }
 
 def NN_AttentionOp : NN_Op<"attention", [NN_Imported, 
-    RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64", 5>,
+    RuntimeOutCall<"fsdp_op_attention", "causal:bool sliding_window:int scale:f64 packed:bool", 6>,
     NN_Differentiable, NN_Costed, NN_RematSaved,
     DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>,
     DeclareOpInterfaceMethods<NN_MultiHeadOpInterface>]> {
   let summary = "Scaled dot-product attention, grouped-query capable";
-  let internalArgs = ["positions"];
+  let optionalArgs = ["positions"];
   let description = [{
     `query` `[B, S, Nq, D]`, `key` `[B, Skv, Nkv, D]`, `value`
     `[B, Skv, Nkv, Dv]` with `Nq % Nkv == 0` (query head `h` reads KV head
@@ -412,6 +415,14 @@ def NN_AttentionOp : NN_Op<"attention", [NN_Imported,
     sequence and the keys all of it (`all_gather`) or one rank's two chunks
     at a time (`p2p`). A query that sees no key gets a zero row and a
     `logsumexp` of `-inf`.
+
+    `packed` (which requires `causal`): each row holds documents back to
+    back, and the first of `positions` is each query's position in its
+    document, `d_i` (the step's `position_ids`, restarting at 0 where a
+    document starts, as transformers packs rows); the query's and the
+    keys' positions follow it. Query `i` then further needs `k_j >= p_i -
+    d_i`: it sees only its own document. The documents are found from the
+    positions on the device: no host synchronization, static shapes.
 
     The second result, `logsumexp` `[B, Nq, S]` f32, is each query's softmax
     statistic `log Σ_j exp(score_ij)` over the keys it sees: the backward
@@ -430,20 +441,32 @@ def NN_AttentionOp : NN_Op<"attention", [NN_Imported,
                             Variadic<RankedTensorOf<[I64]>>:$positions,
                             UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
-                            OptionalAttr<F64Attr>:$scale), NN_Path);
+                            OptionalAttr<F64Attr>:$scale,
+                            UnitAttr:$packed), NN_Path);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$logsumexp);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`positions` $positions^)? attr-dict `:` functional-type(operands, results)
   }];
   let extraClassDeclaration = !strconcat(NN_ShapeRuleDeclaration, [{
+    /// The queries' positions in their documents (`packed`), or null.
+    ::mlir::Value getDocumentPositions() {
+      return getPacked() && !getPositions().empty() ? getPositions()[0]
+                                                    : ::mlir::Value();
+    }
     /// The queries' positions, or null.
-    ::mlir::Value getQueryPositions() {
-      return getPositions().empty() ? ::mlir::Value() : getPositions()[0];
-    }
+    ::mlir::Value getQueryPositions() { return placed(0); }
     /// The keys' positions, or null.
-    ::mlir::Value getKeyPositions() {
-      return getPositions().size() < 2 ? ::mlir::Value() : getPositions()[1];
+    ::mlir::Value getKeyPositions() { return placed(1); }
+
+  private:
+    /// Of `positions` after the document positions: the queries' (0) or
+    /// the keys' (1).
+    ::mlir::Value placed(unsigned which) {
+      unsigned at = which + (getPacked() ? 1 : 0);
+      return at < getPositions().size() ? getPositions()[at] : ::mlir::Value();
     }
+
+  public:
   }]);
 }
 
@@ -723,7 +746,8 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [
     merged attention's `output` and `logsumexp` (and their gradients) in
     place of its own, and its keys get their share of the merged gradient.
     `positions` and `key_positions`
-    are the forward's `positions`. `logsumexp_grad` (`[B, Nq, S]`, when something
+    are the forward's query and key positions, `document_positions` its
+    queries' positions in their documents (a `packed` attention). `logsumexp_grad` (`[B, Nq, S]`, when something
     consumed the forward's statistics: `nn.attention_combine`) adds
     `dLSE_i · P_ij` to each score's gradient.
   }];
@@ -734,13 +758,14 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [
                             Optional<NN_FloatTensor>:$logsumexp_grad,
                             Optional<RankedTensorOf<[I64]>>:$positions,
                             Optional<RankedTensorOf<[I64]>>:$key_positions,
+                            Optional<RankedTensorOf<[I64]>>:$document_positions,
                             UnitAttr:$causal,
                             OptionalAttr<I64Attr>:$sliding_window,
                             OptionalAttr<F64Attr>:$scale), NN_Path);
   let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad,
                       NN_FloatTensor:$value_grad);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $output `,` $logsumexp `,` $grad (`logsumexp_grad` $logsumexp_grad^)? (`positions` $positions^)? (`key_positions` $key_positions^)? attr-dict `:` functional-type(operands, results)
+    $query `,` $key `,` $value `,` $output `,` $logsumexp `,` $grad (`logsumexp_grad` $logsumexp_grad^)? (`positions` $positions^)? (`key_positions` $key_positions^)? (`document_positions` $document_positions^)? attr-dict `:` functional-type(operands, results)
   }];
 }
 
