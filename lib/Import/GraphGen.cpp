@@ -671,6 +671,18 @@ ojson finishCausalLM(GraphBuilder &builder, const ModelConfig &model,
 }
 
 /// LlamaForCausalLM and the families that share its layout.
+/// An attention node's inputs: with packed rows, the queries' positions in
+/// their documents (the position_ids input) follow q, k and v.
+std::vector<std::string> attentionInputs(const std::string &q,
+                                         const std::string &k,
+                                         const std::string &v,
+                                         const GraphGenOptions &options) {
+  std::vector<std::string> inputs = {q, k, v};
+  if (options.packed)
+    inputs.push_back("position_ids");
+  return inputs;
+}
+
 ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
   const int64_t b = options.batch, s = options.seq, h = model.hidden;
   const int64_t n = model.heads, kv = model.kvHeads, d = model.headDim;
@@ -744,9 +756,12 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
     k = builder.addNode(attn + ".k_rotary", "rotary", {k, "position_ids"},
                         theta, attn);
     ojson attnAttrs = {{"causal", true}};
+    if (options.packed)
+      attnAttrs["packed"] = true;
     if (model.windows[l])
       attnAttrs["sliding_window"] = *model.windows[l];
-    std::string a = builder.addNode(attn + ".attention", "attention", {q, k, v},
+    std::string a = builder.addNode(attn + ".attention", "attention",
+                                    attentionInputs(q, k, v, options),
                                     std::move(attnAttrs), attn);
     a = builder.addReshape(attn + ".attention.reshape", a, {b, s, n * d}, attn);
     a = builder.addLinear(attn + ".o_proj", a, model.outBias);
@@ -842,6 +857,8 @@ ojson buildGPT2(const ModelConfig &model, const GraphGenOptions &options) {
     std::string v = builder.addReshape(attn + ".v.reshape", split + ":2",
                                        {b, s, n, d}, attn);
     ojson attnAttrs = {{"causal", true}};
+    if (options.packed)
+      attnAttrs["packed"] = true;
     // Only non-default scales are written; the op defaults to 1/sqrt(D).
     if (!model.scaleAttnWeights || model.scaleByInverseLayerIdx) {
       double scale = model.scaleAttnWeights
@@ -851,7 +868,8 @@ ojson buildGPT2(const ModelConfig &model, const GraphGenOptions &options) {
         scale /= static_cast<double>(l + 1);
       attnAttrs["scale"] = scale;
     }
-    std::string a = builder.addNode(attn + ".attention", "attention", {q, k, v},
+    std::string a = builder.addNode(attn + ".attention", "attention",
+                                    attentionInputs(q, k, v, options),
                                     std::move(attnAttrs), attn);
     a = builder.addReshape(attn + ".attention.reshape", a, {b, s, h}, attn);
     a = addConv1D(attn + ".c_proj", a);

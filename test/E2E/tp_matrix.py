@@ -23,6 +23,7 @@
 #            [--parallel parallel.json] [--batch B] [--seq S]
 #            [--step-options OPTS]
 #            [--case LABEL RANKS "FLAGS" ...] [--compile-flags "FLAGS"]
+#            [--graph-flags "FLAGS"] [--run-flags "FLAGS"]
 
 import argparse
 import os
@@ -85,6 +86,10 @@ def main():
     parser.add_argument("--compile-flags", default="",
                         help="fsdp-compile options for every program, the "
                              "1-rank one too (e.g. --max-cpu-isa avx2)")
+    parser.add_argument("--graph-flags", default="",
+                        help="more fsdp-graphgen flags (--packed)")
+    parser.add_argument("--run-flags", default="",
+                        help="more flags for every run (--data F --eos ID)")
     parser.add_argument("--batch", default="2",
                         help="the graph's (global) batch size")
     parser.add_argument("--seq", default="16",
@@ -102,7 +107,7 @@ def main():
     mpirun = shlex.split(args.mpirun)
     graph = os.path.join(args.work, "graph.json")
     run([tool("fsdp-graphgen"), args.config, "--batch", args.batch,
-         "--seq", args.seq, "-o", graph])
+         "--seq", args.seq, *shlex.split(args.graph_flags), "-o", graph])
     model = os.path.basename(os.path.dirname(os.path.abspath(args.config)))
 
     def build_and_run(name, ranks, flags):
@@ -120,7 +125,8 @@ def main():
             dump = exe + ".d"
             log = exe + ".log"
             run([*mpirun, "-np", str(ranks), exe, "--steps", str(steps),
-                 "--dump-dir", dump, "--dump-step", str(steps - 1)], log)
+                 *shlex.split(args.run_flags), "--dump-dir", dump,
+                 "--dump-step", str(steps - 1)], log)
             out[kind] = (dump, log)
         return out
 

@@ -8,7 +8,10 @@
 // Face config.json describes:
 //
 //   fsdp-graphgen CONFIG.json [--batch N] [--seq N] [--dtype f32|bf16|f16]
-//                 [-o OUT.json]
+//                 [--packed] [-o OUT.json]
+//
+// --packed: rows hold several documents, position_ids restarting at 0 where
+// each starts; every attention sees only its query's document.
 //
 // The graph goes to OUT.json, or to stdout without -o or with `-o -`. Then
 // two summary lines are printed, to stdout when the graph went to a file and
@@ -38,7 +41,7 @@ namespace {
 
 constexpr const char *kUsage =
     "usage: fsdp-graphgen CONFIG.json [--batch N] [--seq N] "
-    "[--dtype f32|bf16|f16] [-o OUT.json]\n";
+    "[--dtype f32|bf16|f16] [--packed] [-o OUT.json]\n";
 
 /// Prints `fsdp-graphgen: error: <message>` and returns the exit code.
 int reportError(const std::string &message) {
@@ -115,6 +118,10 @@ int main(int argc, char **argv) {
         value = arg.substr(eq + 1);
         hasValue = true;
       }
+    }
+    if (arg == "--packed") {
+      options.packed = true;
+      continue;
     }
     bool known = flag == "--batch" || flag == "--seq" || flag == "--dtype" ||
                  flag == "-o";

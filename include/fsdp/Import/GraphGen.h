@@ -38,6 +38,9 @@ struct GraphGenOptions {
   int64_t seq = 16;
   /// Element type of every parameter: "f32", "bf16" or "f16".
   std::string dtype = "f32";
+  /// Packed rows: each attention sees only its query's document, where
+  /// `position_ids` restart at 0 (`packed` attention).
+  bool packed = false;
 };
 
 /// The outcome of generateGraph(): a graph, or an error message that names the

@@ -100,6 +100,15 @@ void fsdp_prog_input_sequence_split(fsdp_program *p, const char *name,
 /// [0, high): the runtime's synthetic data draws from that range and data
 /// read from a file is checked against it. Default: [0, 2).
 void fsdp_prog_input_range(fsdp_program *p, const char *name, int64_t high);
+/// Declares that input `name` ([B, S] integers, already declared) holds
+/// each token's position in its document: a packed attention reads it. The
+/// data loader restarts it at 0 after each end-of-document token (--eos).
+void fsdp_prog_input_documents(fsdp_program *p, const char *name);
+/// Declares that a label of input `name` (already declared) equal to
+/// `ignore_index` does not count in the loss: the data loader writes it
+/// where no label must count (after an end-of-document token, padding).
+void fsdp_prog_input_ignore(fsdp_program *p, const char *name,
+                            int64_t ignore_index);
 /// Declares a parameter (`nn.param`) with its initializer.
 void fsdp_prog_param(fsdp_program *p, const char *name, fsdp_type type,
                      fsdp_init_kind init, double a, double b);

@@ -142,7 +142,11 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
     // Token ids feed an embedding; labels feed a loss: both ranges are
     // known from the vocabulary, which the data generator needs.
     // Through the slices and reshapes that microbatching adds.
-    std::optional<int64_t> high;
+    // Position_ids a packed attention reads are positions in documents;
+    // the loss's ignored label is what the data loader writes where none
+    // counts.
+    std::optional<int64_t> high, ignore;
+    bool documents = false;
     SmallVector<Value> worklist = {arg};
     while (!worklist.empty()) {
       Value v = worklist.pop_back_val();
@@ -153,21 +157,36 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
             embedding && embedding.getIds() == v)
           high = embedding.getTable().getType().getDimSize(0) *
                  numBlocks(embedding.getShardIndex());
+        if (auto attention = dyn_cast<nn::AttentionOp>(user))
+          documents |= attention.getDocumentPositions() == v;
         if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
-            loss && loss.getLabels() == v)
+            loss && loss.getLabels() == v) {
           high = loss.getLogits().getType().getShape().back();
+          ignore = loss.getIgnoreIndex();
+        }
         if (auto loss = dyn_cast<nn::CrossEntropyPartialOp>(user);
-            loss && loss.getLabels() == v)
+            loss && loss.getLabels() == v) {
           high = loss.getNumClasses()
                      ? int64_t(*loss.getNumClasses())
                      : loss.getLogits().getType().getShape().back() *
                            numBlocks(loss.getShardIndex());
+          ignore = loss.getIgnoreIndex();
+        }
       }
     }
     if (high)
       call("fsdp_prog_input_range")
           .literal(stringLiteral(name.getValue()))
           .literal(intLiteral(*high))
+          .emit(builder, loc);
+    if (documents)
+      call("fsdp_prog_input_documents")
+          .literal(stringLiteral(name.getValue()))
+          .emit(builder, loc);
+    if (ignore)
+      call("fsdp_prog_input_ignore")
+          .literal(stringLiteral(name.getValue()))
+          .literal(intLiteral(*ignore))
           .emit(builder, loc);
     return success();
   }

@@ -22,9 +22,12 @@
 
 #include "Host.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <optional>
+#include <tuple>
 
 using namespace fsdp::host;
 
@@ -33,8 +36,13 @@ namespace {
 /// The 1-based step count a training step's optimizer reads (an f32 scalar).
 const char *const kOptimizerStep = "optimizer_step";
 
+/// Context parallelism's input for packed rows: each token's index in its
+/// row, which position_ids (positions in documents) no longer give.
+const char *const kTokenIndex = "token_index";
+
 bool isTokenInput(const std::string &name) {
-  return name == "input_ids" || name == "labels" || name == "position_ids";
+  return name == "input_ids" || name == "labels" || name == "position_ids" ||
+         name == kTokenIndex;
 }
 
 /// The [B, S] shape all token inputs share.
@@ -175,14 +183,51 @@ void fsdp::host::prepareInputs(fsdp_program &p, const DataOptions &options) {
   checkTokenFile(p, options);
 }
 
+namespace {
+/// Whether the program's position_ids are positions in documents.
+bool packedProgram(const fsdp_program &p) {
+  for (const Input &in : p.inputs)
+    if (in.documents)
+      return true;
+  return false;
+}
+
+/// The label that does not count, as the program's loss declares it.
+int64_t ignoredLabel(const fsdp_program &p) {
+  for (const Input &in : p.inputs)
+    if (in.name == "labels" && in.ignore)
+      return *in.ignore;
+  return -100;
+}
+
+/// Why the documents options do not fit the program, or "".
+std::string documentsError(const fsdp_program &p, const DataOptions &options) {
+  if (options.pack && !options.eos)
+    return "--pack needs --eos ID (the token that ends each document)";
+  if (options.eos && options.path.empty())
+    return "--eos needs --data TOKENS.bin";
+  if (options.eos && !packedProgram(p))
+    return "--eos: the program's attention is not packed, so documents in a "
+           "row would attend to each other; compile a packed graph "
+           "(fsdp-graphgen --packed, fsdp_mlir.export(..., packed=True))";
+  return "";
+}
+} // namespace
+
 void fsdp::host::checkTokenFile(fsdp_program &p, const DataOptions &options) {
   BatchShape shape = batchShape(p);
-  if (options.path.empty() || !shape.batch)
+  std::string error = documentsError(p, options);
+  if (error.empty() && (options.path.empty() || !shape.batch))
     return;
+  int64_t high = tokenRange(p, 0);
+  if (error.empty() && options.eos &&
+      (*options.eos < 0 || (high && *options.eos >= high)))
+    error = "--eos " + std::to_string(*options.eos) +
+            " is outside the vocabulary [0, " +
+            (high ? std::to_string(high) : "inf") + ")";
   // The whole file is checked once, before the first step, by rank 0: a
   // bad token found hours into a run costs the run.
-  std::string error;
-  if (p.worldRank == 0) {
+  if (p.worldRank == 0 && error.empty()) {
     FILE *f = std::fopen(options.path.c_str(), "rb");
     int64_t bytes = 0;
     if (f) {
@@ -192,7 +237,6 @@ void fsdp::host::checkTokenFile(fsdp_program &p, const DataOptions &options) {
     }
     int64_t tokens = bytes / 4, batch = globalBatch(p);
     int64_t need = batch * (shape.seq * sequenceSplit(p).parts + 1) + 1;
-    int64_t high = tokenRange(p, 0);
     if (!f) {
       error = options.path + ": cannot open for reading";
     } else if (bytes % 4 != 0) {
@@ -227,6 +271,135 @@ void fsdp::host::checkTokenFile(fsdp_program &p, const DataOptions &options) {
     failAll(p, "data", error);
 }
 
+namespace {
+/// One sample's whole sequence (S tokens): its inputs, labels and each
+/// token's position in its document.
+struct Sample {
+  std::vector<int64_t> ids, labels, positions;
+  explicit Sample(int64_t seq)
+      : ids(size_t(seq)), labels(size_t(seq)), positions(size_t(seq)) {}
+  /// Inputs t[0:S] and labels t[1:S+1] of S + 1 tokens, one document (or,
+  /// with an end-of-document token, documents ending with it: positions
+  /// restart after it, and its label, the next document's first token, is
+  /// ignored).
+  void fromStream(const std::vector<int64_t> &tokens,
+                  std::optional<int64_t> eos, int64_t ignore) {
+    int64_t at = 0;
+    for (size_t s = 0; s < ids.size(); ++s) {
+      ids[s] = tokens[s];
+      bool ends = eos && tokens[s] == *eos;
+      labels[s] = ends ? ignore : tokens[s + 1];
+      positions[s] = at;
+      at = ends ? 0 : at + 1;
+    }
+  }
+};
+
+/// Whole documents packed into rows of S tokens, best fit decreasing over
+/// each window of kWindow documents in file order: a document (its tokens
+/// up to and including the end-of-document token; cut to S if longer) goes
+/// to the open row with the least room that holds it, else to a new row.
+/// Rows end with padding (the end-of-document token, labels ignored, a
+/// document of its own).
+struct Packing {
+  struct Document {
+    int64_t offset, length;
+  };
+  std::vector<std::vector<Document>> rows;
+  int64_t documents = 0, tokens = 0, cut = 0;
+};
+
+constexpr size_t kWindow = 1024;
+
+Packing packDocuments(const std::string &path, int64_t seq, int64_t eos) {
+  int64_t count = 0;
+  FILE *f = openTokens(path, count);
+  fseeko(f, 0, SEEK_SET);
+  std::vector<Packing::Document> docs;
+  std::vector<int32_t> chunk(1 << 16);
+  int64_t start = 0, at = 0;
+  for (size_t n; (n = std::fread(chunk.data(), 4, chunk.size(), f)) > 0;)
+    for (size_t k = 0; k < n; ++k, ++at)
+      if (chunk[k] == eos) {
+        docs.push_back({start, at + 1 - start});
+        start = at + 1;
+      }
+  std::fclose(f);
+  if (start < count)
+    docs.push_back({start, count - start});
+  Packing packing;
+  packing.documents = int64_t(docs.size());
+  for (size_t w = 0; w < docs.size(); w += kWindow) {
+    std::vector<Packing::Document> window(
+        docs.begin() + long(w),
+        docs.begin() + long(std::min(docs.size(), w + kWindow)));
+    std::stable_sort(
+        window.begin(), window.end(),
+        [](const Packing::Document &a, const Packing::Document &b) {
+          return a.length > b.length;
+        });
+    size_t first = packing.rows.size();
+    std::vector<int64_t> room;
+    for (Packing::Document doc : window) {
+      if (doc.length > seq) {
+        doc.length = seq;
+        ++packing.cut;
+      }
+      packing.tokens += doc.length;
+      size_t best = room.size();
+      for (size_t r = 0; r < room.size(); ++r)
+        if (room[r] >= doc.length &&
+            (best == room.size() || room[r] < room[best]))
+          best = r;
+      if (best == room.size()) {
+        room.push_back(seq);
+        packing.rows.emplace_back();
+      }
+      room[best] -= doc.length;
+      packing.rows[first + best].push_back(doc);
+    }
+  }
+  return packing;
+}
+
+/// The packing of `path` into rows of `seq` tokens, computed once.
+const Packing &packingOf(const std::string &path, int64_t seq, int64_t eos) {
+  static std::map<std::tuple<std::string, int64_t, int64_t>, Packing> cache;
+  auto key = std::make_tuple(path, seq, eos);
+  auto it = cache.find(key);
+  if (it == cache.end())
+    it = cache.emplace(key, packDocuments(path, seq, eos)).first;
+  return it->second;
+}
+
+/// Row `row` of a packing (modulo the rows), read from `file`.
+void packedSample(FILE *file, const std::string &path, const Packing &packing,
+                  int64_t row, int64_t eos, int64_t ignore, Sample &sample) {
+  if (packing.rows.empty())
+    fail("data", path + ": no document to pack");
+  const auto &docs = packing.rows[size_t(row % int64_t(packing.rows.size()))];
+  std::vector<int32_t> raw;
+  size_t s = 0;
+  for (const Packing::Document &doc : docs) {
+    raw.resize(size_t(doc.length));
+    if (fseeko(file, off_t(doc.offset * 4), SEEK_SET) != 0 ||
+        std::fread(raw.data(), 4, raw.size(), file) != raw.size())
+      fail("data",
+           path + ": cannot read tokens at " + std::to_string(doc.offset));
+    for (size_t k = 0; k < raw.size(); ++k, ++s) {
+      sample.ids[s] = raw[k];
+      sample.labels[s] = k + 1 < raw.size() ? raw[k + 1] : ignore;
+      sample.positions[s] = int64_t(k);
+    }
+  }
+  for (int64_t k = 0; s < sample.ids.size(); ++s, ++k) {
+    sample.ids[s] = eos;
+    sample.labels[s] = ignore;
+    sample.positions[s] = k;
+  }
+}
+} // namespace
+
 void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
                             int64_t step) {
   for (Input &in : p.inputs)
@@ -241,7 +414,8 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
   if (!shape.batch)
     return;
   int64_t batch = shape.batch, seq = shape.seq;
-  fsdp_tensor *ids = nullptr, *labels = nullptr, *positions = nullptr;
+  fsdp_tensor *ids = nullptr, *labels = nullptr, *positions = nullptr,
+              *tokenIndex = nullptr;
   for (Input &in : p.inputs) {
     if (in.name == "input_ids")
       ids = in.tensor;
@@ -249,8 +423,11 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
       labels = in.tensor;
     else if (in.name == "position_ids")
       positions = in.tensor;
+    else if (in.name == kTokenIndex)
+      tokenIndex = in.tensor;
   }
-  HostImage idsImage(ids), labelsImage(labels), positionsImage(positions);
+  HostImage idsImage(ids), labelsImage(labels), positionsImage(positions),
+      indexImage(tokenIndex);
   // This rank's block of the global batch.
   uint32_t splitAxes = 0;
   for (Input &in : p.inputs)
@@ -275,11 +452,19 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
   if (!options.path.empty())
     file = openTokens(options.path, numTokens);
   int64_t high = tokenRange(p, file ? 0 : 2);
+  int64_t ignore = ignoredLabel(p);
+  bool packed = packedProgram(p);
+  const Packing *packing =
+      options.pack ? &packingOf(options.path, seq, *options.eos) : nullptr;
+  Sample sample(seq);
   for (int64_t b = 0; b < batch; ++b) {
     // Index of this sample in the whole run's sequence of samples.
-    int64_t sample = step * global + first + b;
-    if (file) {
-      int64_t offset = (sample * (seq + 1)) % (numTokens - seq - 1);
+    int64_t sampleIndex = step * global + first + b;
+    if (packing) {
+      packedSample(file, options.path, *packing, sampleIndex, *options.eos,
+                   ignore, sample);
+    } else if (file) {
+      int64_t offset = (sampleIndex * (seq + 1)) % (numTokens - seq - 1);
       if (fseeko(file, off_t(offset * 4), SEEK_SET) != 0 ||
           std::fread(raw.data(), 4, raw.size(), file) != raw.size())
         fail("data", options.path + ": cannot read tokens at " +
@@ -292,18 +477,23 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
                            " is outside [0, " +
                            (high ? std::to_string(high) : "inf") + ")");
       }
+      sample.fromStream(tokens, options.eos, ignore);
     } else {
       uint64_t key =
           splitmix64(splitmix64(splitmix64(options.seed) ^ uint64_t(step)) ^
                      uint64_t(first + b));
       for (int64_t s = 0; s <= seq; ++s)
         tokens[s] = int64_t(splitmix64(key ^ uint64_t(s)) % uint64_t(high));
+      sample.fromStream(tokens, std::nullopt, ignore);
     }
     for (int64_t s = 0; s < localSeq; ++s) {
       int64_t at = chunks.global(s, localSeq);
-      idsImage.store(b * localSeq + s, tokens[at]);
-      labelsImage.store(b * localSeq + s, tokens[at + 1]);
-      positionsImage.store(b * localSeq + s, at);
+      idsImage.store(b * localSeq + s, sample.ids[at]);
+      labelsImage.store(b * localSeq + s, sample.labels[at]);
+      // An unpacked program's positions are the tokens' places in the row.
+      positionsImage.store(b * localSeq + s,
+                           packed ? sample.positions[at] : at);
+      indexImage.store(b * localSeq + s, at);
     }
   }
   if (file)
@@ -311,4 +501,5 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
   idsImage.upload();
   labelsImage.upload();
   positionsImage.upload();
+  indexImage.upload();
 }

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,10 @@ struct Input {
   /// Context parallelism: the axes its sequence is split over, in
   /// load-balanced chunks (fsdp_prog_input_sequence_split).
   uint32_t sequenceAxes = 0;
+  /// Positions within documents (fsdp_prog_input_documents).
+  bool documents = false;
+  /// The label that does not count (fsdp_prog_input_ignore), if declared.
+  std::optional<int64_t> ignore;
 };
 
 struct Param {
@@ -410,6 +415,12 @@ struct DataOptions {
   uint64_t seed = 0;
   /// Little-endian int32 tokens; empty for synthetic data.
   std::string path;
+  /// The end-of-document token (--eos): documents of the file end with it,
+  /// and a packed program's positions restart after it.
+  std::optional<int64_t> eos;
+  /// Whole documents packed into rows (--pack), best fit, rather than the
+  /// file read straight through.
+  bool pack = false;
 };
 /// The global batch of the token inputs: the local one times the ranks that
 /// split it; 0 without token inputs.

@@ -55,6 +55,10 @@ struct Options {
   int64_t dumpStep = 0;
   uint64_t seed = 0;
   bool seedGiven = false;
+  /// --eos ID: documents end with this token; --pack: whole documents
+  /// packed into rows.
+  std::optional<int64_t> eos;
+  bool pack = false;
   std::string load, save, resume, data, dumpDir, consolidate, output;
   std::string metrics, hardware, evalData;
   /// Evaluate every N steps (0: after the last), on K batches.
@@ -70,7 +74,7 @@ struct Options {
 };
 
 const char *kUsage =
-    "usage: %s [--steps N] [--seed S] [--data TOKENS.bin]\n"
+    "usage: %s [--steps N] [--seed S] [--data TOKENS.bin [--eos ID [--pack]]]\n"
     "          [--load HF.safetensors|HF.index.json|HF_DIR] [--strict-load]\n"
     "          [--save DIR [--save-every N] [--keep K]] [--resume DIR]\n"
     "          [--consolidate DIR --output FILE.safetensors]\n"
@@ -104,6 +108,7 @@ const std::pair<const char *, bool Options::*> kFlags[] = {
     {"--report", &Options::report},
     {"--quiet", &Options::quiet},
     {"--strict-load", &Options::strictLoad},
+    {"--pack", &Options::pack},
     {"--cuda-graph", &Options::cudaGraph}};
 
 /// Finds `arg` in one of the tables above.
@@ -172,7 +177,7 @@ bool parse(int argc, char **argv, int rank, Options &o) {
       return true;
     };
     int64_t Options::*integer = find(kIntegers, arg);
-    if (integer || arg == "--seed") {
+    if (integer || arg == "--seed" || arg == "--eos") {
       char *end = nullptr;
       errno = 0;
       int64_t n = next() ? std::strtoll(value.c_str(), &end, 10) : -1;
@@ -181,6 +186,8 @@ bool parse(int argc, char **argv, int rank, Options &o) {
                    value + "'");
       if (integer) {
         o.*integer = n;
+      } else if (arg == "--eos") {
+        o.eos = n;
       } else {
         o.seed = uint64_t(n);
         o.seedGiven = true;
@@ -250,7 +257,8 @@ double msSince(std::chrono::steady_clock::time_point t) {
 class TrainingRun {
 public:
   TrainingRun(fsdp_program &p, const Options &o)
-      : p(p), o(o), state{0, o.seed, o.data}, data{o.seed, o.data} {}
+      : p(p),
+        o(o), state{0, o.seed, o.data}, data{o.seed, o.data, o.eos, o.pack} {}
 
   /// Initializes, loads or resumes the parameters and prepares the inputs.
   void start();
@@ -339,7 +347,7 @@ void TrainingRun::start() {
       failAll(p, "eval",
               "--eval-data needs a program with an eval step: compile it with "
               "fsdp-build-train-step{eval=true}");
-    evalData = {state.seed, o.evalData};
+    evalData = {state.seed, o.evalData, o.eos, o.pack};
     checkTokenFile(p, evalData);
   }
   RunMetrics::Options m;

@@ -271,6 +271,24 @@ int64_t fsdp::host::blockIndex(const fsdp_program &p,
   return block;
 }
 
+/// The declared input `name`, or a failure naming `what` it was for.
+static Input &declaredInput(fsdp_program *p, const char *name,
+                            const char *what) {
+  for (Input &in : p->inputs)
+    if (in.name == name)
+      return in;
+  fail("describe", std::string("no input named '") + name + "' " + what);
+}
+
+void fsdp_prog_input_documents(fsdp_program *p, const char *name) {
+  declaredInput(p, name, "to hold document positions").documents = true;
+}
+
+void fsdp_prog_input_ignore(fsdp_program *p, const char *name,
+                            int64_t ignore_index) {
+  declaredInput(p, name, "to ignore labels of").ignore = ignore_index;
+}
+
 void fsdp_prog_input_range(fsdp_program *p, const char *name, int64_t high) {
   p->inputRanges[name] = high;
 }
