@@ -134,6 +134,27 @@ def main():
           (f"; not compared: {missing}" if missing else ""))
     failed = bad
 
+    # The attention pairs the runtime counts (each query's keys in its own
+    # document, within the window) and the host syncs of a step.
+    report = run([*mpirun, "-np", "1", path("one"), "--steps", "1", "--load",
+                  hf, *data, "--report"]).stdout
+    pairs = int(report.split("attention pairs per step, by rank:")[1].split()[0])
+    syncs = report.split("host syncs per step:")[1].split()[0]
+    window = getattr(config, "sliding_window", None) or 0
+    positions = ours["position_ids"].long() + 1
+    seen = positions.clamp(max=window) if window else positions
+    layers = config.num_hidden_layers
+    heads = config.num_attention_heads
+    expected = int(seen.sum()) * layers * heads
+    whole = ours["position_ids"].shape[1]
+    unpacked = ours["position_ids"].shape[0] * layers * heads * sum(
+        min(i + 1, window) if window else i + 1 for i in range(whole))
+    bad = pairs != expected or syncs != "0.00"
+    failed |= bad
+    print(f"{'FAIL ' if bad else ''}attention pairs per step {pairs} "
+          f"(documents' own: {expected}; one document a row: {unpacked}), "
+          f"host syncs per step {syncs}")
+
     for label, ranks, flags in args.case:
         name = "".join(c if c.isalnum() else "_" for c in label)
         many = step(name, int(ranks), shlex.split(flags))
