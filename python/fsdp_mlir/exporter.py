@@ -124,6 +124,7 @@ class Exporter:
         self.nodes, self.values, self.names = [], {}, set()
         self.consts = {}
         self.init = {}
+        self.packed = False
         sig = ep.graph_signature
         # A tied parameter keeps the name named_parameters() gives it
         # first (GPT-2's table is `transformer.wte.weight`, not `lm_head`).
@@ -657,6 +658,35 @@ class Exporter:
                     return u.args[0]
         return node
 
+    def check_documents(self, node, mask, s, window):
+        """Fails unless the causal mask `mask` (a function of position_ids)
+        splits rows where the positions restart: for sample packed rows,
+        query i sees key j iff j <= i, i - j < window and j is in i's
+        document."""
+        positions = self.placeholders.get("position_ids")
+        if positions is None or "position_ids" not in self.user_inputs:
+            self.fail(node, "packed=True needs the position_ids input")
+        shape = tuple(positions.meta["val"].shape)
+        lengths = [1, 3, max(1, s // 3), s]
+        rows, at = [], 0
+        while len(rows) < s:
+            n = lengths[at % len(lengths)]
+            rows += list(range(n))
+            at += 1
+        pos = torch.tensor(rows[:s], dtype=positions.meta["val"].dtype)
+        m = self.evaluate(mask, {positions: pos.expand(shape)})
+        allowed = (m if m.dtype == torch.bool else m == 0)
+        allowed = torch.broadcast_to(allowed, allowed.shape[:-2] + (s, s))
+        allowed = allowed.reshape(-1, s, s)[0]
+        i = torch.arange(s).unsqueeze(1)
+        j = torch.arange(s).unsqueeze(0)
+        want = (j <= i) & (j >= i - pos.unsqueeze(1))
+        if window:
+            want &= i - j < window
+        if not torch.equal(allowed, want):
+            self.fail(node, "packed=True, but the model's attention mask does "
+                      "not split rows where position_ids restart at 0")
+
     def mask(self, node, mask, s):
         """(causal, sliding window or None) that the constant mask `mask`
         of an `s`-token attention is."""
@@ -715,7 +745,15 @@ class Exporter:
         # 1/sqrt(D) stated explicitly is the default.
         if scale is not None and abs(scale * math.sqrt(d) - 1) > 1e-12:
             attrs["scale"] = float(scale)
-        name = self.add(node, "attention", [x.name for x in vals], attrs)
+        inputs = [x.name for x in vals]
+        if self.packed:
+            if not causal or mask is None:
+                self.fail(node, "packed=True needs causal attention masked "
+                          "from position_ids (transformers 5's masks)")
+            self.check_documents(node, mask, self.shape(q)[2], window)
+            attrs["packed"] = True
+            inputs.append(self.plain(self.placeholders["position_ids"]))
+        name = self.add(node, "attention", inputs, attrs)
         return _Value(name, True)
 
     # -- the whole graph -------------------------------------------------
@@ -792,7 +830,8 @@ def _export_meta(model, kwargs):
     return ep, tables
 
 
-def export(model, example_inputs, ignore_index=-100, model_name=None):
+def export(model, example_inputs, ignore_index=-100, model_name=None,
+           packed=False):
     """The graph.json (a dict) of `model`'s forward on `example_inputs`
     (a dict of its inputs by name, `input_ids` [B, S] among them, usually
     with `position_ids`) followed by the mean cross-entropy of the logits
@@ -800,7 +839,13 @@ def export(model, example_inputs, ignore_index=-100, model_name=None):
     fills), already shifted as docs/graph-format.md says; positions
     labelled `ignore_index` do not count. The model's forward returns the logits first (a tensor, a
     tuple, or a Hugging Face output). A model on the meta device is
-    exported without weights (its tensors become fake, in place)."""
+    exported without weights (its tensors become fake, in place).
+
+    With `packed`, rows hold several documents, position_ids restarting
+    at 0 where each starts: each attention of the graph sees only its
+    query's document (`packed` attention), once the model's own mask is
+    checked to split rows there (transformers 5 does, from the
+    positions)."""
     if "labels" in example_inputs:
         raise ExportError("'labels' is among the example inputs: the graph "
                           "computes the loss from the logits itself, so "
@@ -816,6 +861,7 @@ def export(model, example_inputs, ignore_index=-100, model_name=None):
         ep = torch.export.export(model, (), kwargs, strict=False)
     exporter = Exporter(model, ep)
     exporter.meta_tables = tables
+    exporter.packed = packed
     logits = exporter.run(ignore_index)
     inputs = []
     for name in exporter.user_inputs:

@@ -10,7 +10,10 @@
 #
 # Usage: HF_PYTHON packed_hf.py CONFIG.json --work DIR --bin DIR --mpirun M
 #            --lengths 3,1,20,... [--eos ID] [--batch B] [--seq S] [--pack]
-#            [--case LABEL RANKS FLAGS ...]
+#            [--export] [--case LABEL RANKS FLAGS ...]
+#
+# --export: the graph is fsdp_mlir.export(model, ..., packed=True) of the
+# transformers model itself rather than fsdp-graphgen --packed's.
 
 import argparse
 import json
@@ -66,6 +69,7 @@ def main():
     parser.add_argument("--batch", default="2")
     parser.add_argument("--seq", default="64")
     parser.add_argument("--pack", action="store_true")
+    parser.add_argument("--export", action="store_true")
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--case", nargs=3, action="append", default=[])
     args = parser.parse_args()
@@ -86,8 +90,20 @@ def main():
     write_documents(tokens, [int(n) for n in args.lengths.split(",")],
                     args.eos, config.vocab_size, repeats=8)
     graph = path("graph.json")
-    run([tool("fsdp-graphgen"), args.config, "--batch", args.batch, "--seq",
-         args.seq, "--packed", "-o", graph])
+    if args.export:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
+                                        "python"))
+        import fsdp_mlir
+        b, s = int(args.batch), int(args.seq)
+        exported = fsdp_mlir.export(
+            model, {"input_ids": torch.zeros(b, s, dtype=torch.long),
+                    "position_ids": torch.arange(s).repeat(b, 1)},
+            model_name=config.architectures[0], packed=True)
+        with open(graph, "w") as f:
+            json.dump(exported, f)
+    else:
+        run([tool("fsdp-graphgen"), args.config, "--batch", args.batch,
+             "--seq", args.seq, "--packed", "-o", graph])
     data = ["--data", tokens, "--eos", str(args.eos)] + \
         (["--pack"] if args.pack else [])
 

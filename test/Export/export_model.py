@@ -6,7 +6,7 @@ not from Hugging Face).
 
     TORCH_PYTHON export_model.py CONFIG.json -o GRAPH.json [--batch 2]
         [--seq 16] [--factory FILE.py:FUNC] [--set KEY=JSON ...]
-        [--attention-mask] [--ignore-index N]
+        [--attention-mask] [--ignore-index N] [--packed]
 
 `--set` overrides a config field (`--set resid_pdrop=0.1`);
 `--attention-mask` also passes an all-ones `attention_mask` input.
@@ -56,6 +56,7 @@ def main():
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--attention-mask", action="store_true")
     p.add_argument("--ignore-index", type=int, default=-100)
+    p.add_argument("--packed", action="store_true")
     args = p.parse_args()
     model, vocab, name = build_model(args.config, args.factory, args.set)
     ids = torch.randint(0, vocab, (args.batch, args.seq))
@@ -66,7 +67,7 @@ def main():
     try:
         graph = fsdp_mlir.export(model, inputs,
                                  ignore_index=args.ignore_index,
-                                 model_name=name)
+                                 model_name=name, packed=args.packed)
     except fsdp_mlir.ExportError as e:
         sys.exit(f"error: {args.config}: {e}")
     with open(args.output, "w") as f:
