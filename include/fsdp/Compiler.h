@@ -74,6 +74,10 @@ struct CompileOptions {
   std::string source;
   /// Stop after writing `source`.
   bool sourceOnly = false;
+  /// Packed rows: the documents' length in tokens that the cost model and
+  /// the simulator take for packed attention (0: one document a row); the
+  /// length-weighted mean, E[len²] / E[len], of a corpus's documents.
+  int64_t documentLength = 0;
   /// The runtime the executable links: "cpu" (oneDNN kernels, MPI
   /// collectives) or "cuda" (CUDA kernels, NCCL collectives; built where the
   /// CUDA toolkit is).

@@ -13,6 +13,7 @@
 
 #include "fsdp/Compiler.h"
 #include "fsdp/Dialect/Dist/IR/DistOps.h"
+#include "fsdp/Dialect/NN/IR/NNOps.h"
 #include "fsdp/Import/GraphImport.h"
 #include "fsdp/InitAll.h"
 
@@ -316,6 +317,20 @@ fsdp::compileProgram(MLIRContext &context, llvm::SourceMgr &sourceMgr,
     return reportError("--report-json needs a file, not -");
   if (options.sourceOnly && options.source.empty())
     return reportError("--source-only needs --emit-source");
+  if (options.documentLength < 0)
+    return reportError("--document-length must be >= 1, got " +
+                       Twine(options.documentLength));
+  if (options.documentLength > 0) {
+    bool packed = false;
+    module->walk([&](nn::AttentionOp op) { packed |= op.getPacked(); });
+    if (!packed)
+      return reportError("--document-length: the graph has no packed "
+                         "attention (fsdp-graphgen --packed)");
+    (*module)->setAttr(
+        nn::NNDialect::kDocumentLengthAttrName,
+        IntegerAttr::get(IntegerType::get(&context, 64),
+                         options.documentLength));
+  }
   if (failed(checkTarget(options, reportError)))
     return failure();
 

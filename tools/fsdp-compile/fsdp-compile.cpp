@@ -92,6 +92,12 @@ static cl::opt<std::string>
               cl::desc("With --simulate: write the predicted step as a "
                        "Chrome/Perfetto trace (JSON) here"),
               cl::value_desc("file"));
+static cl::opt<int64_t> documentLength(
+    "document-length", cl::cat(category), cl::init(0),
+    cl::desc("Packed rows: the documents' length in tokens (the "
+             "length-weighted mean E[len^2]/E[len] of the corpus) that the "
+             "cost model and --simulate take for packed attention"),
+    cl::value_desc("tokens"));
 static cl::opt<bool> sourceOnly("source-only", cl::cat(category),
                                 cl::desc("Stop after writing --emit-source"));
 static cl::opt<std::string> hostCompiler(
@@ -157,6 +163,7 @@ static LogicalResult run() {
   compile.output = outputFile;
   compile.source = emitSource;
   compile.sourceOnly = sourceOnly;
+  compile.documentLength = documentLength;
   compile.hostCompiler = hostCompiler;
   compile.target = target;
   compile.mpi = !noMpi;

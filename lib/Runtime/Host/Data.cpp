@@ -298,7 +298,8 @@ struct Sample {
 /// Whole documents packed into rows of S tokens, best fit decreasing over
 /// each window of kWindow documents in file order: a document (its tokens
 /// up to and including the end-of-document token; cut to S if longer) goes
-/// to the open row with the least room that holds it, else to a new row.
+/// to the open row with the least room that holds it, else to a new row;
+/// then the window's rows are shuffled (seeded by the window).
 /// Rows end with padding (the end-of-document token, labels ignored, a
 /// document of its own).
 struct Packing {
@@ -358,18 +359,40 @@ Packing packDocuments(const std::string &path, int64_t seq, int64_t eos) {
       room[best] -= doc.length;
       packing.rows[first + best].push_back(doc);
     }
+    // Best fit decreasing fills the window's first rows with its longest
+    // documents: shuffle the window's rows (the same way on every rank) so
+    // that a batch mixes long and short ones.
+    uint64_t key = splitmix64(uint64_t(w));
+    for (size_t r = packing.rows.size() - 1; r > first; --r) {
+      key = splitmix64(key);
+      size_t other = first + size_t(key % uint64_t(r - first + 1));
+      std::swap(packing.rows[r], packing.rows[other]);
+    }
   }
   return packing;
 }
 
-/// The packing of `path` into rows of `seq` tokens, computed once.
-const Packing &packingOf(const std::string &path, int64_t seq, int64_t eos) {
+/// The packing of `path` into rows of `seq` tokens, computed once; rank 0
+/// says how full the rows are.
+const Packing &packingOf(const fsdp_program &p, const std::string &path,
+                         int64_t seq, int64_t eos) {
   static std::map<std::tuple<std::string, int64_t, int64_t>, Packing> cache;
   auto key = std::make_tuple(path, seq, eos);
   auto it = cache.find(key);
-  if (it == cache.end())
-    it = cache.emplace(key, packDocuments(path, seq, eos)).first;
-  return it->second;
+  if (it != cache.end())
+    return it->second;
+  it = cache.emplace(key, packDocuments(path, seq, eos)).first;
+  const Packing &packing = it->second;
+  int64_t slots = int64_t(packing.rows.size()) * seq;
+  if (p.worldRank == 0)
+    std::fprintf(stderr,
+                 "data: %s: %lld documents (%lld cut to %lld tokens) packed "
+                 "into %lld rows, %.1f%% of their tokens documents'\n",
+                 path.c_str(), (long long)packing.documents,
+                 (long long)packing.cut, (long long)seq,
+                 (long long)packing.rows.size(),
+                 slots ? 100.0 * double(packing.tokens) / double(slots) : 0.0);
+  return packing;
 }
 
 /// Row `row` of a packing (modulo the rows), read from `file`.
@@ -455,7 +478,7 @@ void fsdp::host::fillInputs(fsdp_program &p, const DataOptions &options,
   int64_t ignore = ignoredLabel(p);
   bool packed = packedProgram(p);
   const Packing *packing =
-      options.pack ? &packingOf(options.path, seq, *options.eos) : nullptr;
+      options.pack ? &packingOf(p, options.path, seq, *options.eos) : nullptr;
   Sample sample(seq);
   for (int64_t b = 0; b < batch; ++b) {
     // Index of this sample in the whole run's sequence of samples.
