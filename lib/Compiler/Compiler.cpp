@@ -326,10 +326,9 @@ fsdp::compileProgram(MLIRContext &context, llvm::SourceMgr &sourceMgr,
     if (!packed)
       return reportError("--document-length: the graph has no packed "
                          "attention (fsdp-graphgen --packed)");
-    (*module)->setAttr(
-        nn::NNDialect::kDocumentLengthAttrName,
-        IntegerAttr::get(IntegerType::get(&context, 64),
-                         options.documentLength));
+    (*module)->setAttr(nn::NNDialect::kDocumentLengthAttrName,
+                       IntegerAttr::get(IntegerType::get(&context, 64),
+                                        options.documentLength));
   }
   if (failed(checkTarget(options, reportError)))
     return failure();
