@@ -135,17 +135,10 @@ def reshard(rn, source, cases):
     one = dumps[1]
     failed = False
     for name, n, out in [dumps[0]] + dumps[2:]:
-        result = subprocess.run(
-            [sys.executable, os.path.join(HERE, "compare_ranks.py"), one[2],
-             out, "--ranks", str(n), "--rtol", "0",
-             "--skip", "updated.,loss,logits,lr,grad_sum_squares,input_ids,labels,"
-             "position_ids,optimizer_step"],
-            capture_output=True, text=True)
-        lines = (result.stdout + result.stderr).strip().splitlines()
-        print(f"saved on {label}, loaded on {name}: {lines[0]}")
-        for line in lines[1:]:
-            print(f"  {line}")
-        failed |= result.returncode != 0
+        failed |= harness.compare_ranks(
+            f"saved on {label}, loaded on {name}", one[2], out, n, "0",
+            "updated.,loss,logits,lr,grad_sum_squares,input_ids,labels,"
+            "position_ids,optimizer_step")
     return failed
 
 

@@ -134,17 +134,7 @@ def main():
           f"max_rel_err {e1:.3e}, loss rel_err {e2:.3e}")
 
     def compare(label, many, ranks, rtol, skip):
-        """Prints compare_ranks.py's verdict on `many`; True on failure."""
-        result = run([sys.executable,
-                      os.path.join(os.path.dirname(__file__),
-                                   "compare_ranks.py"), one, many,
-                      "--ranks", ranks, "--rtol", rtol, "--skip", skip],
-                     ok=False)
-        line = (result.stdout + result.stderr).strip().splitlines()
-        print(f"{label}: {line[0]}")
-        for extra in line[1:]:
-            print(f"  {extra}")
-        return result.returncode != 0
+        return harness.compare_ranks(label, one, many, ranks, rtol, skip)
 
     # Every other mesh: blocks equal to the 1-rank parameters; with
     # --outputs its step equals the 1-rank one, itself transformers'.

@@ -174,17 +174,9 @@ def main():
     for label, ranks, flags in args.case:
         name = "".join(c if c.isalnum() else "_" for c in label)
         many = step(name, int(ranks), shlex.split(flags))
-        result = subprocess.run(
-            [sys.executable, os.path.join(os.path.dirname(__file__),
-                                          "compare_ranks.py"), one, many,
-             "--ranks", ranks, "--rtol", str(args.rtol), "--skip",
-             "updated.,lr,grad_sum_squares,optimizer_step,token_index"],
-            capture_output=True, text=True)
-        lines = (result.stdout + result.stderr).strip().splitlines()
-        print(f"{label}: {lines[0] if lines else 'no output'}")
-        for extra in lines[1:]:
-            print(f"  {extra}")
-        failed |= result.returncode != 0
+        failed |= harness.compare_ranks(
+            label, one, many, ranks, args.rtol,
+            "updated.,lr,grad_sum_squares,optimizer_step")
     return 1 if failed else 0
 
 
