@@ -45,6 +45,8 @@ namespace {
 /// The input that holds, for packed rows, each token's index in its row
 /// (position_ids hold its position in its document).
 constexpr llvm::StringLiteral kTokenIndex = "token_index";
+/// The fewest tokens of a packed row's load-balanced chunk.
+constexpr int64_t kMinChunk = 64;
 
 struct ContextParallelPass
     : fsdp::impl::ContextParallelPassBase<ContextParallelPass> {
@@ -124,6 +126,7 @@ private:
   Block &body;
 
   int64_t sequence = 0; // the whole sequence's length
+  int64_t rounds = 1;    // of 2·cp chunks each
   int positionsArg = -1;
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
@@ -148,12 +151,36 @@ dist::ShardingAttr SequenceSplitter::sequenceSharding(int64_t rank, int64_t dim,
       llvm::to_vector(cast<ArrayAttr>(dims[dim]).getValue());
   axes.insert(axes.begin(), cpAxes.getValue().front());
   dims[dim] = b.getArrayAttr(axes);
-  groups[dim] = dist::ShardingAttr::kLoadBalanced;
+  groups[dim] = dist::ShardingAttr::kLoadBalanced * rounds;
   return dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
                                  partial, b.getDenseI64ArrayAttr(groups));
 }
 
 LogicalResult SequenceSplitter::splitArguments() {
+  // Packed rows: position_ids restart at each document, so the masks read
+  // the tokens' indices in the row from an input of their own, which the
+  // data loader fills as it fills position_ids for unpacked rows.
+  bool packed = false;
+  forward.walk([&](nn::AttentionOp attention) {
+    packed |= attention.getPacked();
+  });
+  for (BlockArgument arg : forward.getArguments())
+    if (forward.getArgAttr(arg.getArgNumber(), nn::NNDialect::kInputAttrName))
+      sequence = tensorOf(arg).getRank() == 2 ? tensorOf(arg).getDimSize(1)
+                                              : sequence;
+  if (pass.rounds > 0) {
+    rounds = pass.rounds;
+  } else if (packed) {
+    // Chunks of 64 tokens or more: a kernel's query block stays in one.
+    while (sequence % (2 * cp * rounds * 2) == 0 &&
+           sequence / (2 * cp * rounds * 2) >= kMinChunk)
+      rounds *= 2;
+  }
+  if (rounds > 1 && sequence % (2 * cp * rounds) != 0)
+    return forward.emitOpError("the sequence length ")
+           << sequence << " is not divisible by 2 x cp_size x rounds = "
+           << 2 * cp * rounds;
+  sequence = 0;
   for (BlockArgument arg : forward.getArguments()) {
     unsigned i = arg.getArgNumber();
     RankedTensorType type = tensorOf(arg);
@@ -195,12 +222,6 @@ LogicalResult SequenceSplitter::splitArguments() {
   if (!sequence)
     return forward.emitOpError("has no [B, S] token input for context "
                                "parallelism to split");
-  // Packed rows: position_ids restart at each document, so the masks read
-  // the tokens' indices in the row from an input of their own, which the
-  // data loader fills as it fills position_ids for unpacked rows.
-  bool packed = false;
-  forward.walk(
-      [&](nn::AttentionOp attention) { packed |= attention.getPacked(); });
   if (packed) {
     int64_t batch = tensorOf(forward.getArgument(0)).getDimSize(0);
     for (BlockArgument arg : forward.getArguments())
@@ -229,16 +250,20 @@ Value SequenceSplitter::gatherSequence(Value local, Location loc,
       b, loc, RankedTensorType::get(shape, type.getElementType()), local,
       meshRef, cpAxes, b.getI64IntegerAttr(1));
   gather->setAttr("fsdp.context_parallel", b.getUnitAttr());
-  // Rank q's block holds chunks q and 2·cp−1−q: chunk c < cp is the first
-  // half of block c, chunk c >= cp the second half of block 2·cp−1−c.
-  int64_t chunk = type.getDimSize(1) / 2;
-  SmallVector<int64_t> sizes(2 * cp, chunk);
+  // Rank q's block holds chunks q and 2·cp−1−q of each round m: chunk
+  // c < cp of round m is piece 2·m of block c, chunk c >= cp piece 2·m + 1
+  // of block 2·cp−1−c.
+  int64_t chunk = type.getDimSize(1) / (2 * rounds);
+  SmallVector<int64_t> sizes(2 * cp * rounds, chunk);
   auto pieces = nn::SplitOp::create(b, loc, gather.getResult(), 1,
                                     b.getDenseI64ArrayAttr(sizes), path);
   SmallVector<Value> ordered;
-  for (int64_t c = 0; c < 2 * cp; ++c)
-    ordered.push_back(pieces->getResult(
-        static_cast<unsigned>(c < cp ? 2 * c : 2 * (2 * cp - 1 - c) + 1)));
+  for (int64_t m = 0; m < rounds; ++m)
+    for (int64_t c = 0; c < 2 * cp; ++c) {
+      int64_t owner = c < cp ? c : 2 * cp - 1 - c;
+      int64_t piece = owner * 2 * rounds + 2 * m + (c < cp ? 0 : 1);
+      ordered.push_back(pieces->getResult(static_cast<unsigned>(piece)));
+    }
   whole = nn::ConcatOp::create(b, loc, ordered, 1, path);
   return whole;
 }

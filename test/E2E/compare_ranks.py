@@ -8,7 +8,8 @@
 # parameter is split like the parameter) and the mesh in mesh.txt, so blocks
 # over several axes, several dims and strided groups (GPT-2's fused c_attn)
 # are all placed exactly; a group count of -2 is context parallelism's
-# load-balanced sequence split (chunks i and 2n-1-i of 2n on rank i of n).
+# load-balanced sequence split (chunks i and 2n-1-i of 2n on rank i of n),
+# -2k the same over k rounds.
 # A tensor shards.txt does not describe is compared
 # whole on every rank, or, if the ranks hold blocks along one dim, joined in
 # rank order.
@@ -95,13 +96,16 @@ def expected_block(full, split, coords, sizes, shape):
         outer_axes = axes[:len(axes) - inner]
         parts, index = level(outer_axes)
         whole = block.shape[dim]
-        if groups == -2:
+        if groups <= -2 and groups % 2 == 0:
             # Context parallelism's load-balanced sequence: of 2·parts
-            # chunks, chunks index and 2·parts-1-index.
-            chunk = whole // (2 * parts)
-            block = torch.cat([block.narrow(dim, index * chunk, chunk),
-                               block.narrow(dim, (2 * parts - 1 - index) *
-                                            chunk, chunk)], dim)
+            # chunks a round (-groups/2 rounds), chunks index and
+            # 2·parts-1-index of each.
+            rounds = -groups // 2
+            chunk = whole // (2 * parts * rounds)
+            block = torch.cat(
+                [block.narrow(dim, (m * 2 * parts + j) * chunk, chunk)
+                 for m in range(rounds)
+                 for j in (index, 2 * parts - 1 - index)], dim)
             continue
         if groups == 1 and not inner and shape[dim] * parts > whole:
             # A one-level FSDP split written before inner levels existed.

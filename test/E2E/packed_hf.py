@@ -177,6 +177,13 @@ def main():
         failed |= harness.compare_ranks(
             label, one, many, ranks, args.rtol,
             "updated.,lr,grad_sum_squares,optimizer_step")
+        # How evenly the ranks attend (context parallelism's balance).
+        report = run([*mpirun, "-np", ranks, path(name), "--steps", "1",
+                      "--load", hf, *data, "--report"]).stdout
+        by_rank = [int(x) for x in report.split(
+            "attention pairs per step, by rank:")[1].splitlines()[0].split()]
+        print(f"  attention pairs by rank: {' '.join(map(str, by_rank))} "
+              f"(max/mean {max(by_rank) * len(by_rank) / sum(by_rank):.3f})")
     return 1 if failed else 0
 
 

@@ -96,6 +96,11 @@ void fsdp_prog_input_split(fsdp_program *p, const char *name,
 /// 2·n−1−i on the group's rank i.
 void fsdp_prog_input_sequence_split(fsdp_program *p, const char *name,
                                     uint32_t axis_mask);
+/// Input `name`'s sequence split (fsdp_prog_input_sequence_split) repeats
+/// over `rounds` rounds: of its 2·n·rounds chunks, group rank i holds
+/// chunks 2·n·m + i and 2·n·m + 2·n−1−i of each round m, in order.
+void fsdp_prog_input_sequence_rounds(fsdp_program *p, const char *name,
+                                     int64_t rounds);
 /// Declares that integer input `name` (already declared) holds token ids in
 /// [0, high): the runtime's synthetic data draws from that range and data
 /// read from a file is checked against it. Default: [0, 2).

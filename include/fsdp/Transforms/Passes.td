@@ -382,6 +382,12 @@ def ContextParallelPass : Pass<"fsdp-context-parallel", "mlir::ModuleOp"> {
     `fsdp-shard` then shards parameters over `dp_shard × cp` and the loss
     counts tokens over `dp_replicate × dp_shard × cp`.
 
+    Packed rows (`packed` attentions: `position_ids` are positions in
+    documents) add a `token_index` input, the tokens' indices in the row,
+    which the masks read, and split the row over `k` rounds of `2·cp`
+    chunks (groups `-2·k`): a long document's tail lands on every rank in
+    turn rather than on one, which keeps the ranks' work even.
+
     ```mlir
     // p2p, cp = 2
     %k1 = dist.permute %k on @mesh[cp] offset 1 {fsdp.context_parallel} ...
@@ -407,6 +413,10 @@ def ContextParallelPass : Pass<"fsdp-context-parallel", "mlir::ModuleOp"> {
            "How attention exchanges K/V: p2p (a ring of permutes), "
            "all_gather, or config (the parallel config's cp_comm_type, else "
            "p2p)">,
+    Option<"rounds", "rounds", "int64_t", /*default=*/"0",
+           "Load-balanced rounds: the 2·cp chunks repeat this many times "
+           "(0: 1 for one document a row; for packed rows the most, a power "
+           "of two, that keeps chunks of 64 tokens or more)">,
   ];
   let statistics = [
     Statistic<"numAttentions", "attentions",

@@ -109,7 +109,7 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
             entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
       auto splitsSequence = [&] {
         return type.getRank() == 2 && !sharding.getDimAxes(1).empty() &&
-               sharding.getDimGroups(1) == dist::ShardingAttr::kLoadBalanced;
+               dist::ShardingAttr::isLoadBalanced(sharding.getDimGroups(1));
       };
       if (!state.mesh || type.getRank() == 0 ||
           !sharding.getPartial().empty() || sharding.getDimGroups(0) != 1 ||
@@ -133,11 +133,17 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
             .literal(stringLiteral(name.getValue()))
             .literal(maskLiteral(mask))
             .emit(builder, loc);
-      if (splitsSequence())
+      if (splitsSequence()) {
         call("fsdp_prog_input_sequence_split")
             .literal(stringLiteral(name.getValue()))
             .literal(maskLiteral(maskOf(1)))
             .emit(builder, loc);
+        if (int64_t rounds = -sharding.getDimGroups(1) / 2; rounds > 1)
+          call("fsdp_prog_input_sequence_rounds")
+              .literal(stringLiteral(name.getValue()))
+              .literal(intLiteral(rounds))
+              .emit(builder, loc);
+      }
     }
     // Token ids feed an embedding; labels feed a loss: both ranges are
     // known from the vocabulary, which the data generator needs.

@@ -73,16 +73,17 @@ BatchShape batchShape(const fsdp_program &p) {
 
 /// Context parallelism: the sequence's split over the ranks of the token
 /// inputs' sequence axes, 2·parts chunks of which this rank holds chunks
-/// `index` and 2·parts−1−index.
+/// `index` and 2·parts−1−index; over `rounds` rounds, those of each round.
 struct SequenceSplit {
-  int64_t parts = 1, index = 0;
+  int64_t parts = 1, index = 0, rounds = 1;
   /// The position in the whole sequence of local position `s` of `seq`.
   int64_t global(int64_t s, int64_t seq) const {
     if (parts == 1)
       return s;
-    int64_t chunk = seq / 2;
-    return s < chunk ? index * chunk + s
-                     : (2 * parts - 1 - index) * chunk + (s - chunk);
+    int64_t chunk = seq / (2 * rounds), local = s / chunk;
+    int64_t round = local / 2, second = local % 2;
+    int64_t within = second ? 2 * parts - 1 - index : index;
+    return (round * 2 * parts + within) * chunk + s % chunk;
   }
 };
 
@@ -98,6 +99,9 @@ SequenceSplit sequenceSplit(const fsdp_program &p) {
     mask = in.sequenceAxes;
   }
   SequenceSplit split;
+  for (const Input &in : p.inputs)
+    if (isTokenInput(in.name) && in.sequenceAxes)
+      split.rounds = in.sequenceRounds;
   std::vector<int> axes;
   for (size_t i = 0; i < p.axes.size(); ++i)
     if (mask.value_or(0) >> i & 1) {

@@ -117,6 +117,8 @@ struct Input {
   /// Context parallelism: the axes its sequence is split over, in
   /// load-balanced chunks (fsdp_prog_input_sequence_split).
   uint32_t sequenceAxes = 0;
+  /// The rounds of that split (fsdp_prog_input_sequence_rounds).
+  int64_t sequenceRounds = 1;
   /// Positions within documents (fsdp_prog_input_documents).
   bool documents = false;
   /// The label that does not count (fsdp_prog_input_ignore), if declared.

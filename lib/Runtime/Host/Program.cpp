@@ -263,14 +263,6 @@ void fsdp_prog_input_sequence_split(fsdp_program *p, const char *name,
                        "' to split along the sequence");
 }
 
-int64_t fsdp::host::blockIndex(const fsdp_program &p,
-                               const std::vector<int> &axes) {
-  int64_t block = 0;
-  for (int axis : axes)
-    block = block * p.axes[size_t(axis)].size + p.coords[size_t(axis)];
-  return block;
-}
-
 /// The declared input `name`, or a failure naming `what` it was for.
 static Input &declaredInput(fsdp_program *p, const char *name,
                             const char *what) {
@@ -278,6 +270,22 @@ static Input &declaredInput(fsdp_program *p, const char *name,
     if (in.name == name)
       return in;
   fail("describe", std::string("no input named '") + name + "' " + what);
+}
+
+void fsdp_prog_input_sequence_rounds(fsdp_program *p, const char *name,
+                                     int64_t rounds) {
+  if (rounds < 1)
+    fail("describe", std::string("input '") + name +
+                         "': " + std::to_string(rounds) + " rounds");
+  declaredInput(p, name, "to split in rounds").sequenceRounds = rounds;
+}
+
+int64_t fsdp::host::blockIndex(const fsdp_program &p,
+                               const std::vector<int> &axes) {
+  int64_t block = 0;
+  for (int axis : axes)
+    block = block * p.axes[size_t(axis)].size + p.coords[size_t(axis)];
+  return block;
 }
 
 void fsdp_prog_input_documents(fsdp_program *p, const char *name) {

@@ -87,7 +87,8 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir,
                      (long long)param.dimGroups[d], axes.c_str(),
                      (long long)param.dimInner[d]);
       }
-  // A context-parallel sequence split is load-balanced (group count -2).
+  // A context-parallel sequence split is load-balanced (group count -2 per
+  // round).
   auto axisList = [&](uint32_t mask) {
     std::string axes;
     for (size_t i = 0; i < p.axes.size(); ++i)
@@ -100,7 +101,8 @@ void fsdp::host::dumpTensors(const fsdp_program &p, const std::string &dir,
       std::fprintf(shards, "%s 0 1 %s\n", in.name.c_str(),
                    axisList(in.batchAxes).c_str());
     if (in.sequenceAxes)
-      std::fprintf(shards, "%s 1 -2 %s\n", in.name.c_str(),
+      std::fprintf(shards, "%s 1 %lld %s\n", in.name.c_str(),
+                   (long long)(-2 * in.sequenceRounds),
                    axisList(in.sequenceAxes).c_str());
   }
   for (const auto &[index, dims] : p.outputSplits)

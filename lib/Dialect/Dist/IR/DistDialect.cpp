@@ -187,9 +187,9 @@ LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       return emitError() << "groups has " << groups.size() << " counts for "
                          << dims.size() << " dims";
     for (int64_t g : groups.asArrayRef())
-      if (g < 1 && g != kLoadBalanced)
+      if (g < 1 && !isLoadBalanced(g))
         return emitError() << "group counts must be >= 1 or " << kLoadBalanced
-                           << " (load-balanced), got " << g;
+                           << " times k rounds (load-balanced), got " << g;
   }
   llvm::StringSet<> used;
   auto useAxes = [&](Attribute list) -> LogicalResult {

@@ -45,7 +45,9 @@ def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
     `-2` (`kLoadBalanced`) is context parallelism's load-balanced split of a
     sequence: the dim is cut into `2·n` chunks for the `n` blocks of its
     axes, and block `i` holds chunks `i` and `2·n−1−i`, so that under a
-    causal mask every rank attends as many pairs.
+    causal mask every rank attends as many pairs. `-2·k` repeats that over
+    `k` rounds (packed rows): `2·n·k` chunks, block `i` holding chunks
+    `2·n·m + i` and `2·n·m + 2·n−1−i` of each round `m`, in order.
 
     ```mlir
     // A [V, H] embedding table: rows split over dp_shard, columns over tp.
@@ -84,8 +86,13 @@ def Dist_ShardingAttr : AttrDef<Dist_Dialect, "Sharding"> {
     /// The number of groups dimension `dim` is split in (1: plain), or
     /// kLoadBalanced.
     int64_t getDimGroups(unsigned dim) const;
-    /// The group count of a load-balanced sequence split.
+    /// The group count of a load-balanced sequence split (of one round).
     static constexpr int64_t kLoadBalanced = -2;
+    /// Whether group count `groups` is a load-balanced split, of
+    /// `-groups / 2` rounds.
+    static bool isLoadBalanced(int64_t groups) {
+      return groups <= kLoadBalanced && groups % 2 == 0;
+    }
     /// Checks the sharding against `mesh` for a tensor of `type`: the rank,
     /// and that every axis exists in the mesh.
     llvm::LogicalResult verifyFor(::mlir::Operation *mesh,
