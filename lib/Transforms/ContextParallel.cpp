@@ -126,7 +126,7 @@ private:
   Block &body;
 
   int64_t sequence = 0; // the whole sequence's length
-  int64_t rounds = 1;    // of 2·cp chunks each
+  int64_t rounds = 1;   // of 2·cp chunks each
   int positionsArg = -1;
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
@@ -161,13 +161,12 @@ LogicalResult SequenceSplitter::splitArguments() {
   // the tokens' indices in the row from an input of their own, which the
   // data loader fills as it fills position_ids for unpacked rows.
   bool packed = false;
-  forward.walk([&](nn::AttentionOp attention) {
-    packed |= attention.getPacked();
-  });
+  forward.walk(
+      [&](nn::AttentionOp attention) { packed |= attention.getPacked(); });
   for (BlockArgument arg : forward.getArguments())
     if (forward.getArgAttr(arg.getArgNumber(), nn::NNDialect::kInputAttrName))
-      sequence = tensorOf(arg).getRank() == 2 ? tensorOf(arg).getDimSize(1)
-                                              : sequence;
+      sequence =
+          tensorOf(arg).getRank() == 2 ? tensorOf(arg).getDimSize(1) : sequence;
   if (pass.rounds > 0) {
     rounds = pass.rounds;
   } else if (packed) {
@@ -178,8 +177,8 @@ LogicalResult SequenceSplitter::splitArguments() {
   }
   if (rounds > 1 && sequence % (2 * cp * rounds) != 0)
     return forward.emitOpError("the sequence length ")
-           << sequence << " is not divisible by 2 x cp_size x rounds = "
-           << 2 * cp * rounds;
+           << sequence
+           << " is not divisible by 2 x cp_size x rounds = " << 2 * cp * rounds;
   sequence = 0;
   for (BlockArgument arg : forward.getArguments()) {
     unsigned i = arg.getArgNumber();
