@@ -163,23 +163,25 @@ LogicalResult SequenceSplitter::splitArguments() {
   bool packed = false;
   forward.walk(
       [&](nn::AttentionOp attention) { packed |= attention.getPacked(); });
+  // The rounds, from a token input's length (the loop below checks that
+  // they all agree).
+  int64_t whole = 0;
   for (BlockArgument arg : forward.getArguments())
-    if (forward.getArgAttr(arg.getArgNumber(), nn::NNDialect::kInputAttrName))
-      sequence =
-          tensorOf(arg).getRank() == 2 ? tensorOf(arg).getDimSize(1) : sequence;
+    if (forward.getArgAttr(arg.getArgNumber(), nn::NNDialect::kInputAttrName) &&
+        tensorOf(arg).getRank() == 2)
+      whole = tensorOf(arg).getDimSize(1);
   if (pass.rounds > 0) {
     rounds = pass.rounds;
   } else if (packed) {
     // Chunks of 64 tokens or more: a kernel's query block stays in one.
-    while (sequence % (2 * cp * rounds * 2) == 0 &&
-           sequence / (2 * cp * rounds * 2) >= kMinChunk)
+    while (whole % (2 * cp * rounds * 2) == 0 &&
+           whole / (2 * cp * rounds * 2) >= kMinChunk)
       rounds *= 2;
   }
-  if (rounds > 1 && sequence % (2 * cp * rounds) != 0)
+  if (rounds > 1 && whole % (2 * cp * rounds) != 0)
     return forward.emitOpError("the sequence length ")
-           << sequence
+           << whole
            << " is not divisible by 2 x cp_size x rounds = " << 2 * cp * rounds;
-  sequence = 0;
   for (BlockArgument arg : forward.getArguments()) {
     unsigned i = arg.getArgNumber();
     RankedTensorType type = tensorOf(arg);

@@ -8,6 +8,10 @@ import re
 import subprocess
 import tempfile
 
+# The small model the benchmarks default to.
+SMALL_LLAMA = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "small-llama.json")
+
 F32 = {"mp_policy": {"param_dtype": "float32", "reduce_dtype": "float32",
                      "output_dtype": "float32"}}
 

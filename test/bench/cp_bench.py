@@ -108,8 +108,7 @@ def long_context(args, tmp):
 
 def main():
     parser = benchutil.parser(__doc__, batch=1, seq=2048, steps=3,
-                              config=os.path.join(ROOT, "test", "bench",
-                                                  "small-llama.json"))
+                              config=benchutil.SMALL_LLAMA)
     parser.add_argument("--simulate", metavar="HW.json")
     parser.add_argument("--long-context", action="store_true")
     args = benchutil.parse_steps(parser)

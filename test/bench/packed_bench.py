@@ -161,8 +161,7 @@ def predicted(args, tmp, packed_fill):
 
 def main():
     parser = benchutil.parser(__doc__, batch=2, seq=1024, steps=3,
-                              config=os.path.join(ROOT, "test", "bench",
-                                                  "small-llama.json"))
+                              config=benchutil.SMALL_LLAMA)
     parser.add_argument("--documents", type=int, default=4000)
     parser.add_argument("--simulate", metavar="HW.json")
     args = benchutil.parse_steps(parser)
