@@ -16,6 +16,7 @@
 
 #include "fsdp/Import/GraphGen.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <optional>
@@ -196,7 +197,7 @@ private:
 // ModelConfig
 //===----------------------------------------------------------------------===//
 
-enum class Family { Llama, Mistral, Qwen2, Qwen3, GPT2 };
+enum class Family { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral, GPT2 };
 
 /// The architectures generateGraph() accepts and their families.
 const std::vector<std::pair<std::string, Family>> &getArchitectureTable() {
@@ -205,6 +206,8 @@ const std::vector<std::pair<std::string, Family>> &getArchitectureTable() {
       {"MistralForCausalLM", Family::Mistral},
       {"Qwen2ForCausalLM", Family::Qwen2},
       {"Qwen3ForCausalLM", Family::Qwen3},
+      {"Qwen3MoeForCausalLM", Family::Qwen3Moe},
+      {"MixtralForCausalLM", Family::Mixtral},
       {"GPT2LMHeadModel", Family::GPT2},
   };
   return table;
@@ -236,6 +239,27 @@ struct ModelConfig {
   bool qkNorm = false;
   /// Sliding window of each layer, nullopt for full causal attention.
   std::vector<std::optional<int64_t>> windows;
+
+  // Mixture of experts (Qwen3-MoE, Mixtral): the experts of each sparse
+  // layer, the experts a token uses, and each expert's MLP width.
+  int64_t experts = 0;
+  int64_t topK = 0;
+  int64_t moeIntermediate = 0;
+  /// Whether the top-k weights are renormalized to sum to 1.
+  bool normTopK = false;
+  /// Every `sparseStep`-th layer is sparse, except `mlpOnlyLayers`.
+  int64_t sparseStep = 1;
+  std::vector<int64_t> mlpOnlyLayers;
+  /// `output_router_logits`: the load-balancing loss, `auxCoef` times it, is
+  /// added to the training loss.
+  bool routerLogits = false;
+  double auxCoef = 0.001;
+  /// Whether layer `l`'s MLP is a mixture of experts.
+  bool isSparse(int64_t l) const {
+    return experts > 0 && (l + 1) % sparseStep == 0 &&
+           std::find(mlpOnlyLayers.begin(), mlpOnlyLayers.end(), l) ==
+               mlpOnlyLayers.end();
+  }
 
   // GPT-2.
   int64_t maxPositions = 0;
@@ -427,7 +451,56 @@ void readRopeScaling(ConfigReader &reader, ModelConfig &model) {
     model.ropeInvFreq = std::move(freq);
 }
 
-/// Reads a Llama, Mistral, Qwen2 or Qwen3 config.
+/// Reads the experts of a Qwen3-MoE or Mixtral config, with transformers
+/// 5.25's defaults.
+void readMixtureOfExperts(const json &config, ConfigReader &reader,
+                          ModelConfig &model) {
+  if (model.family == Family::Qwen3Moe) {
+    model.experts = reader.getOptionalInt("num_experts", 0).value_or(128);
+    model.topK = reader.getOptionalInt("num_experts_per_tok").value_or(8);
+    model.moeIntermediate =
+        reader.getOptionalInt("moe_intermediate_size").value_or(768);
+    model.normTopK = reader.getBool("norm_topk_prob", false);
+    model.sparseStep =
+        reader.getOptionalInt("decoder_sparse_step").value_or(1);
+    auto only = config.find("mlp_only_layers");
+    if (only != config.end() && !only->is_null()) {
+      if (!only->is_array())
+        return reader.fail("field 'mlp_only_layers' must be an array of "
+                           "layer indices, got " +
+                           describe(*only));
+      for (const json &layer : *only) {
+        if (!layer.is_number_integer() || layer.get<int64_t>() < 0 ||
+            layer.get<int64_t>() >= model.layers)
+          return reader.fail("field 'mlp_only_layers' entry " +
+                             describe(layer) + " is not a layer index in [0, " +
+                             std::to_string(model.layers) + ")");
+        model.mlpOnlyLayers.push_back(layer.get<int64_t>());
+      }
+    }
+  } else {
+    model.experts = reader.getOptionalInt("num_local_experts").value_or(8);
+    model.topK = reader.getOptionalInt("num_experts_per_tok").value_or(2);
+    model.moeIntermediate = model.intermediate;
+    model.normTopK = true;
+    // Jitter multiplies the hidden states by noise while training.
+    double jitter = reader.getNumber("router_jitter_noise", 0.0, true);
+    if (jitter != 0.0)
+      return reader.fail("field 'router_jitter_noise' is " +
+                         (std::ostringstream() << jitter).str() +
+                         ", but only 0 is supported (the compiled step draws "
+                         "no router noise)");
+  }
+  model.routerLogits = reader.getBool("output_router_logits", false);
+  model.auxCoef = reader.getNumber("router_aux_loss_coef", 0.001, true);
+  if (reader.failed())
+    return;
+  if (model.experts > 0 && model.topK > model.experts)
+    reader.fail("field 'num_experts_per_tok' (" + std::to_string(model.topK) +
+                ") exceeds the " + std::to_string(model.experts) + " experts");
+}
+
+/// Reads a Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE or Mixtral config.
 void readLlamaLike(const json &config, ConfigReader &reader,
                    ModelConfig &model) {
   Family family = model.family;
@@ -438,7 +511,8 @@ void readLlamaLike(const json &config, ConfigReader &reader,
   model.heads = reader.getInt("num_attention_heads");
   model.kvHeads =
       reader.getOptionalInt("num_key_value_heads").value_or(model.heads);
-  // Qwen3Config defaults head_dim to 128; the others derive it.
+  // Qwen3Config defaults head_dim to 128; the others (Qwen3-MoE too) derive
+  // it.
   std::optional<int64_t> headDim = family == Family::Qwen3
                                        ? reader.getNullableInt("head_dim", 128)
                                        : reader.getOptionalInt("head_dim");
@@ -485,6 +559,23 @@ void readLlamaLike(const json &config, ConfigReader &reader,
     model.qkNorm = true;
     readQwenWindows(config, reader, model);
     break;
+  case Family::Qwen3Moe: {
+    // Qwen3MoeConfig keeps sliding_window only with use_sliding_window,
+    // and then every layer's attention uses it.
+    model.qkvBias = model.outBias = reader.getBool("attention_bias", false);
+    model.qkNorm = true;
+    std::optional<int64_t> window =
+        reader.getNullableInt("sliding_window", 4096);
+    bool useWindow = reader.getBool("use_sliding_window", false);
+    model.windows.assign(model.layers,
+                         useWindow ? window : std::optional<int64_t>());
+    break;
+  }
+  case Family::Mixtral:
+    // MixtralAttention has no biases; its window (none by default) applies
+    // to every layer.
+    model.windows.assign(model.layers, reader.getOptionalInt("sliding_window"));
+    break;
   case Family::GPT2:
     break;
   }
@@ -520,6 +611,8 @@ void readLlamaLike(const json &config, ConfigReader &reader,
                        std::string(" (") + std::to_string(model.headDim) +
                        ") must be even for rotary embeddings");
   readRopeScaling(reader, model);
+  if (family == Family::Qwen3Moe || family == Family::Mixtral)
+    readMixtureOfExperts(config, reader, model);
 }
 
 /// Reads a GPT-2 config.
@@ -653,7 +746,7 @@ private:
 /// and returns the graph.
 ojson finishCausalLM(GraphBuilder &builder, const ModelConfig &model,
                      const std::string &x, const std::string &embedding,
-                     double initStd) {
+                     double initStd, ojson extraOutputs = ojson::array()) {
   std::string head = embedding;
   if (!model.tieEmbeddings) {
     head = "lm_head.weight";
@@ -665,9 +758,89 @@ ojson finishCausalLM(GraphBuilder &builder, const ModelConfig &model,
   std::string loss =
       builder.addNode("loss", "cross_entropy", {logits, "labels"},
                       {{"ignore_index", -100}, {"reduction", "mean"}}, "loss");
-  return builder.finish(model.architecture,
-                        {{{"name", "loss"}, {"value", loss}},
-                         {{"name", "logits"}, {"value", logits}}});
+  ojson outputs = {{{"name", "loss"}, {"value", loss}},
+                   {{"name", "logits"}, {"value", logits}}};
+  for (ojson &output : extraOutputs)
+    outputs.push_back(std::move(output));
+  return builder.finish(model.architecture, std::move(outputs));
+}
+
+/// The parameters of sparse layer `mlp` in the order its module registers
+/// them: Qwen3MoeSparseMoeBlock the experts, then the router; Mixtral's the
+/// router first.
+void addExpertParameters(GraphBuilder &builder, const ModelConfig &model,
+                         const std::string &mlp) {
+  const int64_t e = model.experts, h = model.hidden, i = model.moeIntermediate;
+  auto experts = [&] {
+    builder.addParameter(mlp + ".experts.gate_up_proj", {e, 2 * i, h},
+                         normalInit(model.initStd));
+    builder.addParameter(mlp + ".experts.down_proj", {e, h, i},
+                         normalInit(model.initStd));
+  };
+  if (model.family == Family::Qwen3Moe)
+    experts();
+  builder.addParameter(mlp + ".gate.weight", {e, h}, normalInit(model.initStd));
+  if (model.family != Family::Qwen3Moe)
+    experts();
+}
+
+/// A sparse MLP block on `normed` [B, S, H]: the router picks each token's
+/// top-k experts, its copies go through their experts' SwiGLU in expert
+/// order, and the weighted sum comes back per token. Appends the router
+/// logits to `routerLogits`.
+std::string addExpertBlock(GraphBuilder &builder, const ModelConfig &model,
+                           const std::string &mlp, const std::string &normed,
+                           std::vector<std::string> &routerLogits) {
+  const std::string experts = mlp + ".experts";
+  const ojson numExperts = {{"num_experts", model.experts}};
+  std::string logits = builder.addLinear(mlp + ".gate", normed, false);
+  routerLogits.push_back(logits);
+  std::string router = builder.addNode(
+      mlp + ".router", "moe_router", {logits},
+      {{"top_k", model.topK}, {"normalize", model.normTopK}}, mlp + ".gate");
+  std::string permute = builder.addNode(experts + ".permute", "moe_permute",
+                                        {normed, router + ":1"}, numExperts,
+                                        experts);
+  std::string h = builder.addNode(
+      experts + ".gate_up", "grouped_linear",
+      {permute, permute + ":1", experts + ".gate_up_proj"}, ojson::object(),
+      experts);
+  std::string split = builder.addNode(
+      experts + ".chunk", "split", {h},
+      {{"dim", -1}, {"sizes", {model.moeIntermediate, model.moeIntermediate}}},
+      experts);
+  std::string gate = builder.addNode(experts + ".act_fn", "silu", {split},
+                                     ojson::object(), experts);
+  std::string m = builder.addNode(experts + ".mul", "mul", {gate, split + ":1"},
+                                  ojson::object(), experts);
+  m = builder.addNode(experts + ".down", "grouped_linear",
+                      {m, permute + ":1", experts + ".down_proj"},
+                      ojson::object(), experts);
+  return builder.addNode(experts + ".unpermute", "moe_unpermute",
+                         {m, router + ":1", router + ":0"}, numExperts,
+                         experts);
+}
+
+/// transformers' load-balancing loss over the sparse layers' router logits
+/// (`output_router_logits`): each layer's routing statistics, summed, then
+/// combined. Returns the graph output, or nothing when it is off.
+ojson addAuxiliaryLoss(GraphBuilder &builder, const ModelConfig &model,
+                       const std::vector<std::string> &routerLogits) {
+  if (!model.routerLogits || routerLogits.empty())
+    return ojson::array();
+  std::string stats;
+  for (const std::string &logits : routerLogits) {
+    std::string layer = logits.substr(0, logits.rfind(".gate"));
+    std::string s = builder.addNode(layer + ".router_stats", "moe_aux_stats",
+                                    {logits}, {{"top_k", model.topK}}, layer);
+    stats = stats.empty() ? s
+                          : builder.addNode(layer + ".router_stats_sum", "add",
+                                            {stats, s}, ojson::object(), layer);
+  }
+  std::string aux =
+      builder.addNode("aux_loss", "moe_aux_combine", {stats},
+                      {{"coef", model.auxCoef}}, "aux_loss");
+  return {{{"name", "aux_loss"}, {"value", aux}}};
 }
 
 /// LlamaForCausalLM and the families that share its layout.
@@ -697,6 +870,7 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
                                   {"model.embed_tokens.weight", "input_ids"},
                                   ojson::object(), "model.embed_tokens");
 
+  std::vector<std::string> routerLogits;
   for (int64_t l = 0; l < model.layers; ++l) {
     const std::string layer = "model.layers." + std::to_string(l);
     const std::string attn = layer + ".self_attn";
@@ -715,12 +889,17 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
       builder.addParameter(attn + ".q_norm.weight", {d}, onesInit());
       builder.addParameter(attn + ".k_norm.weight", {d}, onesInit());
     }
-    builder.addLinearParameters(mlp + ".gate_proj", h, model.intermediate,
-                                model.mlpBias, initStd);
-    builder.addLinearParameters(mlp + ".up_proj", h, model.intermediate,
-                                model.mlpBias, initStd);
-    builder.addLinearParameters(mlp + ".down_proj", model.intermediate, h,
-                                model.mlpBias, initStd);
+    const bool sparse = model.isSparse(l);
+    if (sparse) {
+      addExpertParameters(builder, model, mlp);
+    } else {
+      builder.addLinearParameters(mlp + ".gate_proj", h, model.intermediate,
+                                  model.mlpBias, initStd);
+      builder.addLinearParameters(mlp + ".up_proj", h, model.intermediate,
+                                  model.mlpBias, initStd);
+      builder.addLinearParameters(mlp + ".down_proj", model.intermediate, h,
+                                  model.mlpBias, initStd);
+    }
     builder.addParameter(layer + ".input_layernorm.weight", {h}, onesInit());
     builder.addParameter(layer + ".post_attention_layernorm.weight", {h},
                          onesInit());
@@ -772,14 +951,20 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
     normed = builder.addNode(layer + ".post_attention_layernorm", "rms_norm",
                              {x, layer + ".post_attention_layernorm.weight"},
                              eps, layer + ".post_attention_layernorm");
-    std::string gate =
-        builder.addLinear(mlp + ".gate_proj", normed, model.mlpBias);
-    std::string up = builder.addLinear(mlp + ".up_proj", normed, model.mlpBias);
-    gate = builder.addNode(mlp + ".act_fn", "silu", {gate}, ojson::object(),
-                           mlp + ".act_fn");
-    std::string m =
-        builder.addNode(mlp + ".mul", "mul", {gate, up}, ojson::object(), mlp);
-    m = builder.addLinear(mlp + ".down_proj", m, model.mlpBias);
+    std::string m;
+    if (sparse) {
+      m = addExpertBlock(builder, model, mlp, normed, routerLogits);
+    } else {
+      std::string gate =
+          builder.addLinear(mlp + ".gate_proj", normed, model.mlpBias);
+      std::string up =
+          builder.addLinear(mlp + ".up_proj", normed, model.mlpBias);
+      gate = builder.addNode(mlp + ".act_fn", "silu", {gate}, ojson::object(),
+                             mlp + ".act_fn");
+      m = builder.addNode(mlp + ".mul", "mul", {gate, up}, ojson::object(),
+                          mlp);
+      m = builder.addLinear(mlp + ".down_proj", m, model.mlpBias);
+    }
     x = builder.addNode(layer + ".mlp_residual", "add", {x, m}, ojson::object(),
                         layer);
   }
@@ -787,8 +972,9 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
   builder.addParameter("model.norm.weight", {h}, onesInit());
   x = builder.addNode("model.norm", "rms_norm", {x, "model.norm.weight"},
                       {{"eps", model.normEps}}, "model.norm");
+  ojson aux = addAuxiliaryLoss(builder, model, routerLogits);
   return finishCausalLM(builder, model, x, "model.embed_tokens.weight",
-                        initStd);
+                        initStd, std::move(aux));
 }
 
 /// GPT2LMHeadModel. Its projections are transformers Conv1D modules, whose

@@ -217,6 +217,13 @@ private:
   LogicalResult microbatchForward(int64_t m, IRMapping &map,
                                   SmallVectorImpl<Operation *> &cloned,
                                   Value &logits, Value &labels, Value &sum);
+  /// The load-balancing loss of a microbatch, on the routing statistics of
+  /// every data-parallel rank; sets `auxLoss`.
+  LogicalResult auxiliaryLoss(MoeAuxCombineOp combine, IRMapping &map,
+                              SmallVectorImpl<Operation *> &cloned);
+  /// The mean loss over the data-parallel ranks and microbatches, plus the
+  /// load-balancing loss's share.
+  Value meanLoss(Value count);
   /// Says what activation checkpointing recomputed; fails when it was asked
   /// for and the model has no decoder layer to apply it to.
   LogicalResult reportRemat();
@@ -277,6 +284,10 @@ private:
   DenseMap<std::pair<unsigned, int64_t>, Value> slices;
   SmallVector<Value> paramGrads, extraOutputs;
   Value lossSum;
+  /// The load-balancing loss (nn.moe_aux_combine) of the microbatch being
+  /// built, the sum over microbatches, and its coefficient.
+  Value auxLoss, auxSum;
+  double auxCoef = 0;
   unsigned gradOps = 0;
   RematStats recomputed;
   SmallVector<Value> results;
@@ -449,8 +460,14 @@ LogicalResult TrainStep::microbatchForward(int64_t m, IRMapping &map,
                                            Value &logits, Value &labels,
                                            Value &sum) {
   mapMicrobatch(m, map, /*withParams=*/true);
+  auxLoss = Value();
   Block &body = forward.getBody().front();
   for (Operation &op : body.without_terminator()) {
+    if (auto combine = dyn_cast<MoeAuxCombineOp>(op)) {
+      if (failed(auxiliaryLoss(combine, map, cloned)))
+        return failure();
+      continue;
+    }
     if (&op != loss) {
       Operation *copy = rebuild(b, op, map);
       if (!copy)
@@ -478,6 +495,40 @@ LogicalResult TrainStep::microbatchForward(int64_t m, IRMapping &map,
     lossSum = lossSum ? build.make<AddOp>(lossSum, sum).getResult() : sum;
   }
   return success();
+}
+
+LogicalResult TrainStep::auxiliaryLoss(MoeAuxCombineOp combine,
+                                       IRMapping &map,
+                                       SmallVectorImpl<Operation *> &cloned) {
+  if (auxLoss)
+    return combine.emitOpError(
+        "is a second load-balancing loss; one nn.moe_aux_combine takes the "
+        "summed statistics of every sparse layer");
+  // transformers computes the loss on the whole batch's routing: the ranks'
+  // statistics add (the all-reduce's gradient is the identity, so each
+  // rank's logits get their share).
+  Value local = map.lookup(combine.getStats());
+  Value stats = acrossData(local);
+  if (stats != local)
+    cloned.push_back(stats.getDefiningOp());
+  auto copy = build.make<MoeAuxCombineOp>(stats, combine.getCoefAttr());
+  copy.setPathAttr(combine.getPathAttr());
+  cloned.push_back(copy);
+  map.map(combine.getResult(), copy.getResult());
+  auxLoss = copy.getResult();
+  auxCoef = combine.getCoef().convertToDouble();
+  auxSum = auxSum ? build.make<AddOp>(auxSum, auxLoss).getResult() : auxLoss;
+  return success();
+}
+
+Value TrainStep::meanLoss(Value count) {
+  Value mean = build.make<DivOp>(acrossData(lossSum), count);
+  if (!auxSum)
+    return mean;
+  // Each microbatch's loss adds coef times its load-balancing loss.
+  Value aux = build.make<ScaleOp>(
+      auxSum, b.getF64FloatAttr(auxCoef / double(pass.microbatches)));
+  return build.make<AddOp>(mean, aux);
 }
 
 LogicalResult TrainStep::microbatchStep(int64_t m, Value seed,
@@ -519,6 +570,9 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
                                               b.getStringAttr("sum")));
   if (!logits)
     grads.seed(sum, seed);
+  if (auxLoss)
+    grads.seed(auxLoss,
+               build.fill(auxCoef / double(pass.microbatches), f32));
   Operation *backwardStart = &*std::prev(b.getInsertionPoint());
   LogicalResult result = differentiate(cloned, grads);
   gradOps += grads.getNumCreated();
@@ -711,7 +765,7 @@ LogicalResult TrainStep::run() {
       paramGrads[k] = build.fill(0.0, tensorOf(paramValue(k)));
 
   // Results: the loss, then updates (or gradients), then other outputs.
-  addOutput(build.make<DivOp>(acrossData(lossSum), count),
+  addOutput(meanLoss(count),
             dict(NNDialect::kOutputAttrName, b.getStringAttr("loss")));
   if (!train) {
     for (unsigned k = 0; k < paramGrads.size(); ++k)
@@ -754,7 +808,7 @@ LogicalResult TrainStep::runEval() {
     if (failed(microbatchForward(m, map, cloned, logits, labels, sum)))
       return failure();
   }
-  Value mean = build.make<DivOp>(acrossData(lossSum), count);
+  Value mean = meanLoss(count);
   func::ReturnOp::create(b, forward.getLoc(), mean);
   step.setFunctionType(b.getFunctionType(argTypes, {mean.getType()}));
   step.setAllArgAttrs(argAttrs);

@@ -104,6 +104,9 @@ def main():
         model = getattr(module, func)(config).double()
     else:
         config = transformers.AutoConfig.for_model(**config)
+        # The experts' grouped kernel has no float64.
+        if hasattr(config, "_experts_implementation"):
+            config._experts_implementation = "eager"
         model = getattr(transformers, config.architectures[0])(config)
         model = model.double()
     params = {n: p for n, p in model.named_parameters()}
@@ -143,8 +146,12 @@ def main():
               f"{int((rel(freq, default) > 1e-3))}")
 
     input_ids = ours["input_ids"].long()
+    # A mixture of experts with output_router_logits adds coef times
+    # transformers' load-balancing loss (aux_loss) to the loss.
+    aux = getattr(model.config, "output_router_logits", False)
     out = model(input_ids=input_ids,
-                position_ids=ours["position_ids"].long())
+                position_ids=ours["position_ids"].long(),
+                **({"output_router_logits": True} if aux else {}))
     logits = out.logits if hasattr(out, "logits") else \
         out[0] if isinstance(out, tuple) else out
     labels = ours["labels"].long()
@@ -159,9 +166,14 @@ def main():
               f"{labels.numel()} positions ignored")
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                            labels.reshape(-1), ignore_index=ignore)
+    if aux:
+        loss = loss + model.config.router_aux_loss_coef * out.aux_loss
     loss.backward()
     report("logits", rel(ours["logits"], logits.detach()), args.rtol)
     report("loss", rel(ours["loss"], loss.detach()), args.rtol)
+    if aux:
+        report("aux_loss", rel(ours["aux_loss"], out.aux_loss.detach()),
+               args.rtol)
     worst, worst_name = 0.0, ""
     for name, p in params.items():
         e = rel(ours["grad." + name], p.grad)

@@ -442,6 +442,43 @@ void fsdp_op_sgd(fsdp_program *p, fsdp_tensor *new_param,
                  fsdp_tensor *lr_scale, double lr, double momentum,
                  double weight_decay);
 
+/// Mixture of experts (nn.moe_*, nn.grouped_linear; lib/Runtime/Host/MoEOps.cpp).
+void fsdp_op_moe_router(fsdp_program *p, fsdp_tensor *weights,
+                        fsdp_tensor *indices, fsdp_tensor *logits,
+                        int64_t top_k, bool normalize);
+fsdp_tensor *fsdp_op_moe_router_grad(fsdp_program *p, fsdp_type r,
+                                     fsdp_tensor *logits, fsdp_tensor *indices,
+                                     fsdp_tensor *dweights, bool normalize);
+void fsdp_op_moe_permute(fsdp_program *p, fsdp_tensor *rows,
+                         fsdp_tensor *counts, fsdp_tensor *x,
+                         fsdp_tensor *indices, int64_t num_experts);
+/// `weights` may be NULL (the slots are summed).
+fsdp_tensor *fsdp_op_moe_unpermute(fsdp_program *p, fsdp_type r,
+                                   fsdp_tensor *rows, fsdp_tensor *indices,
+                                   fsdp_tensor *weights, int64_t num_experts);
+void fsdp_op_moe_unpermute_grad(fsdp_program *p, fsdp_tensor *drows,
+                                fsdp_tensor *dweights, fsdp_tensor *rows,
+                                fsdp_tensor *indices, fsdp_tensor *weights,
+                                fsdp_tensor *dy, int64_t num_experts);
+fsdp_tensor *fsdp_op_grouped_linear(fsdp_program *p, fsdp_type r,
+                                    fsdp_tensor *x, fsdp_tensor *counts,
+                                    fsdp_tensor *w);
+void fsdp_op_grouped_linear_grad(fsdp_program *p, fsdp_tensor *dx,
+                                 fsdp_tensor *dw, fsdp_tensor *x,
+                                 fsdp_tensor *counts, fsdp_tensor *w,
+                                 fsdp_tensor *dy);
+fsdp_tensor *fsdp_op_moe_rank_counts(fsdp_program *p, fsdp_type r,
+                                     fsdp_tensor *counts, int64_t ranks);
+fsdp_tensor *fsdp_op_moe_aux_stats(fsdp_program *p, fsdp_type r,
+                                   fsdp_tensor *logits, int64_t top_k);
+fsdp_tensor *fsdp_op_moe_aux_stats_grad(fsdp_program *p, fsdp_type r,
+                                        fsdp_tensor *logits,
+                                        fsdp_tensor *dstats);
+fsdp_tensor *fsdp_op_moe_aux_combine(fsdp_program *p, fsdp_type r,
+                                     fsdp_tensor *stats);
+fsdp_tensor *fsdp_op_moe_aux_combine_grad(fsdp_program *p, fsdp_type r,
+                                          fsdp_tensor *stats, fsdp_tensor *dy);
+
 //===----------------------------------------------------------------------===//
 // Defined by the generated program
 //===----------------------------------------------------------------------===//

@@ -662,6 +662,83 @@ void fsdp_rt_clip_coefficient(fsdp_rt_stream stream,
                               const float *sum_of_squares, double max_norm,
                               float *out);
 
+//===----------------------------------------------------------------------===//
+// Mixture of experts (nn.moe_*, nn.grouped_linear)
+//===----------------------------------------------------------------------===//
+// T tokens route each to `top_k` of E experts; slot (t, j) of a token is
+// index t·top_k + j of `indices` (i64, [T, top_k]). Rows in expert order
+// hold the slots ordered by expert, then by slot. Counts are i64 and stay
+// on the device: no kernel here waits for the host.
+
+/// p = softmax(logits[t]) in f32 ([T, E] of `dtype`); indices[t] = the
+/// top_k largest (descending, ties to the lower expert) and weights[t]
+/// their p, divided by their sum with `normalize` (weights in `dtype`).
+void fsdp_rt_moe_router(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                        const void *logits, int64_t tokens, int64_t experts,
+                        int64_t top_k, int normalize, void *weights,
+                        int64_t *indices);
+/// dlogits of fsdp_rt_moe_router from dweights [T, top_k].
+void fsdp_rt_moe_router_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                             const void *logits, const int64_t *indices,
+                             const void *dweights, int64_t tokens,
+                             int64_t experts, int64_t top_k, int normalize,
+                             void *dlogits);
+/// rows [T·top_k, hidden] = x[t] for each slot, in expert order; counts [E]
+/// = the rows of each expert. An index outside [0, E) aborts.
+void fsdp_rt_moe_permute(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                         const void *x, const int64_t *indices, int64_t tokens,
+                         int64_t hidden, int64_t top_k, int64_t experts,
+                         void *rows, int64_t *counts);
+/// out[t] = Σ_j weights[t, j] · rows[slot (t, j)] (weights NULL: 1).
+void fsdp_rt_moe_unpermute(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                           const void *rows, const int64_t *indices,
+                           const void *weights, int64_t tokens, int64_t hidden,
+                           int64_t top_k, int64_t experts, void *out);
+/// drows[slot (t, j)] = weights[t, j] · dy[t]; dweights[t, j] =
+/// rows[slot (t, j)] · dy[t].
+void fsdp_rt_moe_unpermute_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                                const void *rows, const int64_t *indices,
+                                const void *weights, const void *dy,
+                                int64_t tokens, int64_t hidden, int64_t top_k,
+                                int64_t experts, void *drows, void *dweights);
+/// out [rows, n]: consecutive segments of counts[g] rows of x [rows, k] times
+/// w[g mod experts]ᵀ (w [experts, n, k]); rows past Σ counts are zero (a
+/// sum over rows aborts).
+void fsdp_rt_grouped_linear(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                            const void *x, int64_t rows, int64_t k,
+                            const int64_t *counts, int64_t segments,
+                            const void *w, int64_t experts, int64_t n,
+                            void *out);
+/// Gradients of fsdp_rt_grouped_linear: dx [rows, k] (zero past Σ counts)
+/// and dw [experts, n, k] (summed over an expert's segments).
+void fsdp_rt_grouped_linear_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                                 const void *x, int64_t rows, int64_t k,
+                                 const int64_t *counts, int64_t segments,
+                                 const void *w, int64_t experts, int64_t n,
+                                 const void *dy, void *dx, void *dw);
+/// out[r] = the sum of counts' block r of n / ranks entries.
+void fsdp_rt_moe_rank_counts(fsdp_rt_stream stream, const int64_t *counts,
+                             int64_t n, int64_t ranks, int64_t *out);
+/// stats [2E + 1] f32: per expert the top_k selections, then the sums of
+/// softmax(logits[t]) over the T tokens, then T.
+void fsdp_rt_moe_aux_stats(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                           const void *logits, int64_t tokens, int64_t experts,
+                           int64_t top_k, float *stats);
+/// dlogits of fsdp_rt_moe_aux_stats from dstats (only the probability sums'
+/// part is read).
+void fsdp_rt_moe_aux_stats_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                                const void *logits, int64_t tokens,
+                                int64_t experts, const float *dstats,
+                                void *dlogits);
+/// out[0] = E · Σ_e count_e · prob_e / rows² of stats [2E + 1] (0 for no
+/// rows): transformers' load-balancing loss.
+void fsdp_rt_moe_aux_combine(fsdp_rt_stream stream, const float *stats,
+                             int64_t experts, float *out);
+/// dstats = dy[0] · E · count_e / rows² at the probability sums, zero else.
+void fsdp_rt_moe_aux_combine_grad(fsdp_rt_stream stream, const float *stats,
+                                  int64_t experts, const float *dy,
+                                  float *dstats);
+
 #ifdef __cplusplus
 } // extern "C"
 #endif

@@ -1082,4 +1082,6 @@ def NN_ToHostOp : NN_PlacementCopyOp<"to_host", "fsdp_op_to_host", "host"> {
   }];
 }
 
+include "fsdp/Dialect/NN/IR/NNMoEOps.td"
+
 #endif // FSDP_DIALECT_NN_IR_NNOPS_TD
