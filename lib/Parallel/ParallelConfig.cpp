@@ -528,9 +528,6 @@ ParallelConfig parseConfig(const std::string &text, const std::string &file) {
   if (config.ppSize != 1)
     reject(field(file, "pp_size"), "pipeline parallelism is not supported "
                                    "yet; pp_size must be 1");
-  if (config.epSize != 1)
-    reject(field(file, "ep_size"), "expert parallelism is not supported yet; "
-                                   "ep_size must be 1");
   return config;
 }
 
@@ -609,9 +606,19 @@ std::optional<MeshSizes> fsdp::resolveMesh(const ParallelConfig &config,
             ") unless it is 1: pure replication (DDP) is not FSDP2";
     return std::nullopt;
   }
+  // Expert parallelism splits the data-parallel shard ranks into (ep_shard,
+  // ep): the experts spread over ep, and each expert's weights are
+  // FSDP-sharded over ep_shard.
+  if ((dp / replicate) % config.epSize != 0) {
+    error = file + ": ep_size (" + std::to_string(config.epSize) +
+            ") does not divide dp_shard (" + std::to_string(dp / replicate) +
+            "), the data-parallel shard ranks the experts spread over";
+    return std::nullopt;
+  }
   MeshSizes mesh;
   mesh.dpReplicate = replicate;
   mesh.dpShard = dp / replicate;
+  mesh.ep = config.epSize;
   mesh.cp = config.cpSize;
   mesh.tp = config.tpSize;
   return mesh;

@@ -41,6 +41,7 @@ LogicalResult fsdp::buildPipeline(OpPassManager &pm,
     pm.addPass(json ? createTPPlanPass(plan, json) : createTPPlanPass(plan));
     pm.addPass(createPartitionPass());
     pm.addPass(createContextParallelPass());
+    pm.addPass(createExpertParallelPass());
     FSDPShardPassOptions shard;
     shard.vocabUnits = options.vocabUnits;
     pm.addPass(createFSDPShardPass(shard));

@@ -66,6 +66,9 @@ public:
         meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
         shardAxes(cp > 1 ? b.getStrArrayAttr({"dp_shard", "cp"})
                          : b.getStrArrayAttr({"dp_shard"})),
+        expertShards(mesh.getAxisSize("ep_shard").value_or(1) * cp),
+        expertAxes(cp > 1 ? b.getStrArrayAttr({"ep_shard", "cp"})
+                          : b.getStrArrayAttr({"ep_shard"})),
         replicaAxes(b.getStrArrayAttr({"dp_replicate"})),
         dataAxes(b.getStrArrayAttr({"dp_replicate", "dp_shard"})),
         body(forward.getBody().front()) {}
@@ -87,8 +90,15 @@ private:
   void collectUnits();
   /// The batch and parameter blocks' types and attributes.
   LogicalResult shardArguments();
-  /// Gathers `unit` before its first use and unpacks its parameters.
+  /// Gathers `unit` before its first use and unpacks its parameters: one
+  /// gather of its dense parameters' blocks, one of its experts'.
   void unpack(Unit &unit, Location loc);
+  /// Gathers `params` (of `unit`) over `axes` (`shards` ranks).
+  void unpackGroup(Unit &unit, ArrayRef<unsigned> params, ArrayAttr axes,
+                   int64_t shards, Location loc);
+  /// Whether argument `arg` holds the rank's experts (fsdp-expert-parallel:
+  /// split over ep), which FSDP shards over ep_shard (× cp) only.
+  bool isExperts(unsigned arg);
   /// The sharded function's body.
   LogicalResult rewriteBody();
   /// The outputs' shardings; replaces the forward.
@@ -103,7 +113,10 @@ private:
   /// dp_shard_cp); the batch splits over the data-parallel ones.
   const int64_t cp, shards, replicas, ranks;
   FlatSymbolRefAttr meshRef;
-  ArrayAttr shardAxes, replicaAxes, dataAxes;
+  ArrayAttr shardAxes;
+  /// Expert parameters' FSDP shards and axes.
+  const int64_t expertShards;
+  ArrayAttr expertAxes, replicaAxes, dataAxes;
   Block &body;
 
   llvm::MapVector<StringRef, Unit> units;
@@ -171,7 +184,11 @@ LogicalResult Sharder::shardArguments() {
     NamedAttrList attrs(forward.getArgAttrDict(i));
     bool input = bool(forward.getArgAttr(i, nn::NNDialect::kInputAttrName));
     bool param = bool(forward.getArgAttr(i, nn::NNDialect::kParamAttrName));
-    int64_t parts = input ? ranks : param ? shards : 1;
+    bool experts = param && isExperts(i);
+    int64_t parts = input     ? ranks
+                    : experts ? expertShards
+                    : param   ? shards
+                              : 1;
     if (parts > 1) {
       // An uneven dim 0 is padded to the next multiple, as FSDP2 does: the
       // last blocks end in zero rows that the unpacking slices off.
@@ -214,7 +231,7 @@ LogicalResult Sharder::shardArguments() {
       }
       SmallVector<Attribute> dim0 =
           llvm::to_vector(cast<ArrayAttr>(dims[0]).getValue());
-      ArrayAttr added = input ? dataAxes : shardAxes;
+      ArrayAttr added = input ? dataAxes : experts ? expertAxes : shardAxes;
       for (Attribute axis : added)
         dim0.push_back(axis);
       // FSDP's axes split the tensor-parallel block (strided groups and all)
@@ -222,7 +239,11 @@ LogicalResult Sharder::shardArguments() {
       // the runtime places apart from the first.
       if (param) {
         SmallVector<int64_t> inner(type.getRank(), 0);
-        inner[0] = int64_t(added.size());
+        // Counted in mesh axes: a view (dp_shard = [ep_shard, ep] under
+        // expert parallelism) stands for several.
+        for (Attribute axis : added)
+          inner[0] += int64_t(
+              mesh.expandAxis(cast<StringAttr>(axis).getValue()).size());
         attrs.set("fsdp.inner_axes", b.getDenseI64ArrayAttr(inner));
       }
       dims[0] = b.getArrayAttr(dim0);
@@ -242,10 +263,36 @@ LogicalResult Sharder::shardArguments() {
 // flattened side by side ([1, L]), gathered over dp_shard ([S, L]), split
 // per parameter and reshaped: row r of a parameter's [S, n] part is shard
 // r, so [S, n] is the parameter row-major.
+bool Sharder::isExperts(unsigned arg) {
+  auto sharding =
+      forward.getArgAttrOfType<dist::ShardingAttr>(arg, "dist.sharding");
+  return sharding && !sharding.getDims().empty() &&
+         llvm::any_of(sharding.getDimAxes(0),
+                      [](StringRef axis) { return axis == "ep"; });
+}
+
 void Sharder::unpack(Unit &unit, Location loc) {
+  SmallVector<unsigned> dense, experts;
+  for (unsigned arg : unit.params)
+    (isExperts(arg) ? experts : dense).push_back(arg);
+  if (!dense.empty())
+    unpackGroup(unit, dense, shardAxes, shards, loc);
+  if (experts.empty())
+    return;
+  if (expertShards > 1) {
+    unpackGroup(unit, experts, expertAxes, expertShards, loc);
+    return;
+  }
+  // ep spans every shard rank: the rank's experts are whole.
+  for (unsigned arg : experts)
+    map.map(forward.getArgument(arg), entry->getArgument(arg));
+}
+
+void Sharder::unpackGroup(Unit &unit, ArrayRef<unsigned> params,
+                          ArrayAttr axes, int64_t shards, Location loc) {
   SmallVector<Value> flat;
   SmallVector<int64_t> sizes;
-  for (unsigned arg : unit.params) {
+  for (unsigned arg : params) {
     Value block = entry->getArgument(arg);
     int64_t n = tensorOf(block).getNumElements();
     flat.push_back(nn::ReshapeOp::create(b, loc, block, ArrayRef<int64_t>{1, n},
@@ -263,7 +310,7 @@ void Sharder::unpack(Unit &unit, Location loc) {
   auto gathered = RankedTensorType::get({shards, type.getDimSize(1)},
                                         type.getElementType());
   auto gather = dist::AllGatherOp::create(b, loc, gathered, bucket, meshRef,
-                                          shardAxes, b.getI64IntegerAttr(0));
+                                          axes, b.getI64IntegerAttr(0));
   gather->setAttr("fsdp.unit",
                   b.getStringAttr(unit.name.empty() ? "<root>" : unit.name));
   if (unit.reshard)
@@ -273,7 +320,7 @@ void Sharder::unpack(Unit &unit, Location loc) {
     parts = SmallVector<Value>(
         nn::SplitOp::create(b, loc, gather.getResult(), 1, sizes, StringAttr())
             ->getResults());
-  for (auto [arg, part] : llvm::zip(unit.params, parts)) {
+  for (auto [arg, part] : llvm::zip(params, parts)) {
     Value old = forward.getArgument(arg);
     SmallVector<int64_t> shape(tensorOf(old).getShape());
     auto pad = padded.find(arg);

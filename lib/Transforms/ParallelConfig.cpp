@@ -143,14 +143,30 @@ LogicalResult ParallelConfigPass::buildMesh(ModuleOp module,
   auto view = [&](StringRef name, ArrayRef<StringRef> axes) {
     return b.getNamedAttr(name, b.getStrArrayAttr(axes));
   };
+  if (sizes.ep == 1) {
+    dist::MeshOp::create(
+        b, module.getLoc(), "mesh",
+        b.getStrArrayAttr({"dp_replicate", "dp_shard", "cp", "tp"}),
+        b.getDenseI64ArrayAttr(
+            {sizes.dpReplicate, sizes.dpShard, sizes.cp, sizes.tp}),
+        b.getDictionaryAttr(
+            {view("dp", {"dp_replicate", "dp_shard"}),
+             view("dp_shard_cp", {"dp_shard", "cp"}),
+             view("dp_cp", {"dp_replicate", "dp_shard", "cp"})}));
+    return success();
+  }
+  // Expert parallelism: dp_shard is (ep_shard, ep), ep innermost, so the
+  // ranks of one expert group are adjacent (Automodel's moe_mesh).
   dist::MeshOp::create(
       b, module.getLoc(), "mesh",
-      b.getStrArrayAttr({"dp_replicate", "dp_shard", "cp", "tp"}),
-      b.getDenseI64ArrayAttr(
-          {sizes.dpReplicate, sizes.dpShard, sizes.cp, sizes.tp}),
-      b.getDictionaryAttr({view("dp", {"dp_replicate", "dp_shard"}),
-                           view("dp_shard_cp", {"dp_shard", "cp"}),
-                           view("dp_cp", {"dp_replicate", "dp_shard", "cp"})}));
+      b.getStrArrayAttr({"dp_replicate", "ep_shard", "ep", "cp", "tp"}),
+      b.getDenseI64ArrayAttr({sizes.dpReplicate, sizes.dpShard / sizes.ep,
+                              sizes.ep, sizes.cp, sizes.tp}),
+      b.getDictionaryAttr(
+          {view("dp_shard", {"ep_shard", "ep"}),
+           view("dp", {"dp_replicate", "ep_shard", "ep"}),
+           view("dp_shard_cp", {"ep_shard", "ep", "cp"}),
+           view("dp_cp", {"dp_replicate", "ep_shard", "ep", "cp"})}));
   return success();
 }
 

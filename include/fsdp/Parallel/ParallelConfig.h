@@ -161,6 +161,8 @@ struct ParallelConfig {
 /// (dp_replicate, dp_shard, cp, tp); TP is innermost.
 struct MeshSizes {
   int64_t dpReplicate = 1, dpShard = 1, cp = 1, tp = 1;
+  /// Expert parallelism: ep divides dpShard (ep_shard = dpShard / ep).
+  int64_t ep = 1;
   int64_t world() const { return dpReplicate * dpShard * cp * tp; }
 };
 

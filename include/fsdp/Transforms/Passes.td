@@ -349,6 +349,50 @@ def PartitionPass : Pass<"fsdp-partition", "mlir::ModuleOp"> {
   ];
 }
 
+def ExpertParallelPass : Pass<"fsdp-expert-parallel", "mlir::ModuleOp"> {
+  let summary = "Expert parallelism: each rank holds its experts; tokens reach them by a variable-split all-to-all";
+  let description = [{
+    Runs on the per-rank forward (after `fsdp-context-parallel`, before
+    `fsdp-shard`) when the mesh has an `ep` axis of more than one rank
+    (`ep_size` in parallel.json: the data-parallel shard ranks are
+    `(ep_shard, ep)`, ep innermost). Each expert weight of a sparse layer
+    (an `nn.grouped_linear` weight `[E, N, K]`) keeps the `E / ep` experts
+    of the rank's ep index (`#dist.sharding` on `ep`, dim 0), which
+    `fsdp-shard` then shards over `ep_shard` (× `cp`). Around the experts'
+    products, the rows `nn.moe_permute` put in expert order go to the ranks
+    owning their experts and come back before `nn.moe_unpermute`:
+
+    ```mlir
+    %seg = dist.all_to_all %counts on @mesh[ep] split 0 concat 0   // per source, my experts
+    %send = nn.moe_rank_counts %counts {ranks = 2}
+    %recv = nn.moe_rank_counts %seg {ranks = 2}
+    %in = dist.all_to_all_v %rows on @mesh[ep] counts(%send, %recv ...)
+        : tensor<64x48xf32> -> tensor<128x48xf32>
+    %h = nn.grouped_linear %in, %seg, %w_local ...     // ep · E/ep segments
+    ...
+    %back = dist.all_to_all_v %y on @mesh[ep] counts(%recv, %send ...)
+    %out = nn.moe_unpermute %back, %indices, %weights ...
+    ```
+
+    Routing is dropless: the receive buffer holds the most rows that can
+    arrive, `ep · T · min(k, E / ep)` for T tokens routed to k experts (a
+    source sends each token to a rank at most once per expert it holds
+    there), so every shape is static and the counts stay on the device.
+    Autodiff sends the gradients back the same ways. The bound, the
+    balanced rows and the dispatch bytes appear in the communication and
+    memory reports.
+  }];
+  let dependentDialects = ["fsdp::dist::DistDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"forward\"",
+           "The forward function whose experts to distribute">,
+  ];
+  let statistics = [
+    Statistic<"numDispatches", "dispatches",
+              "Sparse layers whose experts were distributed">,
+  ];
+}
+
 def ContextParallelPass : Pass<"fsdp-context-parallel", "mlir::ModuleOp"> {
   let summary = "Context parallelism: the sequence split over cp in load-balanced chunks, attention over the gathered keys";
   let description = [{

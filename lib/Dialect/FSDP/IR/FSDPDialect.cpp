@@ -106,7 +106,7 @@ LogicalResult FSDPDialect::verifyOperationAttribute(Operation *op,
     return expect(isa<StringAttr>(value), "a unit name");
   if (name == "fsdp.reshard" || name == "fsdp.regather" ||
       name == "fsdp.recompute" || name == "fsdp.host" ||
-      name == "fsdp.context_parallel")
+      name == "fsdp.context_parallel" || name == "fsdp.expert_parallel")
     return expect(isa<UnitAttr>(value), "a unit attribute");
   if (name == "fsdp.offload_optimizer") {
     auto s = dyn_cast<StringAttr>(value);

@@ -31,6 +31,7 @@ def FSDP_Dialect : Dialect {
     | `fsdp.precision` | the module | `{param, reduce, output, master}` dtypes |
     | `fsdp.data_parallel` | the module | the mesh axes whose ranks hold other tokens (fsdp-shard's batch split, and cp's sequence split): the loss counts tokens over them |
     | `fsdp.context_parallel` | a `dist.all_gather` of keys or values over cp | unit: fsdp-context-parallel's, which the comm report counts as context parallelism's |
+    | `fsdp.expert_parallel` | a `dist.all_to_all_v` of expert rows over ep | unit: fsdp-expert-parallel's dispatch or combine |
     | `fsdp.inner_axes`, `fsdp.global_shape` | a parameter argument | one integer per dim |
   }];
   let hasOperationAttrVerify = 1;
