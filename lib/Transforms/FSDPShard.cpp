@@ -283,9 +283,16 @@ void Sharder::unpack(Unit &unit, Location loc) {
     unpackGroup(unit, experts, expertAxes, expertShards, loc);
     return;
   }
-  // ep spans every shard rank: the rank's experts are whole.
-  for (unsigned arg : experts)
-    map.map(forward.getArgument(arg), entry->getArgument(arg));
+  // ep spans every shard rank: the rank's experts are whole, replicated
+  // only over HSDP's replicas (whose gradients the copy's sums).
+  for (unsigned arg : experts) {
+    Value whole = entry->getArgument(arg);
+    if (replicas > 1)
+      whole = dist::CopyOp::create(b, loc, whole.getType(), whole, meshRef,
+                                   replicaAxes)
+                  .getResult();
+    map.map(forward.getArgument(arg), whole);
+  }
 }
 
 void Sharder::unpackGroup(Unit &unit, ArrayRef<unsigned> params,
