@@ -111,7 +111,12 @@ FailureOr<Dispatch> ExpertSplitter::findDispatch(nn::MoePermuteOp permute) {
 
 LogicalResult ExpertSplitter::claimWeight(nn::GroupedLinearOp op,
                                           int64_t experts) {
-  auto arg = dyn_cast<BlockArgument>(op.getWeight());
+  // Under sequence parallelism the weight enters the rank's tokens' products
+  // through a dist.copy over tp (its gradient sums the ranks').
+  Value weight = op.getWeight();
+  if (auto copy = weight.getDefiningOp<dist::CopyOp>())
+    weight = copy.getInput();
+  auto arg = dyn_cast<BlockArgument>(weight);
   auto name = arg ? forward.getArgAttrOfType<StringAttr>(
                         arg.getArgNumber(), nn::NNDialect::kParamAttrName)
                   : StringAttr();
@@ -132,9 +137,15 @@ LogicalResult ExpertSplitter::claimWeight(nn::GroupedLinearOp op,
            << name.getValue()
            << "' is already split (tensor parallelism); expert parallelism "
               "needs the whole experts";
+  auto isProductWeight = [](OpOperand &use) {
+    return isa<nn::GroupedLinearOp>(use.getOwner()) &&
+           use.getOperandNumber() == 2;
+  };
   for (OpOperand &use : arg.getUses())
-    if (!isa<nn::GroupedLinearOp>(use.getOwner()) ||
-        use.getOperandNumber() != 2)
+    if (!isProductWeight(use) &&
+        !(isa<dist::CopyOp>(use.getOwner()) &&
+          llvm::all_of(use.getOwner()->getResult(0).getUses(),
+                       isProductWeight)))
       return use.getOwner()->emitOpError("reads expert parameter '")
              << name.getValue()
              << "' other than as a grouped product's weight; expert "
@@ -203,7 +214,11 @@ void ExpertSplitter::splitWeights() {
     RankedTensorType type = tensorOf(arg);
     SmallVector<int64_t> shape(type.getShape());
     shape[0] /= ep;
-    arg.setType(RankedTensorType::get(shape, type.getElementType()));
+    auto local = RankedTensorType::get(shape, type.getElementType());
+    arg.setType(local);
+    for (Operation *user : arg.getUsers())
+      if (isa<dist::CopyOp>(user))
+        user->getResult(0).setType(local);
     SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
     dims[0] = epAxes;
     forward.setArgAttr(arg.getArgNumber(), "dist.sharding",

@@ -13,6 +13,7 @@
 #include "ShapeRules.h"
 
 #include "fsdp/Dialect/NN/IR/Gradient.h"
+#include "fsdp/Dialect/NN/IR/Partitioning.h"
 
 using namespace mlir;
 using namespace fsdp::nn;
@@ -367,6 +368,108 @@ LogicalResult MoeAuxCombineOp::buildGradient(GradientBuilder &grads) {
   if (dy && grads.needsGrad(getStats()))
     grads.accumulate(getStats(),
                      grads.make<MoeAuxCombineGradOp>(getStats(), dy));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Partitioning over tp: each rank routes its tokens
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The rule of an op on token-split operands: each result split on `result`,
+/// replicated float operands (expert weights) whole, so their gradients sum
+/// the ranks' parts.
+ShardRule tokenLocal(Operation *op, ArrayRef<OperandShard> operands,
+                     ArrayRef<OperandShard> results) {
+  ShardRule rule;
+  rule.results.assign(results.begin(), results.end());
+  rule.operands.assign(operands.size(), {ReplicatedUse::Keep, 0});
+  for (auto [i, s] : llvm::enumerate(operands))
+    if (!s.isSplit() &&
+        isa<FloatType>(tensorOf(op->getOperand(i)).getElementType()))
+      rule.operands[i] = {ReplicatedUse::Whole, 0};
+  return rule;
+}
+
+/// Fails unless operands `split` are split alike on a token dim (before the
+/// features, the last dim; counts have only the one) and the others
+/// replicated.
+FailureOr<OperandShard> tokenSplit(Operation *op,
+                                   ArrayRef<OperandShard> operands,
+                                   ArrayRef<unsigned> split) {
+  OperandShard token = operands[split.front()];
+  for (auto [i, s] : llvm::enumerate(operands)) {
+    bool wanted = llvm::is_contained(split, i);
+    int64_t rank = tensorOf(op->getOperand(i)).getRank();
+    if (wanted ? (s.dim != token.dim || s.groups != token.groups ||
+                  (rank > 1 && s.dim >= rank - 1))
+               : s.isSplit()) {
+      InFlightDiagnostic diag =
+          op->emitOpError("cannot be partitioned with operand #");
+      diag << i << " " << describe(s)
+           << "; a sparse layer splits only its tokens";
+      return failure();
+    }
+  }
+  return token;
+}
+} // namespace
+
+FailureOr<ShardRule> MoeRouterOp::getShardRule(ArrayRef<OperandShard> operands,
+                                               int64_t) {
+  FailureOr<OperandShard> token = tokenSplit(*this, operands, {0});
+  if (failed(token))
+    return failure();
+  return tokenLocal(*this, operands, {*token, *token});
+}
+
+FailureOr<ShardRule> MoePermuteOp::getShardRule(ArrayRef<OperandShard> operands,
+                                                int64_t) {
+  FailureOr<OperandShard> token = tokenSplit(*this, operands, {0, 1});
+  if (failed(token))
+    return failure();
+  // The rank's rows and counts: said split on dim 0 so that only ops on
+  // rows follow them.
+  return tokenLocal(*this, operands, {OperandShard{0, 1}, OperandShard{0, 1}});
+}
+
+FailureOr<ShardRule>
+GroupedLinearOp::getShardRule(ArrayRef<OperandShard> operands, int64_t) {
+  if (failed(tokenSplit(*this, operands, {0, 1})))
+    return failure();
+  return tokenLocal(*this, operands, {OperandShard{0, 1}});
+}
+
+FailureOr<ShardRule>
+MoeUnpermuteOp::getShardRule(ArrayRef<OperandShard> operands, int64_t) {
+  if (operands[0].dim != 0 || operands[0].groups != 1)
+    return emitOpError("takes rows ")
+           << describe(operands[0])
+           << "; token-split routing needs the rank's own rows";
+  // The routing decides the result's split; the rows are the rank's.
+  SmallVector<OperandShard> routing(operands);
+  routing[0] = OperandShard{};
+  SmallVector<unsigned> split = {1};
+  if (getWeights())
+    split.push_back(2);
+  FailureOr<OperandShard> token = tokenSplit(*this, routing, split);
+  if (failed(token))
+    return failure();
+  return tokenLocal(*this, operands, {*token});
+}
+
+LogicalResult MoeAuxStatsOp::partitionSplit(TPPartitioner &p) {
+  Value logits = p.lookup(getLogits());
+  OperandShard split = p.shardOf(logits);
+  if (split.dim >= tensorOf(logits).getRank() - 1)
+    return emitOpError("takes logits ")
+           << p.describeLayout(logits) << "; only the tokens may be split";
+  // Each rank's statistics, summed: the all-reduce's gradient is the
+  // identity, so every rank's logits get the whole loss's gradient.
+  Operation *local = p.rebuild({logits});
+  if (!local)
+    return failure();
+  p.bind(0, p.allReduce(local->getResult(0), /*max=*/false), OperandShard{});
   return success();
 }
 

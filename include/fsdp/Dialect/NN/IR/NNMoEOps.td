@@ -18,13 +18,19 @@
 // load-balancing loss of Switch Transformer, as transformers adds it, is
 // nn.moe_aux_stats per layer and one nn.moe_aux_combine.
 //
+// Under sequence parallelism (tokens split over tp) each rank routes its own
+// tokens: the permuted rows and counts are the rank's (the global expert
+// order is never built), the grouped products read the whole experts, and
+// nn.moe_unpermute gives back the token split; the routing statistics are
+// summed over tp.
+//
 // Included by NNOps.td.
 //
 //===----------------------------------------------------------------------===//
 
 def NN_MoeRouterOp : NN_Op<"moe_router", [NN_Imported,
     RuntimeOutCall<"fsdp_op_moe_router", "top_k:int normalize:bool">,
-    NN_Differentiable]> {
+    NN_Differentiable, DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Softmax router: each token's top-k experts and their weights";
   let description = [{
     `logits` is `[..., E]`. The probabilities `p = softmax(logits)` are
@@ -42,7 +48,7 @@ def NN_MoeRouterOp : NN_Op<"moe_router", [NN_Imported,
 
 def NN_MoePermuteOp : NN_Op<"moe_permute", [NN_Imported,
     RuntimeOutCall<"fsdp_op_moe_permute", "num_experts:int">,
-    NN_Differentiable]> {
+    NN_Differentiable, DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Copies of each token's row, grouped by expert";
   let description = [{
     `input` is `[..., H]`, `indices` `[..., k]` with the same leading dims
@@ -61,7 +67,7 @@ def NN_MoePermuteOp : NN_Op<"moe_permute", [NN_Imported,
 
 def NN_MoeUnpermuteOp : NN_Op<"moe_unpermute", [NN_Imported,
     RuntimeCall<"fsdp_op_moe_unpermute", "num_experts:int", 3>,
-    NN_Differentiable]> {
+    NN_Differentiable, DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "Each token's expert rows, summed with the router's weights";
   let description = [{
     The inverse of `moe_permute`'s order: `rows` `[T·k, H]` in expert order
@@ -81,7 +87,7 @@ def NN_MoeUnpermuteOp : NN_Op<"moe_unpermute", [NN_Imported,
 
 def NN_GroupedLinearOp : NN_Op<"grouped_linear", [NN_Imported,
     RuntimeCall<"fsdp_op_grouped_linear">, NN_Differentiable,
-    NN_Costed, NN_RematProduct]> {
+    NN_Costed, NN_RematProduct, DeclareOpInterfaceMethods<NN_ShardRuleOpInterface>]> {
   let summary = "One linear per segment of rows: the experts' products";
   let description = [{
     `input` `[R, K]` is cut into consecutive segments of `counts[g]` rows
@@ -119,7 +125,8 @@ def NN_MoeRankCountsOp : NN_Op<"moe_rank_counts", [
 }
 
 def NN_MoeAuxStatsOp : NN_Op<"moe_aux_stats", [NN_Imported,
-    RuntimeCall<"fsdp_op_moe_aux_stats", "top_k:int">, NN_Differentiable]> {
+    RuntimeCall<"fsdp_op_moe_aux_stats", "top_k:int">, NN_Differentiable,
+    DeclareOpInterfaceMethods<NN_SplitExpansionOpInterface>]> {
   let summary = "One layer's routing statistics for the load-balancing loss";
   let description = [{
     From router `logits` `[..., E]`: `[2E + 1]` f32 holding, per expert, the
