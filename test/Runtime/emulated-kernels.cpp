@@ -41,6 +41,7 @@
 #include "../../lib/Runtime/CUDA/AttentionCombine.cuh"
 #include "../../lib/Runtime/CUDA/FlashAttention.cuh"
 #include "../../lib/Runtime/CUDA/LossRows.cuh"
+#include "../../lib/Runtime/CUDA/MoEKernels.cuh"
 #include "../../lib/Runtime/CUDA/NormRows.cuh"
 #include "../../lib/Runtime/CUDA/RowExchange.cuh"
 #include "fsdp/Runtime/Runtime.h"
@@ -55,6 +56,7 @@ namespace adamw = fsdp::rt::cuda::adamw;
 namespace combine = fsdp::rt::cuda::combine;
 namespace flash = fsdp::rt::cuda::flash;
 namespace loss = fsdp::rt::cuda::loss;
+namespace moe = fsdp::rt::cuda::moe;
 namespace norm = fsdp::rt::cuda::norm;
 namespace portable = fsdp::rt::cuda::portable;
 namespace rows = fsdp::rt::cuda::rows;
@@ -551,6 +553,201 @@ bool runAdamW(const char *name, fsdp_rt_dtype gradType,
 
 } // namespace
 
+/// The mixture-of-experts kernels (MoEKernels.cuh) against the CPU
+/// backend's calls: routing and its gradient, the expert order and back
+/// (weighted, and its gradients), the grouped products and their gradients
+/// on a dispatch buffer of more rows than arrive, with segments of two
+/// sources and empty ones, and the load-balancing statistics.
+template <typename E>
+bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
+  using T = typename E::T;
+  const int64_t tokens = 37, experts = 6, k = 2, hidden = 20, n = 24;
+  const int64_t slots = tokens * k, segments = 2 * experts, rows = slots + 19;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  auto fill = [&](size_t count) {
+    std::vector<T> v(count);
+    for (T &x : v)
+      x = portable::fromFloat<E>(dist(rng));
+    return v;
+  };
+  auto widen = [](const std::vector<T> &x) {
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      out[i] = portable::toFloat<E>(x[i]);
+    return out;
+  };
+  auto asFloat = [](const std::vector<int64_t> &x) {
+    return std::vector<float>(x.begin(), x.end());
+  };
+  const double tol = E::kFloat ? 1e-5 : 1e-2;
+  std::vector<T> logits = fill(static_cast<size_t>(tokens * experts));
+  // Ties: token 0's experts 1, 2 and 4 share the largest logit.
+  logits[1] = logits[2] = logits[4] = portable::fromFloat<E>(3.0f);
+  std::vector<T> x = fill(static_cast<size_t>(tokens * hidden));
+
+  // Routing.
+  std::vector<T> wCpu(static_cast<size_t>(slots)), wEmu(static_cast<size_t>(slots));
+  std::vector<int64_t> iCpu(static_cast<size_t>(slots)), iEmu(static_cast<size_t>(slots), -7);
+  fsdp_rt_moe_router(nullptr, dtype, logits.data(), tokens, experts, k,
+                     normalize, wCpu.data(), iCpu.data());
+  emu::launch(moe::gridOf(tokens), 1, 1, moe::kThreads, 0, [&] {
+    moe::router<E>(logits.data(), tokens, experts, k, normalize, wEmu.data(),
+                   iEmu.data());
+  });
+  bool ok = report(name, "router_indices", relError(asFloat(iEmu),
+                                                    asFloat(iCpu)), 0);
+  ok = report(name, "router_weights", relError(widen(wEmu), widen(wCpu)),
+              tol) && ok;
+  std::vector<T> dw = fill(static_cast<size_t>(slots));
+  std::vector<T> dlCpu(logits.size()), dlEmu(logits.size());
+  fsdp_rt_moe_router_grad(nullptr, dtype, logits.data(), iCpu.data(),
+                          dw.data(), tokens, experts, k, normalize,
+                          dlCpu.data());
+  emu::launch(moe::gridOf(tokens), 1, 1, moe::kThreads, 0, [&] {
+    moe::routerGrad<E>(logits.data(), iCpu.data(), dw.data(), tokens, experts,
+                       k, normalize, dlEmu.data());
+  });
+  ok = report(name, "router_grad", relError(widen(dlEmu), widen(dlCpu)), tol) &&
+       ok;
+
+  // Expert order and back.
+  std::vector<T> rowsCpu(static_cast<size_t>(slots * hidden)), rowsEmu(rowsCpu.size());
+  std::vector<int64_t> cCpu(static_cast<size_t>(experts)), cEmu(static_cast<size_t>(experts)),
+      start(static_cast<size_t>(experts)), row(static_cast<size_t>(slots));
+  fsdp_rt_moe_permute(nullptr, dtype, x.data(), iCpu.data(), tokens, hidden, k,
+                      experts, rowsCpu.data(), cCpu.data());
+  emu::launch(1, 1, 1, moe::kThreads, 0, [&] {
+    moe::slotRows(iCpu.data(), slots, experts, cEmu.data(), start.data(),
+                  row.data());
+  });
+  emu::launch(moe::gridOf(slots * hidden), 1, 1, moe::kThreads, 0, [&] {
+    moe::permute<E>(x.data(), row.data(), slots, hidden, k, rowsEmu.data());
+  });
+  ok = report(name, "permute_counts", relError(asFloat(cEmu), asFloat(cCpu)),
+              0) && ok;
+  ok = report(name, "permute_rows", relError(widen(rowsEmu), widen(rowsCpu)),
+              0) && ok;
+  std::vector<T> yCpu(x.size()), yEmu(x.size());
+  fsdp_rt_moe_unpermute(nullptr, dtype, rowsCpu.data(), iCpu.data(),
+                        wCpu.data(), tokens, hidden, k, experts, yCpu.data());
+  emu::launch(moe::gridOf(tokens * hidden), 1, 1, moe::kThreads, 0, [&] {
+    moe::unpermute<E>(rowsCpu.data(), row.data(), wCpu.data(), tokens, hidden,
+                      k, yEmu.data());
+  });
+  ok = report(name, "unpermute", relError(widen(yEmu), widen(yCpu)), tol) && ok;
+  std::vector<T> dy = fill(x.size());
+  std::vector<T> drCpu(rowsCpu.size()), drEmu(rowsCpu.size()),
+      dwCpu(static_cast<size_t>(slots)), dwEmu(static_cast<size_t>(slots));
+  fsdp_rt_moe_unpermute_grad(nullptr, dtype, rowsCpu.data(), iCpu.data(),
+                             wCpu.data(), dy.data(), tokens, hidden, k, experts,
+                             drCpu.data(), dwCpu.data());
+  emu::launch(moe::gridOf(slots * hidden), 1, 1, moe::kThreads, 0, [&] {
+    moe::unpermuteGradRows<E>(row.data(), wCpu.data(), dy.data(), slots,
+                              hidden, k, drEmu.data());
+  });
+  emu::launch(moe::gridOf(slots), 1, 1, moe::kThreads, 0, [&] {
+    moe::unpermuteGradWeights<E>(rowsCpu.data(), row.data(), dy.data(), slots,
+                                 hidden, k, dwEmu.data());
+  });
+  ok = report(name, "unpermute_grad_rows", relError(widen(drEmu),
+                                                    widen(drCpu)), tol) && ok;
+  ok = report(name, "unpermute_grad_weights",
+              relError(widen(dwEmu), widen(dwCpu)), tol) && ok;
+
+  // Grouped products on a buffer of `rows`: two sources' segments per
+  // expert, some empty, 19 rows past them.
+  std::vector<int64_t> seg(static_cast<size_t>(segments));
+  int64_t left = slots;
+  for (int64_t g = 0; g < segments; ++g) {
+    seg[g] = g == segments - 1 ? left : (g % 3 == 1 ? 0 : std::min(left, g + 3));
+    left -= seg[g];
+  }
+  std::vector<T> a = fill(static_cast<size_t>(rows * hidden)), w = fill(static_cast<size_t>(experts * n *
+                                                                  hidden));
+  std::vector<T> oCpu(static_cast<size_t>(rows * n)), oEmu(oCpu.size(), fill(1)[0]);
+  std::vector<int64_t> starts(static_cast<size_t>(segments + 1));
+  fsdp_rt_grouped_linear(nullptr, dtype, a.data(), rows, hidden, seg.data(),
+                         segments, w.data(), experts, n, oCpu.data());
+  // The emulator runs whole warps; the kernel's other threads return.
+  emu::launch(1, 1, 1, 32, 0, [&] {
+    moe::segmentStarts(seg.data(), segments, starts.data());
+  });
+  auto product = [&](const T *in, int64_t inner, int64_t cols, bool transB,
+                     T *out) {
+    emu::launch(unsigned((cols + moe::kTile - 1) / moe::kTile),
+                moe::rowTiles(rows), unsigned(segments),
+                moe::kTile * moe::kTile, 0, [&] {
+                  moe::groupedProduct<E>(in, seg.data(), starts.data(),
+                                         w.data(), experts, inner, cols,
+                                         transB, out);
+                });
+    emu::launch(moe::gridOf(rows * cols), 1, 1, moe::kThreads, 0, [&] {
+      moe::zeroTail<E>(starts.data(), segments, rows, cols, out);
+    });
+  };
+  product(a.data(), hidden, n, true, oEmu.data());
+  ok = report(name, "grouped_linear", relError(widen(oEmu), widen(oCpu)),
+              tol) && ok;
+  std::vector<T> g = fill(oCpu.size());
+  std::vector<T> dxCpu(a.size()), dxEmu(a.size(), fill(1)[0]),
+      dwtCpu(w.size()), dwtEmu(w.size());
+  fsdp_rt_grouped_linear_grad(nullptr, dtype, a.data(), rows, hidden,
+                              seg.data(), segments, w.data(), experts, n,
+                              g.data(), dxCpu.data(), dwtCpu.data());
+  product(g.data(), n, hidden, false, dxEmu.data());
+  emu::launch(unsigned((hidden + moe::kTile - 1) / moe::kTile),
+              unsigned((n + moe::kTile - 1) / moe::kTile), unsigned(experts),
+              moe::kTile * moe::kTile, 0, [&] {
+                moe::groupedWeightGrad<E>(a.data(), g.data(), seg.data(),
+                                          starts.data(), segments, experts,
+                                          hidden, n, dwtEmu.data());
+              });
+  ok = report(name, "grouped_linear_dx", relError(widen(dxEmu), widen(dxCpu)),
+              tol) && ok;
+  ok = report(name, "grouped_linear_dw",
+              relError(widen(dwtEmu), widen(dwtCpu)), tol) && ok;
+
+  // Load-balancing statistics and their gradient.
+  std::vector<float> sCpu(static_cast<size_t>(2 * experts + 1)), sEmu(sCpu.size()),
+      softmax(static_cast<size_t>(2 * tokens));
+  std::vector<int64_t> chosen(static_cast<size_t>(slots));
+  fsdp_rt_moe_aux_stats(nullptr, dtype, logits.data(), tokens, experts, k,
+                        sCpu.data());
+  emu::launch(moe::gridOf(tokens), 1, 1, moe::kThreads, 0, [&] {
+    moe::routeStats<E>(logits.data(), tokens, experts, k, softmax.data(),
+                       chosen.data());
+  });
+  emu::launch(moe::gridOf(experts), 1, 1, moe::kThreads, 0, [&] {
+    moe::auxStats<E>(logits.data(), softmax.data(), chosen.data(), tokens,
+                     experts, k, sEmu.data());
+  });
+  ok = report(name, "aux_stats", relError(sEmu, sCpu), 1e-6) && ok;
+  std::vector<float> ds(sCpu.size());
+  for (float &v : ds)
+    v = dist(rng);
+  std::vector<T> daCpu(logits.size()), daEmu(logits.size());
+  fsdp_rt_moe_aux_stats_grad(nullptr, dtype, logits.data(), tokens, experts,
+                             ds.data(), daCpu.data());
+  emu::launch(moe::gridOf(tokens), 1, 1, moe::kThreads, 0, [&] {
+    moe::auxStatsGrad<E>(logits.data(), ds.data(), tokens, experts,
+                         daEmu.data());
+  });
+  ok = report(name, "aux_stats_grad", relError(widen(daEmu), widen(daCpu)),
+              tol) && ok;
+  float lossCpu = 0, lossEmu = 0, one = 1.5f;
+  std::vector<float> dcCpu(sCpu.size()), dcEmu(sCpu.size());
+  fsdp_rt_moe_aux_combine(nullptr, sCpu.data(), experts, &lossCpu);
+  fsdp_rt_moe_aux_combine_grad(nullptr, sCpu.data(), experts, &one,
+                               dcCpu.data());
+  emu::launch(1, 1, 1, 32, 0, [&] {
+    moe::auxCombine(sCpu.data(), experts, &lossEmu);
+    moe::auxCombineGrad(sCpu.data(), experts, &one, dcEmu.data());
+  });
+  ok = report(name, "aux_combine", relError({lossEmu}, {lossCpu}), 1e-6) && ok;
+  return report(name, "aux_combine_grad", relError(dcEmu, dcCpu), 1e-6) && ok;
+}
+
 /// all_to_all_v as the NCCL transport runs it, for `n` members in one
 /// process: each packs its rows into blocks of min(rows, resultRows) by its
 /// send counts (packRows), block j of member i becomes block i of member
@@ -689,6 +886,8 @@ int main() {
   ok = runRows("all_to_all_v_rows_capped", 4, 6, 4, 6,
                [](int64_t s, int64_t d) { return (s + d) % 2; }) &&
        ok;
+  ok = runMoE<portable::F32>("moe_f32_normalized", FSDP_RT_F32, true) && ok;
+  ok = runMoE<portable::BF16>("moe_bf16", FSDP_RT_BF16, false) && ok;
   std::printf("%s\n", ok ? "all cases passed" : "FAILED");
   return ok ? 0 : 1;
 }

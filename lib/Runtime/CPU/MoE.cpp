@@ -272,27 +272,31 @@ void fsdp_rt_grouped_linear_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
                                  const void *dy, void *dx, void *dw) {
   KernelTimer timer(FSDP_RT_KERNEL_GEMM);
   int64_t used = segmentRows(counts, segments, rows, "grouped_linear_grad");
-  size_t size = fsdp_rt_dtype_size(dtype);
+  // dx = dy · w[e] per segment; dw[e] sums dyᵀ · x over e's segments in
+  // f32, rounded once.
+  FloatInput fx(dtype, x, rows * k), fdy(dtype, dy, rows * n);
+  FloatOutput fdw(dtype, dw, experts * n * k);
   std::vector<bool> written(experts, false);
   int64_t start = 0;
   for (int64_t g = 0; g < segments; ++g) {
     int64_t m = counts[g], e = g % experts;
     if (m > 0) {
-      // dx = dy · w[e]; dw[e] (+)= dyᵀ · x.
       gemm(dtype, false, false, m, k, n, at(dy, start * n, dtype), n,
            at(w, e * n * k, dtype), k, nullptr, 0.0f, at(dx, start * k, dtype),
            k);
-      gemm(dtype, true, false, n, k, m, at(dy, start * n, dtype), n,
-           at(x, start * k, dtype), k, nullptr, written[e] ? 1.0f : 0.0f,
-           at(dw, e * n * k, dtype), k);
+      sgemm(true, false, n, k, m, 1.0f, fdy.get() + start * n, n,
+            fx.get() + start * k, k, nullptr, written[e] ? 1.0f : 0.0f,
+            fdw.get() + e * n * k, k);
       written[e] = true;
     }
     start += m;
   }
-  std::memset(at(dx, used * k, dtype), 0, size_t((rows - used) * k) * size);
+  std::memset(at(dx, used * k, dtype), 0,
+              size_t((rows - used) * k) * fsdp_rt_dtype_size(dtype));
   for (int64_t e = 0; e < experts; ++e)
     if (!written[e])
-      std::memset(at(dw, e * n * k, dtype), 0, size_t(n * k) * size);
+      std::fill(fdw.get() + e * n * k, fdw.get() + (e + 1) * n * k, 0.0f);
+  fdw.finish();
 }
 
 void fsdp_rt_moe_rank_counts(fsdp_rt_stream, const int64_t *counts, int64_t n,
