@@ -558,6 +558,10 @@ bool runAdamW(const char *name, fsdp_rt_dtype gradType,
 /// (weighted, and its gradients), the grouped products and their gradients
 /// on a dispatch buffer of more rows than arrive, with segments of two
 /// sources and empty ones, and the load-balancing statistics.
+/// Threads of the emulated grid-stride launches: each emulated thread is a
+/// host thread, and the kernels stride over what two small blocks miss.
+constexpr int kMoEThreads = 64;
+
 template <typename E>
 bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   using T = typename E::T;
@@ -591,7 +595,7 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   std::vector<int64_t> iCpu(static_cast<size_t>(slots)), iEmu(static_cast<size_t>(slots), -7);
   fsdp_rt_moe_router(nullptr, dtype, logits.data(), tokens, experts, k,
                      normalize, wCpu.data(), iCpu.data());
-  emu::launch(moe::gridOf(tokens), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::router<E>(logits.data(), tokens, experts, k, normalize, wEmu.data(),
                    iEmu.data());
   });
@@ -604,7 +608,7 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   fsdp_rt_moe_router_grad(nullptr, dtype, logits.data(), iCpu.data(),
                           dw.data(), tokens, experts, k, normalize,
                           dlCpu.data());
-  emu::launch(moe::gridOf(tokens), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::routerGrad<E>(logits.data(), iCpu.data(), dw.data(), tokens, experts,
                        k, normalize, dlEmu.data());
   });
@@ -617,11 +621,11 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
       start(static_cast<size_t>(experts)), row(static_cast<size_t>(slots));
   fsdp_rt_moe_permute(nullptr, dtype, x.data(), iCpu.data(), tokens, hidden, k,
                       experts, rowsCpu.data(), cCpu.data());
-  emu::launch(1, 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(1, 1, 1, kMoEThreads, 0, [&] {
     moe::slotRows(iCpu.data(), slots, experts, cEmu.data(), start.data(),
                   row.data());
   });
-  emu::launch(moe::gridOf(slots * hidden), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::permute<E>(x.data(), row.data(), slots, hidden, k, rowsEmu.data());
   });
   ok = report(name, "permute_counts", relError(asFloat(cEmu), asFloat(cCpu)),
@@ -631,7 +635,7 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   std::vector<T> yCpu(x.size()), yEmu(x.size());
   fsdp_rt_moe_unpermute(nullptr, dtype, rowsCpu.data(), iCpu.data(),
                         wCpu.data(), tokens, hidden, k, experts, yCpu.data());
-  emu::launch(moe::gridOf(tokens * hidden), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::unpermute<E>(rowsCpu.data(), row.data(), wCpu.data(), tokens, hidden,
                       k, yEmu.data());
   });
@@ -642,11 +646,11 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   fsdp_rt_moe_unpermute_grad(nullptr, dtype, rowsCpu.data(), iCpu.data(),
                              wCpu.data(), dy.data(), tokens, hidden, k, experts,
                              drCpu.data(), dwCpu.data());
-  emu::launch(moe::gridOf(slots * hidden), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::unpermuteGradRows<E>(row.data(), wCpu.data(), dy.data(), slots,
                               hidden, k, drEmu.data());
   });
-  emu::launch(moe::gridOf(slots), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::unpermuteGradWeights<E>(rowsCpu.data(), row.data(), dy.data(), slots,
                                  hidden, k, dwEmu.data());
   });
@@ -676,13 +680,13 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   auto product = [&](const T *in, int64_t inner, int64_t cols, bool transB,
                      T *out) {
     emu::launch(unsigned((cols + moe::kTile - 1) / moe::kTile),
-                moe::rowTiles(rows), unsigned(segments),
+                1, unsigned(segments),
                 moe::kTile * moe::kTile, 0, [&] {
                   moe::groupedProduct<E>(in, seg.data(), starts.data(),
                                          w.data(), experts, inner, cols,
                                          transB, out);
                 });
-    emu::launch(moe::gridOf(rows * cols), 1, 1, moe::kThreads, 0, [&] {
+    emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
       moe::zeroTail<E>(starts.data(), segments, rows, cols, out);
     });
   };
@@ -714,11 +718,11 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   std::vector<int64_t> chosen(static_cast<size_t>(slots));
   fsdp_rt_moe_aux_stats(nullptr, dtype, logits.data(), tokens, experts, k,
                         sCpu.data());
-  emu::launch(moe::gridOf(tokens), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::routeStats<E>(logits.data(), tokens, experts, k, softmax.data(),
                        chosen.data());
   });
-  emu::launch(moe::gridOf(experts), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::auxStats<E>(logits.data(), softmax.data(), chosen.data(), tokens,
                      experts, k, sEmu.data());
   });
@@ -729,7 +733,7 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   std::vector<T> daCpu(logits.size()), daEmu(logits.size());
   fsdp_rt_moe_aux_stats_grad(nullptr, dtype, logits.data(), tokens, experts,
                              ds.data(), daCpu.data());
-  emu::launch(moe::gridOf(tokens), 1, 1, moe::kThreads, 0, [&] {
+  emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::auxStatsGrad<E>(logits.data(), ds.data(), tokens, experts,
                          daEmu.data());
   });
