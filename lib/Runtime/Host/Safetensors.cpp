@@ -324,6 +324,70 @@ std::string openWeights(const std::string &path, WeightSet &set) {
   return "";
 }
 
+/// The checkpoint tensors one parameter is read from, in its row-major
+/// order: itself, or, for the 3-D expert tensors of transformers 5
+/// (`...mlp.experts.gate_up_proj` [E, 2I, H], `...mlp.experts.down_proj`
+/// [E, H, I]), the per-expert 2-D tensors that save_pretrained writes and
+/// the published checkpoints hold: Qwen3-MoE's `experts.<e>.gate_proj`,
+/// `up_proj` and `down_proj`, Mixtral's `block_sparse_moe.experts.<e>.w1`
+/// (gate), `w3` (up) and `w2` (down), and its `block_sparse_moe.gate` for
+/// the router. Each piece holds the same number of elements.
+struct Source {
+  std::vector<std::string> names;
+  /// Set when a piece is missing: the names that were looked for.
+  std::string missing;
+};
+
+bool endsWith(const std::string &s, const std::string &tail) {
+  return s.size() >= tail.size() &&
+         s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+Source sourceOf(const WeightSet &set, const std::string &name,
+                int64_t experts) {
+  if (set.tensors.count(name))
+    return {{name}, ""};
+  std::string layer;
+  std::vector<std::vector<std::string>> layouts; // per layout: suffixes
+  const std::string gateUp = ".mlp.experts.gate_up_proj";
+  const std::string down = ".mlp.experts.down_proj";
+  const std::string router = ".mlp.gate.weight";
+  if (endsWith(name, gateUp)) {
+    layer = name.substr(0, name.size() - gateUp.size());
+    layouts = {{".mlp.experts.#.gate_proj.weight", ".mlp.experts.#.up_proj.weight"},
+               {".block_sparse_moe.experts.#.w1.weight",
+                ".block_sparse_moe.experts.#.w3.weight"}};
+  } else if (endsWith(name, down)) {
+    layer = name.substr(0, name.size() - down.size());
+    layouts = {{".mlp.experts.#.down_proj.weight"},
+               {".block_sparse_moe.experts.#.w2.weight"}};
+  } else if (endsWith(name, router)) {
+    layer = name.substr(0, name.size() - router.size());
+    if (set.tensors.count(layer + ".block_sparse_moe.gate.weight"))
+      return {{layer + ".block_sparse_moe.gate.weight"}, ""};
+    return {{}, name};
+  } else {
+    return {{}, name};
+  }
+  for (const std::vector<std::string> &suffixes : layouts) {
+    Source source;
+    for (int64_t e = 0; e < experts && source.missing.empty(); ++e)
+      for (const std::string &suffix : suffixes) {
+        std::string piece = layer + suffix;
+        piece.replace(piece.find('#'), 1, std::to_string(e));
+        if (!set.tensors.count(piece)) {
+          source.missing = piece;
+          break;
+        }
+        source.names.push_back(piece);
+      }
+    if (source.missing.empty())
+      return source;
+  }
+  return {{}, name + " (or its per-expert " + layer + layouts[0][0] +
+              ", ...)"};
+}
+
 std::string listNames(const std::vector<std::string> &names) {
   std::string s;
   for (const std::string &name : names)
@@ -350,18 +414,30 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path,
     fsdp_type whole = param.type;
     for (int64_t d = 0; d < whole.rank; ++d)
       whole.dims[d] = layout.whole[d];
-    auto it = set.tensors.find(param.name);
-    if (it == set.tensors.end()) {
-      missing.push_back(param.name + " (" + typeString(whole) + ")");
+    Source source = sourceOf(set, param.name, whole.rank ? whole.dims[0] : 1);
+    if (source.names.empty()) {
+      missing.push_back(source.missing + " (" + typeString(whole) + ")");
       continue;
     }
-    used.insert(param.name);
-    const TensorEntry &entry = it->second.second;
-    if (entry.shape != layout.whole ||
-        !convertible(entry.dtype, param.type.dtype))
-      mismatched.push_back(param.name + ": " + it->second.first->path() +
-                           " has " + entryString(entry) +
-                           ", the program expects " + typeString(whole));
+    // Each piece is an equal share of the parameter: the whole tensor, or
+    // one expert's rows ([I, H] twice or [H, I] for [E, ...]).
+    std::vector<int64_t> pieceShape = layout.whole;
+    if (source.names.size() > 1) {
+      pieceShape.erase(pieceShape.begin());
+      pieceShape[0] /= int64_t(source.names.size()) / whole.dims[0];
+    }
+    for (const std::string &piece : source.names) {
+      used.insert(piece);
+      const auto &[file, entry] = set.tensors.at(piece);
+      if (entry.shape != pieceShape ||
+          !convertible(entry.dtype, param.type.dtype))
+        mismatched.push_back(piece + ": " + file->path() + " has " +
+                             entryString(entry) + ", the program expects " +
+                             typeString(whole) +
+                             (source.names.size() > 1
+                                  ? " (for " + param.name + ")"
+                                  : std::string()));
+    }
   }
   std::vector<std::string> unexpected;
   for (const auto &[name, value] : set.tensors)
@@ -397,14 +473,29 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path,
     param.tensor->borrowed = true;
     if (param.state)
       continue; // optimizer state starts at zero
-    const auto &[file, entry] = set.tensors.at(param.name);
+    Layout layout = layoutOf(p, param);
+    Source source =
+        sourceOf(set, param.name, layout.whole.empty() ? 1 : layout.whole[0]);
+    int64_t total = 1;
+    for (int64_t d : layout.whole)
+      total *= d;
+    int64_t share = total / int64_t(source.names.size());
     std::vector<char> image(size_t(byteSize(param.type)));
     size_t esize = fsdp_rt_dtype_size(param.type.dtype);
-    for (const Run &run : runsOf(layoutOf(p, param)))
-      if (!file->read(param.name, entry, run.global, run.count,
-                      param.type.dtype,
-                      image.data() + size_t(run.local) * esize, error))
-        fail("load", error);
+    for (const Run &run : runsOf(layout))
+      for (int64_t done = 0; done < run.count;) {
+        // The piece holding element run.global + done, and how much of the
+        // run it holds.
+        int64_t at = run.global + done, piece = at / share;
+        int64_t count = std::min(run.count - done, (piece + 1) * share - at);
+        const std::string &name = source.names[size_t(piece)];
+        const auto &[file, entry] = set.tensors.at(name);
+        if (!file->read(name, entry, at - piece * share, count,
+                        param.type.dtype,
+                        image.data() + size_t(run.local + done) * esize, error))
+          fail("load", error);
+        done += count;
+      }
     upload(param.tensor, image.data());
   }
 }
