@@ -137,7 +137,7 @@ def reshard(rn, source, cases):
     for name, n, out in [dumps[0]] + dumps[2:]:
         failed |= harness.compare_ranks(
             f"saved on {label}, loaded on {name}", one[2], out, n, "0",
-            "updated.,loss,logits,lr,grad_sum_squares,input_ids,labels,"
+            "updated.,loss,aux_loss,logits,lr,grad_sum_squares,input_ids,labels,"
             "position_ids,optimizer_step")
     return failed
 

@@ -13,6 +13,13 @@
 # reports in its metrics file (lr_schedule_check.py checks those against
 # transformers' get_scheduler).
 #
+# With --hf (run it with HF_PYTHON) the reference is transformers' model of
+# the config instead, in float64 (eager experts), its loss the cross-entropy
+# plus router_aux_loss_coef times its load-balancing loss when the config
+# sets output_router_logits; and after the last step every parameter the
+# program updated is compared with PyTorch's, norm-wise (||a - b|| / ||b||,
+# within --param-rtol).
+#
 # Usage: /usr/bin/python3 train_check.py --config C --bin-dir build/bin
 #            --work DIR [--optimizer adamw|sgd] [--steps 20] [--lr 1e-2]
 #            [--max-grad-norm 0] [--weight-decay W] [--schedule OPTIONS]
@@ -59,12 +66,16 @@ def main():
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--hf", action="store_true")
+    parser.add_argument("--param-rtol", type=float, default=1e-5)
     parser.add_argument("--mpirun",
                         default="mpirun --allow-run-as-root --oversubscribe")
     args = parser.parse_args()
 
     with open(args.config) as f:
-        spec = reference.ModelSpec(json.load(f))
+        config = json.load(f)
+    spec = None if args.hf else reference.ModelSpec(config)
+    vocab = config["vocab_size"] if args.hf else spec.vocab
     os.makedirs(args.work, exist_ok=True)
     graph = os.path.join(args.work, "graph.json")
     prog = os.path.join(args.work, "step")
@@ -84,7 +95,7 @@ def main():
     run([os.path.join(args.bin_dir, "fsdp-compile"), graph,
          f"--passes=fsdp-build-train-step{{{opts}}}", "-o", prog])
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, spec.vocab, size=4096, dtype=np.int32)
+    tokens = rng.integers(0, vocab, size=4096, dtype=np.int32)
     tokens.tofile(tokens_path)
     out = run(shlex.split(args.mpirun) + [
         "-np", "1", prog, "--steps", str(args.steps), "--data", tokens_path,
@@ -98,9 +109,17 @@ def main():
     # PyTorch from the same initial weights (dumped before the first update).
     directory = os.path.join(dump, "rank0")
     manifest = reference.read_manifest(directory)
-    params = {n: reference.load_tensor(directory, n, *manifest[n])
-              .to(torch.float64).requires_grad_(True)
-              for n in spec.parameter_shapes()}
+    if args.hf:
+        model, forward = hf_model(config, directory, manifest)
+        params = dict(model.named_parameters())
+    else:
+        params = {n: reference.load_tensor(directory, n, *manifest[n])
+                  .to(torch.float64).requires_grad_(True)
+                  for n in spec.parameter_shapes()}
+
+        def forward(ids, positions, labels):
+            return reference.forward(spec, reference.Params(params), ids,
+                                     positions, labels)[1]
     decay = {} if args.weight_decay is None else \
         {"weight_decay": args.weight_decay}
     if args.optimizer == "adamw":
@@ -117,8 +136,7 @@ def main():
                 for i in range(b)]
         batch = torch.from_numpy(np.stack(rows).astype(np.int64))
         opt.zero_grad()
-        _, loss = reference.forward(spec, reference.Params(params),
-                                    batch[:, :s], positions, batch[:, 1:])
+        loss = forward(batch[:, :s], positions, batch[:, 1:])
         loss.backward()
         if args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(params.values(), args.max_grad_norm)
@@ -135,10 +153,57 @@ def main():
               f"rel_err {err:.2e}")
     print(f"{args.optimizer} {args.steps} steps: loss {ours[0]:.6f} -> "
           f"{ours[-1]:.6f}, max_rel_err {worst:.2e}")
-    if not worst <= args.rtol:
+    failed = not worst <= args.rtol
+    if failed:
         print(f"FAIL max_rel_err {worst:.2e} > {args.rtol:g}")
-        return 1
-    return 0
+    if args.hf:
+        failed |= compare_params(args, prog, tokens_path, params)
+    return 1 if failed else 0
+
+
+def hf_model(config, directory, manifest):
+    """transformers' model of `config` in float64 with the program's initial
+    weights, and its training loss."""
+    import torch.nn.functional as F
+    import transformers
+    cfg = transformers.AutoConfig.for_model(**config)
+    if hasattr(cfg, "_experts_implementation"):
+        cfg._experts_implementation = "eager"
+    model = getattr(transformers, cfg.architectures[0])(cfg).double()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(reference.load_tensor(directory, name, *manifest[name]))
+    aux = getattr(cfg, "output_router_logits", False)
+
+    def forward(ids, positions, labels):
+        out = model(input_ids=ids, position_ids=positions,
+                    **({"output_router_logits": True} if aux else {}))
+        loss = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]),
+                               labels.reshape(-1), ignore_index=-100)
+        return loss + cfg.router_aux_loss_coef * out.aux_loss if aux else loss
+    return model, forward
+
+
+def compare_params(args, prog, tokens_path, params):
+    """Every parameter after the last step, the program's against PyTorch's;
+    returns whether one differs by more than --param-rtol."""
+    dump = os.path.join(args.work, "dump-last")
+    run(shlex.split(args.mpirun) + [
+        "-np", "1", prog, "--steps", str(args.steps), "--data", tokens_path,
+        "--dump-dir", dump, "--dump-step", str(args.steps - 1)])
+    directory = os.path.join(dump, "rank0")
+    manifest = reference.read_manifest(directory)
+    worst, worst_name = 0.0, ""
+    for name, p in params.items():
+        ours = reference.load_tensor(directory, "updated." + name,
+                                     *manifest["updated." + name]).double()
+        err = ((ours - p.detach()).norm() / p.detach().norm()).item()
+        if err > worst:
+            worst, worst_name = err, name
+    bad = not worst <= args.param_rtol
+    print(f"{'FAIL ' if bad else ''}parameters after {args.steps} steps "
+          f"({len(params)}): max_norm_rel_err {worst:.2e} ({worst_name})")
+    return bad
 
 
 if __name__ == "__main__":
