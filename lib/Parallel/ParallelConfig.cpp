@@ -670,7 +670,9 @@ std::vector<TPPlanEntry> fsdp::builtinTPPlan(const std::string &architecture,
   known = architecture == "LlamaForCausalLM" ||
           architecture == "MistralForCausalLM" ||
           architecture == "Qwen2ForCausalLM" ||
-          architecture == "Qwen3ForCausalLM";
+          architecture == "Qwen3ForCausalLM" ||
+          architecture == "Qwen3MoeForCausalLM" ||
+          architecture == "MixtralForCausalLM";
   add("model.embed_tokens", embedding);
   for (const char *p : {"q_proj", "k_proj", "v_proj"})
     add(std::string("model.layers.*.self_attn.") + p, colwise);
@@ -678,6 +680,9 @@ std::vector<TPPlanEntry> fsdp::builtinTPPlan(const std::string &architecture,
   for (const char *p : {"gate_proj", "up_proj"})
     add(std::string("model.layers.*.mlp.") + p, colwise);
   add("model.layers.*.mlp.down_proj", rowwise);
+  // A sparse layer's router and experts are not in the plan: each tp rank
+  // runs every expert on its tokens (all of them, or with sequence
+  // parallelism its share); expert parallelism splits the experts.
   if (sp) {
     // Qwen3's q_norm/k_norm act on head-sharded data and stay as they are.
     add("model.layers.*.input_layernorm", norm);

@@ -40,8 +40,10 @@ enum class Traffic {
   /// All of it from the root to the others (broadcast).
   Root,
   /// Rows routed by counts known only at run time (all_to_all_v): (n - 1)/n
-  /// of the input when the routing is balanced, which is what the compiler
-  /// predicts; the runtime counts the rows it sent to other members.
+  /// of the rows when the routing is balanced, which is what the compiler
+  /// predicts (of the smaller of input and result: a combine returns rows
+  /// from a buffer sized for the worst routing); the runtime counts the
+  /// rows it sent to other members.
   Routed,
 };
 

@@ -53,11 +53,17 @@ def Dist_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
       return ::fsdp::dist::getCollectiveResultTensorType($_op->getResult(0).getType());
     }
     /// The bytes one rank sends over `groupSize` ranks, by the kind's
-    /// traffic.
+    /// traffic. Routed rows (all_to_all_v) move at most the smaller of the
+    /// input and the result: an expert dispatch's rows, or a combine's
+    /// return of them from a buffer sized for the worst routing.
     int64_t getBytesSent(int64_t groupSize) {
-      return ::fsdp::accounting::bytesSent(
-          $_op.getCollectiveKind(),
-          ::fsdp::dist::bytesOfTensor($_op.getInput().getType()), groupSize);
+      int64_t bytes = ::fsdp::dist::bytesOfTensor($_op.getInput().getType());
+      if (::fsdp::accounting::trafficOf($_op.getCollectiveKind()) ==
+          ::fsdp::accounting::Traffic::Routed)
+        bytes = std::min(bytes, ::fsdp::dist::bytesOfTensor(
+                                    getResultTensorType()));
+      return ::fsdp::accounting::bytesSent($_op.getCollectiveKind(), bytes,
+                                           groupSize);
     }
     /// Whether the op starts an asynchronous transfer.
     bool isAsync() {
