@@ -188,7 +188,9 @@ LogicalResult ExpertSplitter::distribute(Dispatch &dispatch) {
         op->getOperands(), [&](Value v) { return map.lookupOrDefault(v); });
     NamedAttrList attrs(op->getAttrDictionary());
     if (isa<nn::GroupedLinearOp>(op))
-      attrs.set("active_rows", b.getI64IntegerAttr(slots));
+      attrs.set("active_share",
+                b.getF64FloatAttr(double(slots) / double(std::max<int64_t>(
+                                                      bound, 1))));
     Operation *copy = nn::rebuildWithShapeRule(b, *op, operands,
                                                attrs.getDictionary(b.getContext()));
     if (!copy)

@@ -5,8 +5,8 @@
 // rank are their sums, and the expert-ordered rows travel to their experts'
 // ranks and back by dist.all_to_all_v around the grouped products. The
 // dispatch buffer holds the most rows that can arrive: 2 ranks x 8 tokens
-// x min(top-k 3, 2 local experts) = 32 rows; the products state the 24
-// rows balanced routing fills.
+// x min(top-k 3, 2 local experts) = 32 rows; the products state the share of
+// them balanced routing fills, 24 / 32.
 
 dist.mesh @mesh(dp_replicate = 1, ep_shard = 2, ep = 2, cp = 1, tp = 1) {views = {dp_shard = ["ep_shard", "ep"]}}
 
@@ -18,8 +18,8 @@ dist.mesh @mesh(dp_replicate = 1, ep_shard = 2, ep = 2, cp = 1, tp = 1) {views =
 // CHECK: %[[SEND:.*]] = nn.moe_rank_counts %[[COUNTS]] {ranks = 2 : i64}
 // CHECK: %[[RECV:.*]] = nn.moe_rank_counts %[[SEG]] {ranks = 2 : i64}
 // CHECK: %[[IN:.*]] = dist.all_to_all_v %[[ROWS]] on @mesh[ep] counts(%[[SEND]], %[[RECV]] : tensor<2xi64>) {fsdp.expert_parallel} : tensor<24x8xf32> -> tensor<32x8xf32>
-// CHECK: nn.grouped_linear %[[IN]], %[[SEG]], %[[W1]] {active_rows = 24 : i64} : (tensor<32x8xf32>, tensor<4xi64>, tensor<2x12x8xf32>) -> tensor<32x12xf32>
-// CHECK: %[[Y:.*]] = nn.grouped_linear {{.*}}, %[[SEG]], %[[W2]] {active_rows = 24 : i64} : (tensor<32x6xf32>, tensor<4xi64>, tensor<2x8x6xf32>) -> tensor<32x8xf32>
+// CHECK: nn.grouped_linear %[[IN]], %[[SEG]], %[[W1]] {active_share = 7.500000e-01 : f64} : (tensor<32x8xf32>, tensor<4xi64>, tensor<2x12x8xf32>) -> tensor<32x12xf32>
+// CHECK: %[[Y:.*]] = nn.grouped_linear {{.*}}, %[[SEG]], %[[W2]] {active_share = 7.500000e-01 : f64} : (tensor<32x6xf32>, tensor<4xi64>, tensor<2x8x6xf32>) -> tensor<32x8xf32>
 // CHECK: %[[BACK:.*]] = dist.all_to_all_v %[[Y]] on @mesh[ep] counts(%[[RECV]], %[[SEND]] : tensor<2xi64>) {fsdp.expert_parallel} : tensor<32x8xf32> -> tensor<24x8xf32>
 // CHECK: nn.moe_unpermute %[[BACK]]
 func.func @forward(%x: tensor<2x4x8xf32> {nn.input = "x"},

@@ -349,7 +349,7 @@ LogicalResult GroupedLinearOp::buildGradient(GradientBuilder &grads) {
   if (!dy)
     return success();
   auto g = grads.make<GroupedLinearGradOp>(getInput(), getCounts(), getWeight(),
-                                           dy, getActiveRowsAttr());
+                                           dy, getActiveShareAttr());
   grads.accumulate(getInput(), g.getInputGrad());
   grads.accumulate(getWeight(), g.getWeightGrad());
   return success();
@@ -477,11 +477,12 @@ LogicalResult MoeAuxStatsOp::partitionSplit(TPPartitioner &p) {
 // Costs
 //===----------------------------------------------------------------------===//
 
-/// The rows a grouped product computes: those balanced routing fills when
-/// the expert-parallel dispatch states them, else all.
+/// The rows a grouped product computes: the share balanced routing fills
+/// when the expert-parallel dispatch states it, else all.
 template <typename OpTy> static double activeRows(OpTy op) {
-  int64_t rows = tensorOf(op.getInput()).getDimSize(0);
-  return static_cast<double>(op.getActiveRows().value_or(rows));
+  double rows = static_cast<double>(tensorOf(op.getInput()).getDimSize(0));
+  std::optional<APFloat> share = op.getActiveShare();
+  return share ? rows * share->convertToDouble() : rows;
 }
 
 /// Streaming the active rows of the row operands plus the weight once.

@@ -96,15 +96,17 @@ def NN_GroupedLinearOp : NN_Op<"grouped_linear", [NN_Imported,
     3-D expert layout). Rows past `Σ counts` (the unused end of a
     dispatch buffer) give zero rows. The result is `[R, N]`. `G` is `E`,
     or, after an expert-parallel dispatch, `ranks · E`: each source rank's
-    rows for this rank's `E` experts. `active_rows`, set by the
-    expert-parallel dispatch, is the rows balanced routing fills (what the
-    cost model charges) when `R` is the dispatch buffer's bound.
+    rows for this rank's `E` experts. `active_share`, set by the
+    expert-parallel dispatch, is the share of the `R` rows (a buffer sized
+    for the worst routing) that balanced routing fills: what the cost model
+    charges. A share, not a count, so that it holds when later passes split
+    the tokens.
   }];
-  let internalArgs = ["active_rows"];
+  let internalArgs = ["active_share"];
   let arguments = !con((ins NN_FloatTensor:$input,
                             RankedTensorOf<[I64]>:$counts,
                             NN_FloatTensor:$weight,
-                            OptionalAttr<I64Attr>:$active_rows), NN_Path);
+                            OptionalAttr<F64Attr>:$active_share), NN_Path);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $counts `,` $weight attr-dict `:` functional-type(operands, results)
@@ -193,7 +195,7 @@ def NN_GroupedLinearGradOp : NN_Op<"grouped_linear_grad", [
   let arguments = !con((ins NN_FloatTensor:$input,
                             RankedTensorOf<[I64]>:$counts,
                             NN_FloatTensor:$weight, NN_FloatTensor:$grad,
-                            OptionalAttr<I64Attr>:$active_rows), NN_Path);
+                            OptionalAttr<F64Attr>:$active_share), NN_Path);
   let results = (outs NN_FloatTensor:$input_grad, NN_FloatTensor:$weight_grad);
   let assemblyFormat = [{
     $input `,` $counts `,` $weight `,` $grad attr-dict `:` functional-type(operands, results)
