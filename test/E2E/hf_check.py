@@ -148,7 +148,8 @@ def main():
     input_ids = ours["input_ids"].long()
     # A mixture of experts with output_router_logits adds coef times
     # transformers' load-balancing loss (aux_loss) to the loss.
-    aux = getattr(model.config, "output_router_logits", False)
+    aux = getattr(getattr(model, "config", None), "output_router_logits",
+                  False)
     out = model(input_ids=input_ids,
                 position_ids=ours["position_ids"].long(),
                 **({"output_router_logits": True} if aux else {}))
