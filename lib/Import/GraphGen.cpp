@@ -461,8 +461,7 @@ void readMixtureOfExperts(const json &config, ConfigReader &reader,
     model.moeIntermediate =
         reader.getOptionalInt("moe_intermediate_size").value_or(768);
     model.normTopK = reader.getBool("norm_topk_prob", false);
-    model.sparseStep =
-        reader.getOptionalInt("decoder_sparse_step").value_or(1);
+    model.sparseStep = reader.getOptionalInt("decoder_sparse_step").value_or(1);
     auto only = config.find("mlp_only_layers");
     if (only != config.end() && !only->is_null()) {
       if (!only->is_array())
@@ -798,13 +797,13 @@ std::string addExpertBlock(GraphBuilder &builder, const ModelConfig &model,
   std::string router = builder.addNode(
       mlp + ".router", "moe_router", {logits},
       {{"top_k", model.topK}, {"normalize", model.normTopK}}, mlp + ".gate");
-  std::string permute = builder.addNode(experts + ".permute", "moe_permute",
-                                        {normed, router + ":1"}, numExperts,
-                                        experts);
-  std::string h = builder.addNode(
-      experts + ".gate_up", "grouped_linear",
-      {permute, permute + ":1", experts + ".gate_up_proj"}, ojson::object(),
-      experts);
+  std::string permute =
+      builder.addNode(experts + ".permute", "moe_permute",
+                      {normed, router + ":1"}, numExperts, experts);
+  std::string h =
+      builder.addNode(experts + ".gate_up", "grouped_linear",
+                      {permute, permute + ":1", experts + ".gate_up_proj"},
+                      ojson::object(), experts);
   std::string split = builder.addNode(
       experts + ".chunk", "split", {h},
       {{"dim", -1}, {"sizes", {model.moeIntermediate, model.moeIntermediate}}},
@@ -837,9 +836,8 @@ ojson addAuxiliaryLoss(GraphBuilder &builder, const ModelConfig &model,
                           : builder.addNode(layer + ".router_stats_sum", "add",
                                             {stats, s}, ojson::object(), layer);
   }
-  std::string aux =
-      builder.addNode("aux_loss", "moe_aux_combine", {stats},
-                      {{"coef", model.auxCoef}}, "aux_loss");
+  std::string aux = builder.addNode("aux_loss", "moe_aux_combine", {stats},
+                                    {{"coef", model.auxCoef}}, "aux_loss");
   return {{{"name", "aux_loss"}, {"value", aux}}};
 }
 
@@ -973,8 +971,8 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
   x = builder.addNode("model.norm", "rms_norm", {x, "model.norm.weight"},
                       {{"eps", model.normEps}}, "model.norm");
   ojson aux = addAuxiliaryLoss(builder, model, routerLogits);
-  return finishCausalLM(builder, model, x, "model.embed_tokens.weight",
-                        initStd, std::move(aux));
+  return finishCausalLM(builder, model, x, "model.embed_tokens.weight", initStd,
+                        std::move(aux));
 }
 
 /// GPT2LMHeadModel. Its projections are transformers Conv1D modules, whose

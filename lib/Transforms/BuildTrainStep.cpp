@@ -497,8 +497,7 @@ LogicalResult TrainStep::microbatchForward(int64_t m, IRMapping &map,
   return success();
 }
 
-LogicalResult TrainStep::auxiliaryLoss(MoeAuxCombineOp combine,
-                                       IRMapping &map,
+LogicalResult TrainStep::auxiliaryLoss(MoeAuxCombineOp combine, IRMapping &map,
                                        SmallVectorImpl<Operation *> &cloned) {
   if (auxLoss)
     return combine.emitOpError(
@@ -571,8 +570,7 @@ LogicalResult TrainStep::backward(int64_t m, ArrayRef<Operation *> cloned,
   if (!logits)
     grads.seed(sum, seed);
   if (auxLoss)
-    grads.seed(auxLoss,
-               build.fill(auxCoef / double(pass.microbatches), f32));
+    grads.seed(auxLoss, build.fill(auxCoef / double(pass.microbatches), f32));
   Operation *backwardStart = &*std::prev(b.getInsertionPoint());
   LogicalResult result = differentiate(cloned, grads);
   gradOps += grads.getNumCreated();

@@ -95,8 +95,8 @@ FailureOr<Dispatch> ExpertSplitter::findDispatch(nn::MoePermuteOp permute) {
       dispatch.unpermute = unpermute;
       continue;
     }
-    if (isa<func::ReturnOp>(op) || !op->getName().hasInterface<
-                                       nn::ShapeRuleOpInterface>())
+    if (isa<func::ReturnOp>(op) ||
+        !op->getName().hasInterface<nn::ShapeRuleOpInterface>())
       return op->emitOpError("reads a sparse layer's expert-ordered rows, "
                              "which expert parallelism cannot follow");
     dispatch.body.push_back(op);
@@ -104,8 +104,7 @@ FailureOr<Dispatch> ExpertSplitter::findDispatch(nn::MoePermuteOp permute) {
       derived.insert(result);
   }
   if (!dispatch.unpermute)
-    return permute.emitOpError(
-        "has rows that never reach an nn.moe_unpermute");
+    return permute.emitOpError("has rows that never reach an nn.moe_unpermute");
   return dispatch;
 }
 
@@ -125,9 +124,8 @@ LogicalResult ExpertSplitter::claimWeight(nn::GroupedLinearOp op,
                           "expert parallelism splits parameters");
   int64_t e = tensorOf(arg).getDimSize(0);
   if (e != experts)
-    return op.emitOpError("has ")
-           << e << " experts in '" << name.getValue() << "' but routes to "
-           << experts;
+    return op.emitOpError("has ") << e << " experts in '" << name.getValue()
+                                  << "' but routes to " << experts;
   if (e % ep != 0)
     return op.emitOpError("expert parameter '")
            << name.getValue() << "' has " << e
@@ -161,11 +159,10 @@ LogicalResult ExpertSplitter::distribute(Dispatch &dispatch) {
   Location loc = permute.getLoc();
   b.setInsertionPointAfter(permute);
   Value counts = permute.getCounts();
-  Value segments =
-      dist::AllToAllOp::create(b, loc, counts.getType(), counts, meshRef,
-                               epAxes, b.getI64IntegerAttr(0),
-                               b.getI64IntegerAttr(0))
-          .getResult();
+  Value segments = dist::AllToAllOp::create(
+                       b, loc, counts.getType(), counts, meshRef, epAxes,
+                       b.getI64IntegerAttr(0), b.getI64IntegerAttr(0))
+                       .getResult();
   Value send = nn::MoeRankCountsOp::create(b, loc, counts, ep, StringAttr());
   Value recv = nn::MoeRankCountsOp::create(b, loc, segments, ep, StringAttr());
   RankedTensorType rows = tensorOf(permute.getRows());
@@ -173,8 +170,8 @@ LogicalResult ExpertSplitter::distribute(Dispatch &dispatch) {
   int64_t topK = tensorOf(permute.getIndices()).getShape().back();
   int64_t tokens = topK ? slots / topK : 0;
   int64_t bound = ep * tokens * std::min(topK, experts / ep);
-  auto received = RankedTensorType::get({bound, rows.getDimSize(1)},
-                                        rows.getElementType());
+  auto received =
+      RankedTensorType::get({bound, rows.getDimSize(1)}, rows.getElementType());
   auto in = dist::AllToAllVOp::create(b, loc, received, permute.getRows(),
                                       meshRef, epAxes, send, recv);
   in->setAttr("fsdp.expert_parallel", b.getUnitAttr());
@@ -189,19 +186,19 @@ LogicalResult ExpertSplitter::distribute(Dispatch &dispatch) {
     NamedAttrList attrs(op->getAttrDictionary());
     if (isa<nn::GroupedLinearOp>(op))
       attrs.set("active_share",
-                b.getF64FloatAttr(double(slots) / double(std::max<int64_t>(
-                                                      bound, 1))));
-    Operation *copy = nn::rebuildWithShapeRule(b, *op, operands,
-                                               attrs.getDictionary(b.getContext()));
+                b.getF64FloatAttr(double(slots) /
+                                  double(std::max<int64_t>(bound, 1))));
+    Operation *copy = nn::rebuildWithShapeRule(
+        b, *op, operands, attrs.getDictionary(b.getContext()));
     if (!copy)
       return failure();
     map.map(op->getResults(), copy->getResults());
   }
   nn::MoeUnpermuteOp unpermute = dispatch.unpermute;
   b.setInsertionPoint(unpermute);
-  auto back = dist::AllToAllVOp::create(
-      b, unpermute.getLoc(), rows, map.lookup(unpermute.getRows()), meshRef,
-      epAxes, recv, send);
+  auto back = dist::AllToAllVOp::create(b, unpermute.getLoc(), rows,
+                                        map.lookup(unpermute.getRows()),
+                                        meshRef, epAxes, recv, send);
   back->setAttr("fsdp.expert_parallel", b.getUnitAttr());
   unpermute.getRowsMutable().assign(back.getResult());
   for (Operation *op : llvm::reverse(dispatch.body))
@@ -224,10 +221,9 @@ void ExpertSplitter::splitWeights() {
     SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
     dims[0] = epAxes;
     forward.setArgAttr(arg.getArgNumber(), "dist.sharding",
-                       dist::ShardingAttr::get(context, meshRef,
-                                               b.getArrayAttr(dims),
-                                               b.getArrayAttr({}),
-                                               b.getDenseI64ArrayAttr({})));
+                       dist::ShardingAttr::get(
+                           context, meshRef, b.getArrayAttr(dims),
+                           b.getArrayAttr({}), b.getDenseI64ArrayAttr({})));
   }
   forward.setFunctionType(
       b.getFunctionType(forward.getBody().getArgumentTypes(),
@@ -258,8 +254,8 @@ LogicalResult ExpertSplitter::run() {
       if (grouped.getCounts() != dispatch.permute.getCounts())
         return grouped.emitOpError("groups rows by counts other than its "
                                    "nn.moe_permute's");
-      if (failed(claimWeight(grouped, static_cast<int64_t>(
-                                          dispatch.permute.getNumExperts()))))
+      if (failed(claimWeight(
+              grouped, static_cast<int64_t>(dispatch.permute.getNumExperts()))))
         return failure();
     }
   splitWeights();

@@ -185,10 +185,7 @@ LogicalResult Sharder::shardArguments() {
     bool input = bool(forward.getArgAttr(i, nn::NNDialect::kInputAttrName));
     bool param = bool(forward.getArgAttr(i, nn::NNDialect::kParamAttrName));
     bool experts = param && isExperts(i);
-    int64_t parts = input     ? ranks
-                    : experts ? expertShards
-                    : param   ? shards
-                              : 1;
+    int64_t parts = input ? ranks : experts ? expertShards : param ? shards : 1;
     if (parts > 1) {
       // An uneven dim 0 is padded to the next multiple, as FSDP2 does: the
       // last blocks end in zero rows that the unpacking slices off.
@@ -295,8 +292,8 @@ void Sharder::unpack(Unit &unit, Location loc) {
   }
 }
 
-void Sharder::unpackGroup(Unit &unit, ArrayRef<unsigned> params,
-                          ArrayAttr axes, int64_t shards, Location loc) {
+void Sharder::unpackGroup(Unit &unit, ArrayRef<unsigned> params, ArrayAttr axes,
+                          int64_t shards, Location loc) {
   SmallVector<Value> flat;
   SmallVector<int64_t> sizes;
   for (unsigned arg : params) {

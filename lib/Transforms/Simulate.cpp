@@ -247,8 +247,8 @@ struct SimulatePass
         // Routed rows: balanced routing moves the dispatch's rows each way
         // (a combine's input is a buffer sized for the worst routing).
         if (accounting::trafficOf(kind) == accounting::Traffic::Routed)
-          bytes = std::min(bytes, double(bytesOf(
-                                      collective.getResultTensorType())));
+          bytes = std::min(bytes,
+                           double(bytesOf(collective.getResultTensorType())));
         double duration = hw.seconds(kind, bytes, stream.placement);
         double start = std::max(stream.free, readyOf(collective.getInput()));
         if (!collective.isAsync())

@@ -591,23 +591,25 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   std::vector<T> x = fill(static_cast<size_t>(tokens * hidden));
 
   // Routing.
-  std::vector<T> wCpu(static_cast<size_t>(slots)), wEmu(static_cast<size_t>(slots));
-  std::vector<int64_t> iCpu(static_cast<size_t>(slots)), iEmu(static_cast<size_t>(slots), -7);
+  std::vector<T> wCpu(static_cast<size_t>(slots)),
+      wEmu(static_cast<size_t>(slots));
+  std::vector<int64_t> iCpu(static_cast<size_t>(slots)),
+      iEmu(static_cast<size_t>(slots), -7);
   fsdp_rt_moe_router(nullptr, dtype, logits.data(), tokens, experts, k,
                      normalize, wCpu.data(), iCpu.data());
   emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::router<E>(logits.data(), tokens, experts, k, normalize, wEmu.data(),
                    iEmu.data());
   });
-  bool ok = report(name, "router_indices", relError(asFloat(iEmu),
-                                                    asFloat(iCpu)), 0);
-  ok = report(name, "router_weights", relError(widen(wEmu), widen(wCpu)),
-              tol) && ok;
+  bool ok =
+      report(name, "router_indices", relError(asFloat(iEmu), asFloat(iCpu)), 0);
+  ok =
+      report(name, "router_weights", relError(widen(wEmu), widen(wCpu)), tol) &&
+      ok;
   std::vector<T> dw = fill(static_cast<size_t>(slots));
   std::vector<T> dlCpu(logits.size()), dlEmu(logits.size());
-  fsdp_rt_moe_router_grad(nullptr, dtype, logits.data(), iCpu.data(),
-                          dw.data(), tokens, experts, k, normalize,
-                          dlCpu.data());
+  fsdp_rt_moe_router_grad(nullptr, dtype, logits.data(), iCpu.data(), dw.data(),
+                          tokens, experts, k, normalize, dlCpu.data());
   emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::routerGrad<E>(logits.data(), iCpu.data(), dw.data(), tokens, experts,
                        k, normalize, dlEmu.data());
@@ -616,9 +618,11 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
        ok;
 
   // Expert order and back.
-  std::vector<T> rowsCpu(static_cast<size_t>(slots * hidden)), rowsEmu(rowsCpu.size());
-  std::vector<int64_t> cCpu(static_cast<size_t>(experts)), cEmu(static_cast<size_t>(experts)),
-      start(static_cast<size_t>(experts)), row(static_cast<size_t>(slots));
+  std::vector<T> rowsCpu(static_cast<size_t>(slots * hidden)),
+      rowsEmu(rowsCpu.size());
+  std::vector<int64_t> cCpu(static_cast<size_t>(experts)),
+      cEmu(static_cast<size_t>(experts)), start(static_cast<size_t>(experts)),
+      row(static_cast<size_t>(slots));
   fsdp_rt_moe_permute(nullptr, dtype, x.data(), iCpu.data(), tokens, hidden, k,
                       experts, rowsCpu.data(), cCpu.data());
   emu::launch(1, 1, 1, kMoEThreads, 0, [&] {
@@ -629,9 +633,11 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
     moe::permute<E>(x.data(), row.data(), slots, hidden, k, rowsEmu.data());
   });
   ok = report(name, "permute_counts", relError(asFloat(cEmu), asFloat(cCpu)),
-              0) && ok;
+              0) &&
+       ok;
   ok = report(name, "permute_rows", relError(widen(rowsEmu), widen(rowsCpu)),
-              0) && ok;
+              0) &&
+       ok;
   std::vector<T> yCpu(x.size()), yEmu(x.size());
   fsdp_rt_moe_unpermute(nullptr, dtype, rowsCpu.data(), iCpu.data(),
                         wCpu.data(), tokens, hidden, k, experts, yCpu.data());
@@ -647,55 +653,58 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
                              wCpu.data(), dy.data(), tokens, hidden, k, experts,
                              drCpu.data(), dwCpu.data());
   emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
-    moe::unpermuteGradRows<E>(row.data(), wCpu.data(), dy.data(), slots,
-                              hidden, k, drEmu.data());
+    moe::unpermuteGradRows<E>(row.data(), wCpu.data(), dy.data(), slots, hidden,
+                              k, drEmu.data());
   });
   emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
     moe::unpermuteGradWeights<E>(rowsCpu.data(), row.data(), dy.data(), slots,
                                  hidden, k, dwEmu.data());
   });
-  ok = report(name, "unpermute_grad_rows", relError(widen(drEmu),
-                                                    widen(drCpu)), tol) && ok;
+  ok = report(name, "unpermute_grad_rows", relError(widen(drEmu), widen(drCpu)),
+              tol) &&
+       ok;
   ok = report(name, "unpermute_grad_weights",
-              relError(widen(dwEmu), widen(dwCpu)), tol) && ok;
+              relError(widen(dwEmu), widen(dwCpu)), tol) &&
+       ok;
 
   // Grouped products on a buffer of `rows`: two sources' segments per
   // expert, some empty, 19 rows past them.
   std::vector<int64_t> seg(static_cast<size_t>(segments));
   int64_t left = slots;
   for (int64_t g = 0; g < segments; ++g) {
-    seg[g] = g == segments - 1 ? left : (g % 3 == 1 ? 0 : std::min(left, g + 3));
+    seg[g] =
+        g == segments - 1 ? left : (g % 3 == 1 ? 0 : std::min(left, g + 3));
     left -= seg[g];
   }
-  std::vector<T> a = fill(static_cast<size_t>(rows * hidden)), w = fill(static_cast<size_t>(experts * n *
-                                                                  hidden));
-  std::vector<T> oCpu(static_cast<size_t>(rows * n)), oEmu(oCpu.size(), fill(1)[0]);
+  std::vector<T> a = fill(static_cast<size_t>(rows * hidden)),
+                 w = fill(static_cast<size_t>(experts * n * hidden));
+  std::vector<T> oCpu(static_cast<size_t>(rows * n)),
+      oEmu(oCpu.size(), fill(1)[0]);
   std::vector<int64_t> starts(static_cast<size_t>(segments + 1));
   fsdp_rt_grouped_linear(nullptr, dtype, a.data(), rows, hidden, seg.data(),
                          segments, w.data(), experts, n, oCpu.data());
   // The emulator runs whole warps; the kernel's other threads return.
-  emu::launch(1, 1, 1, 32, 0, [&] {
-    moe::segmentStarts(seg.data(), segments, starts.data());
-  });
+  emu::launch(1, 1, 1, 32, 0,
+              [&] { moe::segmentStarts(seg.data(), segments, starts.data()); });
   auto product = [&](const T *in, int64_t inner, int64_t cols, bool transB,
                      T *out) {
-    emu::launch(unsigned((cols + moe::kTile - 1) / moe::kTile),
-                1, unsigned(segments),
-                moe::kTile * moe::kTile, 0, [&] {
+    emu::launch(unsigned((cols + moe::kTile - 1) / moe::kTile), 1,
+                unsigned(segments), moe::kTile * moe::kTile, 0, [&] {
                   moe::groupedProduct<E>(in, seg.data(), starts.data(),
-                                         w.data(), experts, inner, cols,
-                                         transB, out);
+                                         w.data(), experts, inner, cols, transB,
+                                         out);
                 });
     emu::launch(2, 1, 1, kMoEThreads, 0, [&] {
       moe::zeroTail<E>(starts.data(), segments, rows, cols, out);
     });
   };
   product(a.data(), hidden, n, true, oEmu.data());
-  ok = report(name, "grouped_linear", relError(widen(oEmu), widen(oCpu)),
-              tol) && ok;
+  ok =
+      report(name, "grouped_linear", relError(widen(oEmu), widen(oCpu)), tol) &&
+      ok;
   std::vector<T> g = fill(oCpu.size());
-  std::vector<T> dxCpu(a.size()), dxEmu(a.size(), fill(1)[0]),
-      dwtCpu(w.size()), dwtEmu(w.size());
+  std::vector<T> dxCpu(a.size()), dxEmu(a.size(), fill(1)[0]), dwtCpu(w.size()),
+      dwtEmu(w.size());
   fsdp_rt_grouped_linear_grad(nullptr, dtype, a.data(), rows, hidden,
                               seg.data(), segments, w.data(), experts, n,
                               g.data(), dxCpu.data(), dwtCpu.data());
@@ -708,13 +717,15 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
                                           hidden, n, dwtEmu.data());
               });
   ok = report(name, "grouped_linear_dx", relError(widen(dxEmu), widen(dxCpu)),
-              tol) && ok;
-  ok = report(name, "grouped_linear_dw",
-              relError(widen(dwtEmu), widen(dwtCpu)), tol) && ok;
+              tol) &&
+       ok;
+  ok = report(name, "grouped_linear_dw", relError(widen(dwtEmu), widen(dwtCpu)),
+              tol) &&
+       ok;
 
   // Load-balancing statistics and their gradient.
-  std::vector<float> sCpu(static_cast<size_t>(2 * experts + 1)), sEmu(sCpu.size()),
-      softmax(static_cast<size_t>(2 * tokens));
+  std::vector<float> sCpu(static_cast<size_t>(2 * experts + 1)),
+      sEmu(sCpu.size()), softmax(static_cast<size_t>(2 * tokens));
   std::vector<int64_t> chosen(static_cast<size_t>(slots));
   fsdp_rt_moe_aux_stats(nullptr, dtype, logits.data(), tokens, experts, k,
                         sCpu.data());
@@ -738,7 +749,8 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
                          daEmu.data());
   });
   ok = report(name, "aux_stats_grad", relError(widen(daEmu), widen(daCpu)),
-              tol) && ok;
+              tol) &&
+       ok;
   float lossCpu = 0, lossEmu = 0, one = 1.5f;
   std::vector<float> dcCpu(sCpu.size()), dcEmu(sCpu.size());
   fsdp_rt_moe_aux_combine(nullptr, sCpu.data(), experts, &lossCpu);

@@ -442,7 +442,8 @@ void fsdp_op_sgd(fsdp_program *p, fsdp_tensor *new_param,
                  fsdp_tensor *lr_scale, double lr, double momentum,
                  double weight_decay);
 
-/// Mixture of experts (nn.moe_*, nn.grouped_linear; lib/Runtime/Host/MoEOps.cpp).
+/// Mixture of experts (nn.moe_*, nn.grouped_linear;
+/// lib/Runtime/Host/MoEOps.cpp).
 void fsdp_op_moe_router(fsdp_program *p, fsdp_tensor *weights,
                         fsdp_tensor *indices, fsdp_tensor *logits,
                         int64_t top_k, bool normalize);

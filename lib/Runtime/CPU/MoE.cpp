@@ -114,10 +114,9 @@ int64_t segmentRows(const int64_t *counts, int64_t segments, int64_t rows,
 
 } // namespace
 
-void fsdp_rt_moe_router(fsdp_rt_stream, fsdp_rt_dtype dtype,
-                        const void *logits, int64_t tokens, int64_t experts,
-                        int64_t top_k, int normalize, void *weights,
-                        int64_t *indices) {
+void fsdp_rt_moe_router(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *logits,
+                        int64_t tokens, int64_t experts, int64_t top_k,
+                        int normalize, void *weights, int64_t *indices) {
   KernelTimer timer(FSDP_RT_KERNEL_SOFTMAX);
   FloatInput x(dtype, logits, tokens * experts);
   FloatOutput w(dtype, weights, tokens * top_k);

@@ -71,8 +71,8 @@ void fsdp_op_moe_router(fsdp_program *, fsdp_tensor *weights,
   require(op, numElements(weights->type) == tokens * top_k,
           "weights " + typeString(weights->type) + " do not hold top_k " +
               "values per token");
-  fsdp_rt_moe_router(nullptr, logits->type.dtype, logits->data, tokens,
-                     experts, top_k, normalize, weights->data,
+  fsdp_rt_moe_router(nullptr, logits->type.dtype, logits->data, tokens, experts,
+                     top_k, normalize, weights->data,
                      static_cast<int64_t *>(indices->data));
 }
 
@@ -85,14 +85,14 @@ fsdp_tensor *fsdp_op_moe_router_grad(fsdp_program *, fsdp_type r,
   requireSameDtype(op, dweights, logits, "grad");
   fsdp_tensor *out = newTensor(r);
   fsdp_rt_moe_router_grad(nullptr, logits->type.dtype, logits->data,
-                          fsdp::host::indices(indices), dweights->data, tokens, experts,
-                          lastDim(indices), normalize, out->data);
+                          fsdp::host::indices(indices), dweights->data, tokens,
+                          experts, lastDim(indices), normalize, out->data);
   return out;
 }
 
-void fsdp_op_moe_permute(fsdp_program *, fsdp_tensor *rows,
-                         fsdp_tensor *counts, fsdp_tensor *x,
-                         fsdp_tensor *indices, int64_t num_experts) {
+void fsdp_op_moe_permute(fsdp_program *, fsdp_tensor *rows, fsdp_tensor *counts,
+                         fsdp_tensor *x, fsdp_tensor *indices,
+                         int64_t num_experts) {
   const char *op = "moe_permute";
   int64_t tokens = leading(x), hidden = lastDim(x);
   requireRouting(op, indices, tokens);
@@ -103,8 +103,9 @@ void fsdp_op_moe_permute(fsdp_program *, fsdp_tensor *rows,
   requireSameDtype(op, rows, x, "rows");
   require(op, numElements(rows->type) == numElements(indices->type) * hidden,
           "rows " + typeString(rows->type) + " are not one per slot");
-  fsdp_rt_moe_permute(nullptr, x->type.dtype, x->data, fsdp::host::indices(indices),
-                      tokens, hidden, lastDim(indices), num_experts, rows->data,
+  fsdp_rt_moe_permute(nullptr, x->type.dtype, x->data,
+                      fsdp::host::indices(indices), tokens, hidden,
+                      lastDim(indices), num_experts, rows->data,
                       static_cast<int64_t *>(counts->data));
 }
 
@@ -120,7 +121,8 @@ fsdp_tensor *fsdp_op_moe_unpermute(fsdp_program *, fsdp_type r,
   if (weights)
     requireSameDtype(op, weights, rows, "weights");
   fsdp_tensor *out = newTensor(r);
-  fsdp_rt_moe_unpermute(nullptr, rows->type.dtype, rows->data, fsdp::host::indices(indices),
+  fsdp_rt_moe_unpermute(nullptr, rows->type.dtype, rows->data,
+                        fsdp::host::indices(indices),
                         weights ? weights->data : nullptr, tokens, hidden,
                         lastDim(indices), num_experts, out->data);
   return out;
@@ -138,34 +140,36 @@ void fsdp_op_moe_unpermute_grad(fsdp_program *, fsdp_tensor *drows,
   require(op, numElements(dy->type) == tokens * hidden,
           "grad " + typeString(dy->type) + " is not one row per token");
   fsdp_rt_moe_unpermute_grad(nullptr, rows->type.dtype, rows->data,
-                             fsdp::host::indices(indices), weights->data, dy->data, tokens,
-                             hidden, lastDim(indices), num_experts,
-                             drows->data, dweights->data);
+                             fsdp::host::indices(indices), weights->data,
+                             dy->data, tokens, hidden, lastDim(indices),
+                             num_experts, drows->data, dweights->data);
 }
 
 /// Checks grouped_linear's operands: x [R, K], counts [G], w [E, N, K].
 static void groupedChecks(const char *op, const fsdp_tensor *x,
                           const fsdp_tensor *counts, const fsdp_tensor *w) {
-  require(op, x->type.rank == 2 && w->type.rank == 3 &&
-                  w->type.dims[2] == x->type.dims[1],
+  require(op,
+          x->type.rank == 2 && w->type.rank == 3 &&
+              w->type.dims[2] == x->type.dims[1],
           "input " + typeString(x->type) + " and weight " +
               typeString(w->type) + " are not [R, K] and [E, N, K]");
   requireSameDtype(op, w, x, "weight");
   requireI64(op, counts, "counts");
-  require(op, counts->type.rank == 1 && w->type.dims[0] > 0 &&
-                  counts->type.dims[0] % w->type.dims[0] == 0,
+  require(op,
+          counts->type.rank == 1 && w->type.dims[0] > 0 &&
+              counts->type.dims[0] % w->type.dims[0] == 0,
           "counts " + typeString(counts->type) + " are not segments of " +
               std::to_string(w->type.dims[0]) + " experts");
 }
 
-fsdp_tensor *fsdp_op_grouped_linear(fsdp_program *, fsdp_type r,
-                                    fsdp_tensor *x, fsdp_tensor *counts,
-                                    fsdp_tensor *w) {
+fsdp_tensor *fsdp_op_grouped_linear(fsdp_program *, fsdp_type r, fsdp_tensor *x,
+                                    fsdp_tensor *counts, fsdp_tensor *w) {
   groupedChecks("grouped_linear", x, counts, w);
   fsdp_tensor *out = newTensor(r);
   fsdp_rt_grouped_linear(nullptr, x->type.dtype, x->data, x->type.dims[0],
-                         x->type.dims[1], fsdp::host::indices(counts), counts->type.dims[0],
-                         w->data, w->type.dims[0], w->type.dims[1], out->data);
+                         x->type.dims[1], fsdp::host::indices(counts),
+                         counts->type.dims[0], w->data, w->type.dims[0],
+                         w->type.dims[1], out->data);
   return out;
 }
 
@@ -217,10 +221,9 @@ fsdp_tensor *fsdp_op_moe_aux_stats_grad(fsdp_program *, fsdp_type r,
               numElements(dstats->type) == 2 * experts + 1,
           "grad " + typeString(dstats->type) + " is not [2E + 1] f32");
   fsdp_tensor *out = newTensor(r);
-  fsdp_rt_moe_aux_stats_grad(nullptr, logits->type.dtype, logits->data,
-                             leading(logits), experts,
-                             static_cast<const float *>(dstats->data),
-                             out->data);
+  fsdp_rt_moe_aux_stats_grad(
+      nullptr, logits->type.dtype, logits->data, leading(logits), experts,
+      static_cast<const float *>(dstats->data), out->data);
   return out;
 }
 
@@ -242,8 +245,7 @@ fsdp_tensor *fsdp_op_moe_aux_combine(fsdp_program *, fsdp_type r,
 }
 
 fsdp_tensor *fsdp_op_moe_aux_combine_grad(fsdp_program *, fsdp_type r,
-                                          fsdp_tensor *stats,
-                                          fsdp_tensor *dy) {
+                                          fsdp_tensor *stats, fsdp_tensor *dy) {
   int64_t experts = statsExperts("moe_aux_combine_grad", stats);
   fsdp_tensor *out = newTensor(r);
   fsdp_rt_moe_aux_combine_grad(nullptr, static_cast<const float *>(stats->data),

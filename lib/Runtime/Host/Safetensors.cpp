@@ -354,9 +354,10 @@ Source sourceOf(const WeightSet &set, const std::string &name,
   const std::string router = ".mlp.gate.weight";
   if (endsWith(name, gateUp)) {
     layer = name.substr(0, name.size() - gateUp.size());
-    layouts = {{".mlp.experts.#.gate_proj.weight", ".mlp.experts.#.up_proj.weight"},
-               {".block_sparse_moe.experts.#.w1.weight",
-                ".block_sparse_moe.experts.#.w3.weight"}};
+    layouts = {
+        {".mlp.experts.#.gate_proj.weight", ".mlp.experts.#.up_proj.weight"},
+        {".block_sparse_moe.experts.#.w1.weight",
+         ".block_sparse_moe.experts.#.w3.weight"}};
   } else if (endsWith(name, down)) {
     layer = name.substr(0, name.size() - down.size());
     layouts = {{".mlp.experts.#.down_proj.weight"},
@@ -384,8 +385,7 @@ Source sourceOf(const WeightSet &set, const std::string &name,
     if (source.missing.empty())
       return source;
   }
-  return {{}, name + " (or its per-expert " + layer + layouts[0][0] +
-              ", ...)"};
+  return {{}, name + " (or its per-expert " + layer + layouts[0][0] + ", ...)"};
 }
 
 std::string listNames(const std::vector<std::string> &names) {
@@ -431,12 +431,11 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path,
       const auto &[file, entry] = set.tensors.at(piece);
       if (entry.shape != pieceShape ||
           !convertible(entry.dtype, param.type.dtype))
-        mismatched.push_back(piece + ": " + file->path() + " has " +
-                             entryString(entry) + ", the program expects " +
-                             typeString(whole) +
-                             (source.names.size() > 1
-                                  ? " (for " + param.name + ")"
-                                  : std::string()));
+        mismatched.push_back(
+            piece + ": " + file->path() + " has " + entryString(entry) +
+            ", the program expects " + typeString(whole) +
+            (source.names.size() > 1 ? " (for " + param.name + ")"
+                                     : std::string()));
     }
   }
   std::vector<std::string> unexpected;

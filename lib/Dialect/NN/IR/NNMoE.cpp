@@ -108,8 +108,7 @@ LogicalResult MoePermuteOp::inferTypes(MLIRContext *context,
   RankedTensorType indices = tensorOf(adaptor.getIndices());
   int64_t experts = static_cast<int64_t>(adaptor.getNumExperts());
   if (experts < 1)
-    return reject<MoePermuteOp>(loc, "num_experts must be >= 1, got ",
-                                experts);
+    return reject<MoePermuteOp>(loc, "num_experts must be >= 1, got ", experts);
   if (input.getRank() < 1 || indices.getRank() != input.getRank() ||
       input.getShape().drop_back() != indices.getShape().drop_back())
     return reject<MoePermuteOp>(loc, "input ", input, " and indices ", indices,
@@ -133,13 +132,12 @@ LogicalResult MoeUnpermuteOp::inferTypes(MLIRContext *,
   if (failed(checkIndices<MoeUnpermuteOp>(loc, adaptor.getIndices())))
     return failure();
   if (rows.getRank() != 2 || rows.getDimSize(0) != indices.getNumElements())
-    return reject<MoeUnpermuteOp>(loc, "rows ", rows, " must be [",
-                                  indices.getNumElements(),
-                                  ", H]: one row per routing slot of ",
-                                  indices);
+    return reject<MoeUnpermuteOp>(
+        loc, "rows ", rows, " must be [", indices.getNumElements(),
+        ", H]: one row per routing slot of ", indices);
   if (Value weights = adaptor.getWeights()) {
-    if (failed(sameElementType<MoeUnpermuteOp>(loc, "weights", adaptor.getRows(),
-                                               weights)))
+    if (failed(sameElementType<MoeUnpermuteOp>(loc, "weights",
+                                               adaptor.getRows(), weights)))
       return failure();
     if (tensorOf(weights).getShape() != indices.getShape())
       return reject<MoeUnpermuteOp>(loc, "weights ", weights.getType(),
@@ -240,8 +238,8 @@ LogicalResult MoeUnpermuteGradOp::inferTypes(MLIRContext *context,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &results) {
   MoeUnpermuteOp::Properties properties;
-  properties.num_experts = IntegerAttr::get(IntegerType::get(context, 64),
-                                            adaptor.getNumExperts());
+  properties.num_experts =
+      IntegerAttr::get(IntegerType::get(context, 64), adaptor.getNumExperts());
   SmallVector<Value> operands = {adaptor.getRows(), adaptor.getIndices(),
                                  adaptor.getWeights()};
   SmallVector<Type> forward;
@@ -331,10 +329,10 @@ LogicalResult MoeUnpermuteOp::buildGradient(GradientBuilder &grads) {
     return success();
   if (!getWeights()) {
     if (grads.needsGrad(getRows()))
-      grads.accumulate(getRows(), grads
-                                      .make<MoePermuteOp>(dy, getIndices(),
-                                                          getNumExpertsAttr())
-                                      .getRows());
+      grads.accumulate(
+          getRows(),
+          grads.make<MoePermuteOp>(dy, getIndices(), getNumExpertsAttr())
+              .getRows());
     return success();
   }
   auto g = grads.make<MoeUnpermuteGradOp>(getRows(), getIndices(), getWeights(),
