@@ -39,6 +39,17 @@ void probabilities(const float *logits, int64_t experts, float *p) {
     p[e] *= inv;
 }
 
+/// The logits' gradient of softmax probabilities `p` whose gradient is
+/// `dp`: p · (dp − Σ p·dp).
+void softmaxBackward(const float *p, const float *dp, int64_t experts,
+                     float *out) {
+  double dot = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    dot += double(p[e]) * dp[e];
+  for (int64_t e = 0; e < experts; ++e)
+    out[e] = p[e] * (dp[e] - float(dot));
+}
+
 /// The `topK` largest of p, descending, ties to the lower index.
 void topK(const float *p, int64_t experts, int64_t k, int64_t *chosen) {
   for (int64_t j = 0; j < k; ++j) {
@@ -165,12 +176,7 @@ void fsdp_rt_moe_router_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
         for (int64_t j = 0; j < top_k; ++j)
           dp[chosen[j]] += g[j];
       }
-      double dot = 0;
-      for (int64_t e = 0; e < experts; ++e)
-        dot += double(p[e]) * dp[e];
-      float *out = dx.get() + t * experts;
-      for (int64_t e = 0; e < experts; ++e)
-        out[e] = p[e] * (dp[e] - float(dot));
+      softmaxBackward(p.data(), dp.data(), experts, dx.get() + t * experts);
     }
   });
   dx.finish();
@@ -346,12 +352,7 @@ void fsdp_rt_moe_aux_stats_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
     std::vector<float> p(experts);
     for (int64_t t = begin; t < end; ++t) {
       probabilities(x.get() + t * experts, experts, p.data());
-      double dot = 0;
-      for (int64_t e = 0; e < experts; ++e)
-        dot += double(p[e]) * dp[e];
-      float *out = dx.get() + t * experts;
-      for (int64_t e = 0; e < experts; ++e)
-        out[e] = p[e] * (dp[e] - float(dot));
+      softmaxBackward(p.data(), dp, experts, dx.get() + t * experts);
     }
   });
   dx.finish();
