@@ -237,18 +237,11 @@ LogicalResult MoeUnpermuteGradOp::inferTypes(MLIRContext *context,
                                              std::optional<Location> loc,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &results) {
-  MoeUnpermuteOp::Properties properties;
-  properties.num_experts =
-      IntegerAttr::get(IntegerType::get(context, 64), adaptor.getNumExperts());
-  SmallVector<Value> operands = {adaptor.getRows(), adaptor.getIndices(),
-                                 adaptor.getWeights()};
-  SmallVector<Type> forward;
-  if (failed(MoeUnpermuteOp::inferTypes(
-          context, loc,
-          MoeUnpermuteOp::Adaptor(operands, DictionaryAttr(), properties),
-          forward)) ||
-      failed(checkGrad<MoeUnpermuteGradOp>(loc, adaptor.getGrad(),
-                                           forward.front())))
+  FailureOr<Type> forward = forwardResult<MoeUnpermuteOp, MoeUnpermuteGradOp>(
+      context, loc,
+      {adaptor.getRows(), adaptor.getIndices(), adaptor.getWeights()}, adaptor);
+  if (failed(forward) ||
+      failed(checkGrad<MoeUnpermuteGradOp>(loc, adaptor.getGrad(), *forward)))
     return failure();
   results.push_back(adaptor.getRows().getType());
   results.push_back(adaptor.getWeights().getType());
@@ -259,16 +252,11 @@ LogicalResult GroupedLinearGradOp::inferTypes(MLIRContext *context,
                                               std::optional<Location> loc,
                                               Adaptor adaptor,
                                               SmallVectorImpl<Type> &results) {
-  GroupedLinearOp::Properties properties;
-  SmallVector<Value> operands = {adaptor.getInput(), adaptor.getCounts(),
-                                 adaptor.getWeight()};
-  SmallVector<Type> forward;
-  if (failed(GroupedLinearOp::inferTypes(
-          context, loc,
-          GroupedLinearOp::Adaptor(operands, DictionaryAttr(), properties),
-          forward)) ||
-      failed(checkGrad<GroupedLinearGradOp>(loc, adaptor.getGrad(),
-                                            forward.front())))
+  FailureOr<Type> forward = forwardResult<GroupedLinearOp, GroupedLinearGradOp>(
+      context, loc,
+      {adaptor.getInput(), adaptor.getCounts(), adaptor.getWeight()}, adaptor);
+  if (failed(forward) ||
+      failed(checkGrad<GroupedLinearGradOp>(loc, adaptor.getGrad(), *forward)))
     return failure();
   results.push_back(adaptor.getInput().getType());
   results.push_back(adaptor.getWeight().getType());

@@ -87,6 +87,56 @@ LogicalResult inferBroadcast(std::optional<Location> loc, Value lhs, Value rhs,
   return success();
 }
 
+// A backward op's rule runs its forward op's rule where it can (NNGradOps.cpp,
+// NNMoE.cpp), so both report the same broken shape.
+
+/// Forward op `FwdOp`'s adaptor on `operands` with the backward op's
+/// attributes (its properties and its discardable attributes), which carry
+/// the forward op's by name; `properties` holds them as `FwdOp`'s.
+template <typename FwdOp, typename OpTy>
+typename FwdOp::Adaptor forwardAdaptor(MLIRContext *context,
+                                       ValueRange operands,
+                                       typename OpTy::Adaptor adaptor,
+                                       typename FwdOp::Properties &properties) {
+  NamedAttrList attrs(cast_or_null<DictionaryAttr>(
+      OpTy::getPropertiesAsAttr(context, adaptor.getProperties())));
+  if (DictionaryAttr discardable = adaptor.getAttributes())
+    attrs.append(discardable.getValue());
+  DictionaryAttr all = attrs.getDictionary(context);
+  FwdOp::populateDefaultProperties(
+      OperationName(FwdOp::getOperationName(), context), properties);
+  // A malformed attribute is the backward op's own verifier's to report.
+  (void)FwdOp::setPropertiesFromAttr(properties, all,
+                                     [] { return InFlightDiagnostic(); });
+  return typename FwdOp::Adaptor(operands, all, properties);
+}
+
+/// Runs forward op `FwdOp`'s rule on `operands` with the backward op's
+/// attributes and appends its result types to `results`.
+template <typename FwdOp, typename OpTy>
+LogicalResult forwardResults(MLIRContext *context, std::optional<Location> loc,
+                             ValueRange operands,
+                             typename OpTy::Adaptor adaptor,
+                             SmallVectorImpl<Type> &results) {
+  typename FwdOp::Properties properties;
+  return FwdOp::inferTypes(
+      context, loc,
+      forwardAdaptor<FwdOp, OpTy>(context, operands, adaptor, properties),
+      results);
+}
+
+/// The first result type of the forward op.
+template <typename FwdOp, typename OpTy>
+FailureOr<Type> forwardResult(MLIRContext *context, std::optional<Location> loc,
+                              ValueRange operands,
+                              typename OpTy::Adaptor adaptor) {
+  SmallVector<Type> results;
+  if (failed(forwardResults<FwdOp, OpTy>(context, loc, operands, adaptor,
+                                         results)))
+    return failure();
+  return results.front();
+}
+
 } // namespace fsdp::nn::detail
 
 #endif // LIB_DIALECT_NN_IR_SHAPERULES_H
