@@ -11,7 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Host.h"
+#include "Checks.h"
 
 #include <cmath>
 #include <cstdarg>
@@ -21,63 +21,6 @@
 using namespace fsdp::host;
 
 namespace {
-
-/// Checks on the operands of one op; each failure aborts with the op's name.
-struct Check {
-  const char *op;
-
-  [[noreturn]] void fail(const std::string &what) const {
-    fsdp::host::fail(op, what);
-  }
-  void that(bool ok, const std::string &what) const {
-    if (!ok)
-      fail(what);
-  }
-  void present(const fsdp_tensor *t, const char *what) const {
-    that(t != nullptr, std::string(what) + " is null");
-  }
-  void isFloat(const fsdp_type &t, const char *what) const {
-    that(t.dtype == FSDP_RT_F32 || t.dtype == FSDP_RT_BF16 ||
-             t.dtype == FSDP_RT_F16,
-         std::string(what) + " is " + typeString(t) + ", expected a float");
-  }
-  void isIndex(const fsdp_type &t, const char *what) const {
-    that(t.dtype == FSDP_RT_I32 || t.dtype == FSDP_RT_I64,
-         std::string(what) + " is " + typeString(t) + ", expected i32 or i64");
-  }
-  void sameDtype(const fsdp_type &t, const fsdp_type &want,
-                 const char *what) const {
-    that(t.dtype == want.dtype, std::string(what) + " is " + typeString(t) +
-                                    ", expected element type " +
-                                    dtypeName(want.dtype));
-  }
-  void rankAtLeast(const fsdp_type &t, int64_t rank, const char *what) const {
-    that(t.rank >= rank, std::string(what) + " is " + typeString(t) +
-                             ", expected rank >= " + std::to_string(rank));
-  }
-  /// `t` must have exactly `dims`.
-  void shape(const fsdp_type &t, const std::vector<int64_t> &dims,
-             const char *what) const {
-    bool ok = t.rank == int64_t(dims.size());
-    for (int64_t i = 0; ok && i < t.rank; ++i)
-      ok = t.dims[i] == dims[i];
-    if (ok)
-      return;
-    fsdp_type want = t;
-    want.rank = int64_t(dims.size());
-    for (int64_t i = 0; i < want.rank && i < 8; ++i)
-      want.dims[i] = dims[i];
-    fail(std::string(what) + " is " + typeString(t) + ", expected " +
-         typeString(want));
-  }
-  void sameShape(const fsdp_type &t, const fsdp_type &want,
-                 const char *what) const {
-    shape(t, dimsOf(want), what);
-  }
-  static std::vector<int64_t> dimsOf(const fsdp_type &t) {
-    return std::vector<int64_t>(t.dims, t.dims + t.rank);
-  }
-};
 
 fsdp_tensor *alloc(const fsdp_type &r) { return newTensor(r); }
 
