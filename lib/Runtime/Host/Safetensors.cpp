@@ -407,14 +407,18 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path,
   // every missing tensor and every mismatch.
   std::vector<std::string> missing, mismatched;
   std::set<std::string> used;
-  for (Param &param : p.params) {
+  // Each parameter's source, found once, read below.
+  std::vector<Source> sources(p.params.size());
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const Param &param = p.params[i];
     if (param.state)
       continue;
     Layout layout = layoutOf(p, param);
     fsdp_type whole = param.type;
     for (int64_t d = 0; d < whole.rank; ++d)
       whole.dims[d] = layout.whole[d];
-    Source source = sourceOf(set, param.name, whole.rank ? whole.dims[0] : 1);
+    Source &source = sources[i] =
+        sourceOf(set, param.name, whole.rank ? whole.dims[0] : 1);
     if (source.names.empty()) {
       missing.push_back(source.missing + " (" + typeString(whole) + ")");
       continue;
@@ -467,14 +471,14 @@ void fsdp::host::loadParams(fsdp_program &p, const std::string &path,
                  path.c_str(), unexpected.size(),
                  listNames(unexpected).c_str());
 
-  for (Param &param : p.params) {
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    Param &param = p.params[i];
     param.tensor = newTensor(param.type, param.host);
     param.tensor->borrowed = true;
     if (param.state)
       continue; // optimizer state starts at zero
     Layout layout = layoutOf(p, param);
-    Source source =
-        sourceOf(set, param.name, layout.whole.empty() ? 1 : layout.whole[0]);
+    const Source &source = sources[i];
     int64_t total = 1;
     for (int64_t d : layout.whole)
       total *= d;
