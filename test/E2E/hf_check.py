@@ -104,9 +104,7 @@ def main():
         model = getattr(module, func)(config).double()
     else:
         config = transformers.AutoConfig.for_model(**config)
-        # The experts' grouped kernel has no float64.
-        if hasattr(config, "_experts_implementation"):
-            config._experts_implementation = "eager"
+        reference.eager_experts(config)
         model = getattr(transformers, config.architectures[0])(config)
         model = model.double()
     params = {n: p for n, p in model.named_parameters()}
@@ -148,11 +146,11 @@ def main():
     input_ids = ours["input_ids"].long()
     # A mixture of experts with output_router_logits adds coef times
     # transformers' load-balancing loss (aux_loss) to the loss.
-    aux = getattr(getattr(model, "config", None), "output_router_logits",
-                  False)
+    hf_config = getattr(model, "config", None)
+    aux = reference.router_kwargs(hf_config)
     out = model(input_ids=input_ids,
                 position_ids=ours["position_ids"].long(),
-                **({"output_router_logits": True} if aux else {}))
+                **aux)
     logits = out.logits if hasattr(out, "logits") else \
         out[0] if isinstance(out, tuple) else out
     labels = ours["labels"].long()
@@ -167,8 +165,7 @@ def main():
               f"{labels.numel()} positions ignored")
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                            labels.reshape(-1), ignore_index=ignore)
-    if aux:
-        loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+    loss = reference.with_aux_loss(hf_config, out, loss)
     loss.backward()
     report("logits", rel(ours["logits"], logits.detach()), args.rtol)
     report("loss", rel(ours["loss"], loss.detach()), args.rtol)

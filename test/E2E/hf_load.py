@@ -69,9 +69,7 @@ def main():
     # The checkpoint, as transformers writes it.
     with open(args.config) as f:
         config = transformers.AutoConfig.for_model(**json.load(f))
-    # Mixtures of experts: the experts' grouped kernel has no float64.
-    if hasattr(config, "_experts_implementation"):
-        config._experts_implementation = "eager"
+    reference.eager_experts(config)
     torch.manual_seed(0)
     model = getattr(transformers, config.architectures[0])(config)
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
@@ -123,17 +121,15 @@ def main():
     # would also round its rotary frequencies (a buffer) to the file dtype.
     model = getattr(transformers, config.architectures[0])(config).double()
     model.load_state_dict({k: v.double() for k, v in state.items()})
-    aux = getattr(config, "output_router_logits", False)
     with torch.no_grad():
         out = model(input_ids=ours["input_ids"].long(),
                     position_ids=ours["position_ids"].long(),
-                    **({"output_router_logits": True} if aux else {}))
+                    **reference.router_kwargs(config))
     logits = out.logits
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                            ours["labels"].long().reshape(-1),
                            ignore_index=-100)
-    if aux:
-        loss = loss + config.router_aux_loss_coef * out.aux_loss
+    loss = reference.with_aux_loss(config, out, loss)
     rel = lambda a, b: ((a - b).abs().max() / b.abs().max()).item()  # noqa
     e1, e2 = rel(ours["logits"], logits), rel(ours["loss"], loss)
     bad = not (e1 <= 1e-6 and e2 <= 1e-6)

@@ -54,6 +54,29 @@ class DumpError(Exception):
 #===------------------------------------------------------------------------===#
 
 
+def eager_experts(config):
+    """A transformers config with its experts (if any) in eager form: their
+    grouped kernel has no float64."""
+    if hasattr(config, "_experts_implementation"):
+        config._experts_implementation = "eager"
+    return config
+
+
+def router_kwargs(config):
+    """The forward keyword that makes a transformers mixture of experts
+    with output_router_logits return its load-balancing loss (aux_loss)."""
+    aux = getattr(config, "output_router_logits", False)
+    return {"output_router_logits": True} if aux else {}
+
+
+def with_aux_loss(config, out, loss):
+    """transformers' training loss: `loss` plus router_aux_loss_coef times
+    the load-balancing loss when the config asks for it."""
+    if not router_kwargs(config):
+        return loss
+    return loss + config.router_aux_loss_coef * out.aux_loss
+
+
 def read_manifest(directory):
     """Returns {name: (dtype, shape)} in manifest order."""
     path = os.path.join(directory, "manifest.txt")

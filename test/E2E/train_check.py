@@ -167,20 +167,18 @@ def hf_model(config, directory, manifest):
     import torch.nn.functional as F
     import transformers
     cfg = transformers.AutoConfig.for_model(**config)
-    if hasattr(cfg, "_experts_implementation"):
-        cfg._experts_implementation = "eager"
+    reference.eager_experts(cfg)
     model = getattr(transformers, cfg.architectures[0])(cfg).double()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(reference.load_tensor(directory, name, *manifest[name]))
-    aux = getattr(cfg, "output_router_logits", False)
 
     def forward(ids, positions, labels):
         out = model(input_ids=ids, position_ids=positions,
-                    **({"output_router_logits": True} if aux else {}))
+                    **reference.router_kwargs(cfg))
         loss = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]),
                                labels.reshape(-1), ignore_index=-100)
-        return loss + cfg.router_aux_loss_coef * out.aux_loss if aux else loss
+        return reference.with_aux_loss(cfg, out, loss)
     return model, forward
 
 
