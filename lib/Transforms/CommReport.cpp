@@ -39,12 +39,8 @@ struct Volume {
 };
 
 struct CommReportPass
-    : EntryFunctionPass<CommReportPass, fsdp::impl::CommReportPassBase> {
-  using EntryFunctionPass::EntryFunctionPass;
-  static constexpr llvm::StringLiteral kPurpose = "report on";
-
-  /// Where the JSON goes instead of `output`, when set.
-  std::shared_ptr<JsonReport> report;
+    : ReportPass<CommReportPass, fsdp::impl::CommReportPassBase> {
+  using ReportPass::ReportPass;
 
   void runOnEntry(ModuleOp module, func::FuncOp func) {
     // (kind, axis mask in mesh order) -> volume, and the group names.
@@ -99,7 +95,5 @@ struct CommReportPass
 
 std::unique_ptr<Pass>
 fsdp::createCommReportPass(std::shared_ptr<JsonReport> report) {
-  auto pass = std::make_unique<CommReportPass>();
-  pass->report = std::move(report);
-  return pass;
+  return CommReportPass::create(std::move(report));
 }

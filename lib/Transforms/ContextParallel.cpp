@@ -84,12 +84,8 @@ public:
         cpAxes(b.getStrArrayAttr({"cp"})), body(forward.getBody().front()) {}
 
   LogicalResult run() {
-    if (failed(splitArguments()))
+    if (failed(splitArguments()) || failed(rewriteBody()))
       return failure();
-    if (failed(rewriteBody())) {
-      split.erase();
-      return failure();
-    }
     finish();
     return success();
   }
@@ -130,7 +126,7 @@ private:
   int positionsArg = -1;
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
-  func::FuncOp split;
+  std::optional<RebuiltFunction> split;
   IRMapping map;
   DenseMap<Value, Value> gathered;  // a rank's keys → the whole sequence's
   SmallVector<Value> ringPositions; // per ring step, its block's positions
@@ -306,11 +302,8 @@ LogicalResult SequenceSplitter::rebuild(Operation &op) {
 }
 
 LogicalResult SequenceSplitter::rewriteBody() {
-  b.setInsertionPoint(forward);
-  split = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
-                               b.getFunctionType(argTypes, {}));
-  Block *entry = split.addEntryBlock();
-  b.setInsertionPointToEnd(entry);
+  split.emplace(b, forward, argTypes);
+  Block *entry = split->entry();
   map.map(forward.getArguments(), entry->getArguments());
   for (Operation &op : body.without_terminator()) {
     auto attention = dyn_cast<nn::AttentionOp>(op);
@@ -412,23 +405,19 @@ ValueRange SequenceSplitter::ringAttention(nn::AttentionOp attention,
 }
 
 void SequenceSplitter::finish() {
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
-  SmallVector<Value> results = llvm::map_to_vector(
-      ret.getOperands(), [&](Value v) { return map.lookup(v); });
+  Operation *ret = body.getTerminator();
+  SmallVector<Value> results = split->results(map);
   // Outputs along the sequence are the rank's chunks.
-  SmallVector<DictionaryAttr> resultAttrs;
-  for (auto [i, v] : llvm::enumerate(results)) {
-    NamedAttrList attrs(forward.getResultAttrDict(i));
-    RankedTensorType now = tensorOf(v), old = tensorOf(ret.getOperand(i));
+  auto resultAttrs = split->resultAttrs([&](unsigned i, NamedAttrList &attrs) {
+    RankedTensorType now = tensorOf(results[i]),
+                     old = tensorOf(ret->getOperand(i));
     for (int64_t d = 0; d < now.getRank(); ++d)
       if (now.getDimSize(d) != old.getDimSize(d))
         attrs.set(
             "dist.sharding",
             sequenceSharding(now.getRank(), d, attrs.get("dist.sharding")));
-    resultAttrs.push_back(attrs.getDictionary(context));
-  }
-  replaceFunction(b, forward, split, ret.getLoc(), results, argAttrs,
-                  resultAttrs);
+  });
+  split->replace(ret->getLoc(), results, argAttrs, resultAttrs);
 }
 
 void ContextParallelPass::runOnOperation() {

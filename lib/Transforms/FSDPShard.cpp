@@ -75,12 +75,8 @@ public:
 
   LogicalResult run() {
     collectUnits();
-    if (failed(shardArguments()))
+    if (failed(shardArguments()) || failed(rewriteBody()))
       return failure();
-    if (failed(rewriteBody())) {
-      sharded.erase();
-      return failure();
-    }
     finish();
     return success();
   }
@@ -123,7 +119,7 @@ private:
   DenseMap<unsigned, int64_t> padded; // argument -> its unpadded dim 0
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
-  func::FuncOp sharded;
+  std::optional<RebuiltFunction> sharded;
   Block *entry = nullptr;
   IRMapping map;
 };
@@ -338,11 +334,8 @@ void Sharder::unpackGroup(Unit &unit, ArrayRef<unsigned> params, ArrayAttr axes,
 }
 
 LogicalResult Sharder::rewriteBody() {
-  b.setInsertionPoint(forward);
-  sharded = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
-                                 b.getFunctionType(argTypes, {}));
-  entry = sharded.addEntryBlock();
-  b.setInsertionPointToEnd(entry);
+  sharded.emplace(b, forward, argTypes);
+  entry = sharded->entry();
   for (auto [old, now] :
        llvm::zip(forward.getArguments(), entry->getArguments()))
     if (!forward.getArgAttr(old.getArgNumber(), nn::NNDialect::kParamAttrName))
@@ -394,31 +387,27 @@ LogicalResult Sharder::rewriteBody() {
 }
 
 void Sharder::finish() {
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
-  SmallVector<Value> results = llvm::map_to_vector(
-      ret.getOperands(), [&](Value v) { return map.lookup(v); });
+  Operation *ret = body.getTerminator();
+  SmallVector<Value> results = sharded->results(map);
   // Outputs with a batch dim are now this rank's samples.
-  SmallVector<DictionaryAttr> resultAttrs;
-  for (auto [i, v] : llvm::enumerate(results)) {
-    NamedAttrList attrs(forward.getResultAttrDict(i));
-    RankedTensorType now = tensorOf(v);
-    if (now.getRank() > 0 &&
-        now.getDimSize(0) != tensorOf(ret.getOperand(i)).getDimSize(0)) {
-      SmallVector<Attribute> dims(now.getRank(), b.getArrayAttr({}));
-      DenseI64ArrayAttr groups = b.getDenseI64ArrayAttr({});
-      if (auto old = attrs.get("dist.sharding")) {
-        dims = llvm::to_vector(cast<dist::ShardingAttr>(old).getDims());
-        groups = cast<dist::ShardingAttr>(old).getGroups();
-      }
-      dims[0] = dataAxes;
-      attrs.set("dist.sharding",
-                dist::ShardingAttr::get(context, meshRef, b.getArrayAttr(dims),
-                                        b.getArrayAttr({}), groups));
-    }
-    resultAttrs.push_back(attrs.getDictionary(context));
-  }
-  replaceFunction(b, forward, sharded, ret.getLoc(), results, argAttrs,
-                  resultAttrs);
+  auto resultAttrs =
+      sharded->resultAttrs([&](unsigned i, NamedAttrList &attrs) {
+        RankedTensorType now = tensorOf(results[i]);
+        if (now.getRank() > 0 &&
+            now.getDimSize(0) != tensorOf(ret->getOperand(i)).getDimSize(0)) {
+          SmallVector<Attribute> dims(now.getRank(), b.getArrayAttr({}));
+          DenseI64ArrayAttr groups = b.getDenseI64ArrayAttr({});
+          if (auto old = attrs.get("dist.sharding")) {
+            dims = llvm::to_vector(cast<dist::ShardingAttr>(old).getDims());
+            groups = cast<dist::ShardingAttr>(old).getGroups();
+          }
+          dims[0] = dataAxes;
+          attrs.set("dist.sharding", dist::ShardingAttr::get(
+                                         context, meshRef, b.getArrayAttr(dims),
+                                         b.getArrayAttr({}), groups));
+        }
+      });
+  sharded->replace(ret->getLoc(), results, argAttrs, resultAttrs);
   // The loss counts the tokens of every data-parallel and context-parallel
   // rank.
   pass.getOperation()->setAttr(

@@ -36,12 +36,8 @@ using namespace fsdp;
 namespace {
 
 struct MemoryReportPass
-    : EntryFunctionPass<MemoryReportPass, fsdp::impl::MemoryReportPassBase> {
-  using EntryFunctionPass::EntryFunctionPass;
-  static constexpr llvm::StringLiteral kPurpose = "report on";
-
-  /// Where the JSON goes instead of `output`, when set.
-  std::shared_ptr<JsonReport> report;
+    : ReportPass<MemoryReportPass, fsdp::impl::MemoryReportPassBase> {
+  using ReportPass::ReportPass;
 
   void runOnEntry(ModuleOp module, func::FuncOp step) {
     FailureOr<dist::MeshOp> mesh = meshForCollectives(module, step, "size");
@@ -152,7 +148,5 @@ struct MemoryReportPass
 std::unique_ptr<Pass>
 fsdp::createMemoryReportPass(const MemoryReportPassOptions &options,
                              std::shared_ptr<JsonReport> report) {
-  auto pass = std::make_unique<MemoryReportPass>(options);
-  pass->report = std::move(report);
-  return pass;
+  return MemoryReportPass::create(std::move(report), options);
 }

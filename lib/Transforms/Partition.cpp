@@ -707,13 +707,9 @@ LogicalResult Partitioner::run() {
     argAttrs.push_back(attrs.getDictionary(context));
   }
 
-  b.setInsertionPoint(forward);
-  auto split = func::FuncOp::create(b, forward.getLoc(), forward.getName(),
-                                    b.getFunctionType(argTypes, {}));
-  Block *entry = split.addEntryBlock();
-  b.setInsertionPointToEnd(entry);
+  RebuiltFunction split(b, forward, argTypes);
   for (auto [old, now] :
-       llvm::zip(forward.getArguments(), entry->getArguments())) {
+       llvm::zip(forward.getArguments(), split.entry()->getArguments())) {
     auto it = splits.find(old.getArgNumber());
     set(old, now,
         it == splits.end()
@@ -721,30 +717,25 @@ LogicalResult Partitioner::run() {
             : Layout::sharded(it->second.dim, it->second.groups));
   }
   for (Operation &op : body.without_terminator())
-    if (failed(partition(op))) {
-      split.erase();
+    if (failed(partition(op)))
       return failure();
-    }
 
   // Results: partial sums reduced; sharded ones described.
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   SmallVector<Value> results;
-  SmallVector<DictionaryAttr> resultAttrs;
-  for (auto [i, old] : llvm::enumerate(ret.getOperands())) {
+  for (Value old : ret.getOperands()) {
     FailureOr<Value> v = resolve(ret, lookup(old));
-    if (failed(v)) {
-      split.erase();
+    if (failed(v))
       return failure();
-    }
     results.push_back(*v);
-    NamedAttrList attrs(forward.getResultAttrDict(i));
-    Layout layout = layoutOf(*v);
-    if (layout.kind == Layout::Sharded)
-      attrs.set("dist.sharding", shardingOf(tensorOf(*v).getRank(), layout));
-    resultAttrs.push_back(attrs.getDictionary(context));
   }
-  replaceFunction(b, forward, split, ret.getLoc(), results, argAttrs,
-                  resultAttrs);
+  auto resultAttrs = split.resultAttrs([&](unsigned i, NamedAttrList &attrs) {
+    Layout layout = layoutOf(results[i]);
+    if (layout.kind == Layout::Sharded)
+      attrs.set("dist.sharding",
+                shardingOf(tensorOf(results[i]).getRank(), layout));
+  });
+  split.replace(ret.getLoc(), results, argAttrs, resultAttrs);
   return success();
 }
 

@@ -17,6 +17,7 @@
 #include <regex>
 
 using namespace mlir;
+using fsdp::RebuiltFunction;
 
 void fsdp::replaceFunction(OpBuilder &b, func::FuncOp old, func::FuncOp now,
                            Location loc, ValueRange results,
@@ -30,6 +31,44 @@ void fsdp::replaceFunction(OpBuilder &b, func::FuncOp old, func::FuncOp now,
   for (NamedAttribute attr : old->getDiscardableAttrs())
     now->setAttr(attr.getName(), attr.getValue());
   old.erase();
+}
+
+RebuiltFunction::RebuiltFunction(OpBuilder &b, func::FuncOp old,
+                                 TypeRange argTypes)
+    : b(b), old(old) {
+  b.setInsertionPoint(old);
+  now = func::FuncOp::create(b, old.getLoc(), old.getName(),
+                             b.getFunctionType(argTypes, {}));
+  b.setInsertionPointToEnd(now.addEntryBlock());
+}
+
+RebuiltFunction::~RebuiltFunction() {
+  if (now)
+    now.erase();
+}
+
+SmallVector<Value> RebuiltFunction::results(const IRMapping &map) {
+  Operation *ret = old.getBody().front().getTerminator();
+  return llvm::map_to_vector(ret->getOperands(),
+                             [&](Value v) { return map.lookup(v); });
+}
+
+SmallVector<DictionaryAttr> RebuiltFunction::resultAttrs(
+    function_ref<void(unsigned, NamedAttrList &)> update) {
+  SmallVector<DictionaryAttr> attrs;
+  for (unsigned i = 0; i < old.getNumResults(); ++i) {
+    NamedAttrList list(old.getResultAttrDict(i));
+    update(i, list);
+    attrs.push_back(list.getDictionary(old.getContext()));
+  }
+  return attrs;
+}
+
+void RebuiltFunction::replace(Location loc, ValueRange results,
+                              ArrayRef<DictionaryAttr> argAttrs,
+                              ArrayRef<DictionaryAttr> resultAttrs) {
+  replaceFunction(b, old, now, loc, results, argAttrs, resultAttrs);
+  now = nullptr;
 }
 
 std::string fsdp::decoderLayerOf(StringRef name) {

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -30,6 +31,35 @@ void replaceFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
                      mlir::ValueRange results,
                      llvm::ArrayRef<mlir::DictionaryAttr> argAttrs,
                      llvm::ArrayRef<mlir::DictionaryAttr> resultAttrs);
+
+/// The function a pass builds in place of `old`, op by op, on new argument
+/// types: created just before `old` with an entry block, at whose end `b` is
+/// set. `replace` finishes it as replaceFunction does; a rewrite that fails
+/// before then leaves the module as it was, since the new function goes with
+/// this object.
+class RebuiltFunction {
+public:
+  RebuiltFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
+                  mlir::TypeRange argTypes);
+  RebuiltFunction(const RebuiltFunction &) = delete;
+  RebuiltFunction &operator=(const RebuiltFunction &) = delete;
+  ~RebuiltFunction();
+
+  mlir::Block *entry() { return &now.front(); }
+  /// The new values of `old`'s results, through `map`.
+  llvm::SmallVector<mlir::Value> results(const mlir::IRMapping &map);
+  /// `old`'s result attributes, each after `update(i, attrs)`.
+  llvm::SmallVector<mlir::DictionaryAttr>
+  resultAttrs(llvm::function_ref<void(unsigned, mlir::NamedAttrList &)> update);
+  /// replaceFunction(b, old, now, ...): the new function takes `old`'s place.
+  void replace(mlir::Location loc, mlir::ValueRange results,
+               llvm::ArrayRef<mlir::DictionaryAttr> argAttrs,
+               llvm::ArrayRef<mlir::DictionaryAttr> resultAttrs);
+
+private:
+  mlir::OpBuilder &b;
+  mlir::func::FuncOp old, now;
+};
 
 /// Whether `op` passes context parallelism's ring-attention blocks on: a
 /// dist.permute over cp (fsdp-context-parallel's, of a layer's keys and
@@ -64,6 +94,25 @@ writePassReport(mlir::Operation *op, JsonReport *report, llvm::StringRef member,
                 ReportFormat format, llvm::StringRef path,
                 llvm::json::Object json,
                 llvm::function_ref<void(llvm::raw_ostream &)> table);
+
+/// A report pass over the entry function; its output goes to `report`, the
+/// shared JSON report, when that is set.
+template <typename Derived, template <typename> class Base>
+struct ReportPass : EntryFunctionPass<Derived, Base> {
+  using EntryFunctionPass<Derived, Base>::EntryFunctionPass;
+  static constexpr llvm::StringLiteral kPurpose = "report on";
+
+  std::shared_ptr<JsonReport> report;
+
+  /// The pass with `options`, writing into `report`.
+  template <typename... Options>
+  static std::unique_ptr<mlir::Pass> create(std::shared_ptr<JsonReport> report,
+                                            const Options &...options) {
+    auto pass = std::make_unique<Derived>(options...);
+    pass->report = std::move(report);
+    return pass;
+  }
+};
 
 } // namespace fsdp
 

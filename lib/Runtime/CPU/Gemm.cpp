@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../Common/Dtype.h"
 #include "Internal.h"
 
 #include <dnnl.h>
@@ -40,14 +41,9 @@ void check(dnnl_status_t status, const char *what) {
 }
 
 dnnl_data_type_t dnnlType(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_BF16:
-    return dnnl_bf16;
-  case FSDP_RT_F16:
-    return dnnl_f16;
-  default:
-    return dnnl_f32;
-  }
+  static constexpr DtypeTable<dnnl_data_type_t> names{
+      dnnl_f32, dnnl_bf16, dnnl_f16, dnnl_f32, dnnl_f32};
+  return names[dtype];
 }
 
 /// What a matmul primitive is specialized to.

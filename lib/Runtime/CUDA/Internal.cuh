@@ -30,6 +30,7 @@
 #ifndef FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
 #define FSDP_LIB_RUNTIME_CUDA_INTERNAL_CUH
 
+#include "../Common/Dtype.h"
 #include "../Common/FloatBits.h"
 #include "../Common/Shape.h"
 #include "Portable.cuh"
@@ -240,14 +241,9 @@ void dispatchFloat(fsdp_rt_dtype dtype, const char *where, Fn &&fn) {
 
 /// The cuBLAS element type of a float dtype (f32 for any other).
 inline cudaDataType blasType(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_BF16:
-    return CUDA_R_16BF;
-  case FSDP_RT_F16:
-    return CUDA_R_16F;
-  default:
-    return CUDA_R_32F;
-  }
+  constexpr DtypeTable<cudaDataType> names{CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F,
+                                           CUDA_R_32F, CUDA_R_32F};
+  return names[dtype];
 }
 
 /// Typed views of an untyped ABI pointer.

@@ -16,6 +16,7 @@
 
 #include "Transport.h"
 
+#include "../Common/Dtype.h"
 #include "../Common/Float.h"
 
 #include "fsdp/Runtime/Accounting.h"
@@ -99,14 +100,9 @@ bool isHalf(fsdp_rt_dtype dtype) {
 
 /// The type MPI reduces in: f32 for every float type.
 MPI_Datatype reduceType(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_I32:
-    return MPI_INT32_T;
-  case FSDP_RT_I64:
-    return MPI_INT64_T;
-  default:
-    return MPI_FLOAT;
-  }
+  const fsdp::rt::DtypeTable<MPI_Datatype> names{
+      MPI_FLOAT, MPI_FLOAT, MPI_FLOAT, MPI_INT32_T, MPI_INT64_T};
+  return names[dtype];
 }
 
 size_t reduceSize(fsdp_rt_dtype dtype) {

@@ -23,6 +23,8 @@
 
 #include "Transport.h"
 
+#include "../Common/Dtype.h"
+
 #include "fsdp/Runtime/RuntimeCUDA.h"
 
 #include <cuda_runtime_api.h>
@@ -158,18 +160,9 @@ struct fsdp_future {
 namespace {
 
 ncclDataType_t ncclType(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_F32:
-    return ncclFloat32;
-  case FSDP_RT_BF16:
-    return ncclBfloat16;
-  case FSDP_RT_F16:
-    return ncclFloat16;
-  case FSDP_RT_I32:
-    return ncclInt32;
-  default:
-    return ncclInt64;
-  }
+  static constexpr fsdp::rt::DtypeTable<ncclDataType_t> names{
+      ncclFloat32, ncclBfloat16, ncclFloat16, ncclInt32, ncclInt64};
+  return names[dtype];
 }
 
 ncclRedOp_t ncclOp(const char *op, fsdp_rt_dtype dtype,

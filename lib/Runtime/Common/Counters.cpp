@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Counters.h"
+#include "Dtype.h"
 #include "Profile.h"
 
 #include <atomic>
@@ -81,13 +82,6 @@ int64_t fsdp_rt_host_syncs(void) { return hostSyncs.load(); }
 int64_t fsdp_rt_attention_pairs(void) { return attentionPairs.load(); }
 
 size_t fsdp_rt_dtype_size(fsdp_rt_dtype dtype) {
-  switch (dtype) {
-  case FSDP_RT_BF16:
-  case FSDP_RT_F16:
-    return 2;
-  case FSDP_RT_I64:
-    return 8;
-  default:
-    return 4;
-  }
+  constexpr fsdp::rt::DtypeTable<size_t> sizes{4, 2, 2, 4, 8};
+  return sizes[dtype];
 }
