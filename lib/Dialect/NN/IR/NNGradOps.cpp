@@ -39,27 +39,19 @@ LogicalResult RMSNormGradOp::inferTypes(MLIRContext *context,
                                         std::optional<Location> loc,
                                         Adaptor adaptor,
                                         SmallVectorImpl<Type> &results) {
-  FailureOr<Type> forward = forwardResult<RMSNormOp, RMSNormGradOp>(
-      context, loc, {adaptor.getInput(), adaptor.getWeight()}, adaptor);
-  if (failed(forward) ||
-      failed(checkGrad<RMSNormGradOp>(loc, adaptor.getGrad(), *forward)))
-    return failure();
-  results.append({adaptor.getInput().getType(), adaptor.getWeight().getType()});
-  return success();
+  return gradientRule<RMSNormOp, RMSNormGradOp>(
+      context, loc, {adaptor.getInput(), adaptor.getWeight()}, adaptor,
+      {adaptor.getInput().getType(), adaptor.getWeight().getType()}, results);
 }
 
 LogicalResult LayerNormGradOp::inferTypes(MLIRContext *context,
                                           std::optional<Location> loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &results) {
-  FailureOr<Type> forward = forwardResult<LayerNormOp, LayerNormGradOp>(
-      context, loc, {adaptor.getInput(), adaptor.getWeight()}, adaptor);
-  if (failed(forward) ||
-      failed(checkGrad<LayerNormGradOp>(loc, adaptor.getGrad(), *forward)))
-    return failure();
   Type weight = adaptor.getWeight().getType();
-  results.append({adaptor.getInput().getType(), weight, weight});
-  return success();
+  return gradientRule<LayerNormOp, LayerNormGradOp>(
+      context, loc, {adaptor.getInput(), adaptor.getWeight()}, adaptor,
+      {adaptor.getInput().getType(), weight, weight}, results);
 }
 
 LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
@@ -175,13 +167,9 @@ LogicalResult CrossEntropyGradOp::inferTypes(MLIRContext *context,
                                              std::optional<Location> loc,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &results) {
-  FailureOr<Type> forward = forwardResult<CrossEntropyOp, CrossEntropyGradOp>(
-      context, loc, {adaptor.getLogits(), adaptor.getLabels()}, adaptor);
-  if (failed(forward) ||
-      failed(checkGrad<CrossEntropyGradOp>(loc, adaptor.getGrad(), *forward)))
-    return failure();
-  results.push_back(adaptor.getLogits().getType());
-  return success();
+  return gradientRule<CrossEntropyOp, CrossEntropyGradOp>(
+      context, loc, {adaptor.getLogits(), adaptor.getLabels()}, adaptor,
+      {adaptor.getLogits().getType()}, results);
 }
 
 LogicalResult CrossEntropyPartialGradOp::inferTypes(

@@ -237,30 +237,20 @@ LogicalResult MoeUnpermuteGradOp::inferTypes(MLIRContext *context,
                                              std::optional<Location> loc,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &results) {
-  FailureOr<Type> forward = forwardResult<MoeUnpermuteOp, MoeUnpermuteGradOp>(
+  return gradientRule<MoeUnpermuteOp, MoeUnpermuteGradOp>(
       context, loc,
-      {adaptor.getRows(), adaptor.getIndices(), adaptor.getWeights()}, adaptor);
-  if (failed(forward) ||
-      failed(checkGrad<MoeUnpermuteGradOp>(loc, adaptor.getGrad(), *forward)))
-    return failure();
-  results.push_back(adaptor.getRows().getType());
-  results.push_back(adaptor.getWeights().getType());
-  return success();
+      {adaptor.getRows(), adaptor.getIndices(), adaptor.getWeights()}, adaptor,
+      {adaptor.getRows().getType(), adaptor.getWeights().getType()}, results);
 }
 
 LogicalResult GroupedLinearGradOp::inferTypes(MLIRContext *context,
                                               std::optional<Location> loc,
                                               Adaptor adaptor,
                                               SmallVectorImpl<Type> &results) {
-  FailureOr<Type> forward = forwardResult<GroupedLinearOp, GroupedLinearGradOp>(
+  return gradientRule<GroupedLinearOp, GroupedLinearGradOp>(
       context, loc,
-      {adaptor.getInput(), adaptor.getCounts(), adaptor.getWeight()}, adaptor);
-  if (failed(forward) ||
-      failed(checkGrad<GroupedLinearGradOp>(loc, adaptor.getGrad(), *forward)))
-    return failure();
-  results.push_back(adaptor.getInput().getType());
-  results.push_back(adaptor.getWeight().getType());
-  return success();
+      {adaptor.getInput(), adaptor.getCounts(), adaptor.getWeight()}, adaptor,
+      {adaptor.getInput().getType(), adaptor.getWeight().getType()}, results);
 }
 
 LogicalResult MoeAuxStatsGradOp::inferTypes(MLIRContext *context,

@@ -229,27 +229,6 @@ LogicalResult BatchMatmulOp::inferTypes(MLIRContext *,
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-LogicalResult AddOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                Adaptor adaptor,
-                                SmallVectorImpl<Type> &results) {
-  return inferBroadcast<AddOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
-                               results);
-}
-
-LogicalResult SubOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                Adaptor adaptor,
-                                SmallVectorImpl<Type> &results) {
-  return inferBroadcast<SubOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
-                               results);
-}
-
-LogicalResult MulOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                Adaptor adaptor,
-                                SmallVectorImpl<Type> &results) {
-  return inferBroadcast<MulOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
-                               results);
-}
-
 LogicalResult GeluOp::verify() {
   StringRef approximate = getApproximate();
   if (approximate != "none" && approximate != "tanh")

@@ -138,10 +138,6 @@ std::string fsdp::nn::describe(OperandShard s) {
                                         int64_t) {                             \
     return elementwiseShardRule(*this, operands, BROADCAST);                   \
   }
-ELEMENTWISE_RULE(AddOp, true)
-ELEMENTWISE_RULE(SubOp, true)
-ELEMENTWISE_RULE(MulOp, true)
-ELEMENTWISE_RULE(DivOp, true)
 ELEMENTWISE_RULE(NegOp, false)
 ELEMENTWISE_RULE(ScaleOp, false)
 ELEMENTWISE_RULE(GeluOp, false)

@@ -32,13 +32,6 @@ LogicalResult checkUpdate(std::optional<Location> loc, Value param, Value grad,
 }
 } // namespace
 
-LogicalResult DivOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                Adaptor adaptor,
-                                SmallVectorImpl<Type> &results) {
-  return inferBroadcast<DivOp>(loc, adaptor.getLhs(), adaptor.getRhs(),
-                               results);
-}
-
 LogicalResult FillOp::inferTypes(MLIRContext *, std::optional<Location> loc,
                                  Adaptor adaptor,
                                  SmallVectorImpl<Type> &results) {

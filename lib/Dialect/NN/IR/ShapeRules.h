@@ -137,6 +137,24 @@ FailureOr<Type> forwardResult(MLIRContext *context, std::optional<Location> loc,
   return results.front();
 }
 
+/// The rule of a backward op whose `grad` is the gradient of forward op
+/// `FwdOp`'s first result on `operands`: `grad` must have that result's type
+/// (by the forward's rule, with the backward op's attributes); the results
+/// are `gradients` (the types of the operands it differentiates).
+template <typename FwdOp, typename OpTy>
+LogicalResult gradientRule(MLIRContext *context, std::optional<Location> loc,
+                           ValueRange operands, typename OpTy::Adaptor adaptor,
+                           ArrayRef<Type> gradients,
+                           SmallVectorImpl<Type> &results) {
+  FailureOr<Type> forward =
+      forwardResult<FwdOp, OpTy>(context, loc, operands, adaptor);
+  if (failed(forward) ||
+      failed(checkGrad<OpTy>(loc, adaptor.getGrad(), *forward)))
+    return failure();
+  results.append(gradients.begin(), gradients.end());
+  return success();
+}
+
 } // namespace fsdp::nn::detail
 
 #endif // LIB_DIALECT_NN_IR_SHAPERULES_H

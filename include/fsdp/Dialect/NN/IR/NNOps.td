@@ -196,6 +196,22 @@ class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat =
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  // Trailing-dimension broadcast, in shapes and in splits.
+  let extraClassDefinition = NN_InferReturnTypes # [{
+    ::llvm::LogicalResult
+    $cppClass::inferTypes(::mlir::MLIRContext *,
+                          std::optional<::mlir::Location> loc, Adaptor adaptor,
+                          ::llvm::SmallVectorImpl<::mlir::Type> &results) {
+      return ::fsdp::nn::detail::inferBroadcast<$cppClass>(
+          loc, adaptor.getLhs(), adaptor.getRhs(), results);
+    }
+    ::llvm::FailureOr<::fsdp::nn::ShardRule>
+    $cppClass::getShardRule(::llvm::ArrayRef<::fsdp::nn::OperandShard> operands,
+                            int64_t) {
+      return ::fsdp::nn::detail::elementwiseShardRule(*this, operands,
+                                                      /*broadcast=*/true);
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//
