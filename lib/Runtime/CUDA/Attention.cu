@@ -263,42 +263,41 @@ static void requireFlash(const char *where) {
 
 void fsdp_rt_attention_combine(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                const void *out_a, const float *lse_a,
-                               const void *out_b, const float *lse_b,
-                               int64_t b, int64_t s, int64_t nq, int64_t dv,
-                               void *out, float *lse) {
-  KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream,
-                    "fsdp_rt_attention_combine");
+                               const void *out_b, const float *lse_b, int64_t b,
+                               int64_t s, int64_t nq, int64_t dv, void *out,
+                               float *lse) {
   int64_t rows = b * s * nq;
-  if (rows == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    combine::forwardKernel<Portable<E>>
-        <<<combine::blocksFor(rows), combine::kThreads, 0, scope.stream()>>>(
-            asPortable<E>(out_a), lse_a, asPortable<E>(out_b), lse_b, rows, s,
-            nq, dv, asPortable<E>(out), lse);
-  });
+  launchFloat(
+      FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_combine", dtype,
+      rows == 0, [&](auto e, cudaStream_t stream) {
+        using E = decltype(e);
+        combine::forwardKernel<Portable<E>>
+            <<<combine::blocksFor(rows), combine::kThreads, 0, stream>>>(
+                asPortable<E>(out_a), lse_a, asPortable<E>(out_b), lse_b, rows,
+                s, nq, dv, asPortable<E>(out), lse);
+      });
 }
 
-void fsdp_rt_attention_combine_grad(
-    fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *out_a,
-    const float *lse_a, const void *out_b, const float *lse_b, const void *out,
-    const float *lse, const void *dout, const float *dlse, int64_t b,
-    int64_t s, int64_t nq, int64_t dv, void *dout_a, float *dlse_a,
-    void *dout_b, float *dlse_b) {
-  KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream,
-                    "fsdp_rt_attention_combine_grad");
+void fsdp_rt_attention_combine_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
+                                    const void *out_a, const float *lse_a,
+                                    const void *out_b, const float *lse_b,
+                                    const void *out, const float *lse,
+                                    const void *dout, const float *dlse,
+                                    int64_t b, int64_t s, int64_t nq,
+                                    int64_t dv, void *dout_a, float *dlse_a,
+                                    void *dout_b, float *dlse_b) {
   int64_t rows = b * s * nq;
-  if (rows == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    combine::backwardKernel<Portable<E>>
-        <<<combine::blocksFor(rows), combine::kThreads, 0, scope.stream()>>>(
-            asPortable<E>(out_a), lse_a, asPortable<E>(out_b), lse_b,
-            asPortable<E>(out), lse, asPortable<E>(dout), dlse, rows, s, nq, dv,
-            asPortable<E>(dout_a), dlse_a, asPortable<E>(dout_b), dlse_b);
-  });
+  launchFloat(
+      FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_combine_grad", dtype,
+      rows == 0, [&](auto e, cudaStream_t stream) {
+        using E = decltype(e);
+        combine::backwardKernel<Portable<E>>
+            <<<combine::blocksFor(rows), combine::kThreads, 0, stream>>>(
+                asPortable<E>(out_a), lse_a, asPortable<E>(out_b), lse_b,
+                asPortable<E>(out), lse, asPortable<E>(dout), dlse, rows, s, nq,
+                dv, asPortable<E>(dout_a), dlse_a, asPortable<E>(dout_b),
+                dlse_b);
+      });
 }
 
 void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
@@ -344,16 +343,13 @@ void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   });
 }
 
-void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
-                            const void *q, const void *k, const void *v,
-                            const void *out, const float *lse, const void *dout,
-                            const float *dlse, int64_t b, int64_t s,
-                            int64_t skv, int64_t nq, int64_t nkv, int64_t d,
-                            int64_t dv, const int64_t *positions,
-                            const int64_t *key_positions,
-                            const int64_t *document_positions, int causal,
-                            int64_t sliding_window, double scale, void *dq,
-                            void *dk, void *dvalue) {
+void fsdp_rt_attention_grad(
+    fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *q, const void *k,
+    const void *v, const void *out, const float *lse, const void *dout,
+    const float *dlse, int64_t b, int64_t s, int64_t skv, int64_t nq,
+    int64_t nkv, int64_t d, int64_t dv, const int64_t *positions,
+    const int64_t *key_positions, const int64_t *document_positions, int causal,
+    int64_t sliding_window, double scale, void *dq, void *dk, void *dvalue) {
   KernelScope scope(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_grad");
   if (b == 0 || s == 0 || nq == 0)
     return;
@@ -362,8 +358,8 @@ void fsdp_rt_attention_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   shape.dpos = document_positions;
   AttentionPath path = attentionPath();
   if (path == AttentionPath::Flash &&
-      flashAttentionGrad(scope, dtype, q, k, v, out, lse, dout, dlse, shape,
-                         dq, dk, dvalue))
+      flashAttentionGrad(scope, dtype, q, k, v, out, lse, dout, dlse, shape, dq,
+                         dk, dvalue))
     return;
   if (!shape.byIndex() || dlse)
     requireFlash(scope.name());

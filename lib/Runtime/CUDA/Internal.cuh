@@ -160,10 +160,10 @@ inline unsigned gridFor(int64_t n, int threads = kThreads) {
 /// travel to the device by value in a struct of this capacity.
 constexpr int kMaxRank = 8;
 
+using fsdp::rt::AxisView;
 using fsdp::rt::isTrailing;
 using fsdp::rt::numElements;
 using fsdp::rt::stridesOf;
-using fsdp::rt::AxisView;
 using fsdp::rt::viewAround;
 
 //===----------------------------------------------------------------------===//
@@ -203,15 +203,9 @@ struct F16 {
 /// The same element type for the kernels written against Portable.cuh
 /// (which use CUDA's bf16/f16 types rather than raw bits).
 template <typename E> struct PortableOf;
-template <> struct PortableOf<F32> {
-  using type = portable::F32;
-};
-template <> struct PortableOf<BF16> {
-  using type = portable::BF16;
-};
-template <> struct PortableOf<F16> {
-  using type = portable::F16;
-};
+template <> struct PortableOf<F32> { using type = portable::F32; };
+template <> struct PortableOf<BF16> { using type = portable::BF16; };
+template <> struct PortableOf<F16> { using type = portable::F16; };
 template <typename E> using Portable = typename PortableOf<E>::type;
 template <typename E> const typename Portable<E>::T *asPortable(const void *p) {
   return static_cast<const typename Portable<E>::T *>(p);
@@ -237,6 +231,19 @@ void dispatchFloat(fsdp_rt_dtype dtype, const char *where, Fn &&fn) {
   default:
     fail(where, "expected a float element type (f32, bf16 or f16)");
   }
+}
+
+/// The frame of most ABI kernel calls: in the scope of call `name` (class
+/// `cls`), unless the tensors are `empty`, `launch(element, stream)` for the
+/// element type of `dtype` (F32{}, BF16{} or F16{}).
+template <typename Launch>
+void launchFloat(fsdp_rt_kernel_class cls, fsdp_rt_stream stream,
+                 const char *name, fsdp_rt_dtype dtype, bool empty,
+                 Launch &&launch) {
+  KernelScope scope(cls, stream, name);
+  if (empty)
+    return;
+  dispatchFloat(dtype, name, [&](auto e) { launch(e, scope.stream()); });
 }
 
 /// The cuBLAS element type of a float dtype (f32 for any other).

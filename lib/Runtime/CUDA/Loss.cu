@@ -179,6 +179,20 @@ __global__ void combineGradKernel(const float *sumExp,
     dtarget[r] = float(-g);
   }
 }
+
+/// The labels a mean loss divides by, counted on the device (unset and
+/// unread under the other reductions).
+class LabelCount : public Temp<int64_t> {
+public:
+  LabelCount(KernelScope &scope, fsdp_rt_dtype labels_dtype, const void *labels,
+             int64_t rows, int64_t ignore_index, fsdp_rt_reduction reduction)
+      : Temp(1, scope.stream(), scope.name()) {
+    if (reduction == FSDP_RT_REDUCTION_MEAN)
+      countLabelsKernel<<<1, kReduceThreads, 0, scope.stream()>>>(
+          labels_dtype, labels, rows, ignore_index, get(), nullptr);
+  }
+};
+
 } // namespace
 
 void fsdp_rt_cross_entropy(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
@@ -215,10 +229,7 @@ void fsdp_rt_cross_entropy_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   if (rows == 0 || vocab == 0)
     return;
   cudaStream_t s = scope.stream();
-  Temp<int64_t> count(1, s, scope.name());
-  if (reduction == FSDP_RT_REDUCTION_MEAN)
-    countLabelsKernel<<<1, kReduceThreads, 0, s>>>(
-        labels_dtype, labels, rows, ignore_index, count.get(), nullptr);
+  LabelCount count(scope, labels_dtype, labels, rows, ignore_index, reduction);
   dispatchFloat(dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
     loss::crossEntropyGradRows<Portable<E>>
@@ -292,10 +303,7 @@ void fsdp_rt_cross_entropy_combine_grad(
   if (rows == 0)
     return;
   cudaStream_t s = scope.stream();
-  Temp<int64_t> count(1, s, scope.name());
-  if (reduction == FSDP_RT_REDUCTION_MEAN)
-    countLabelsKernel<<<1, kReduceThreads, 0, s>>>(
-        labels_dtype, labels, rows, ignore_index, count.get(), nullptr);
+  LabelCount count(scope, labels_dtype, labels, rows, ignore_index, reduction);
   combineGradKernel<<<gridFor(rows), kThreads, 0, s>>>(
       sum_exp, labels_dtype, labels, rows, ignore_index, reduction, dloss,
       count.get(), dsum_exp, dtarget);

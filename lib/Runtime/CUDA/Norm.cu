@@ -132,75 +132,67 @@ template <typename E> struct BiasTerm {
 void fsdp_rt_rms_norm(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                       const void *weight, int64_t rows, int64_t h, double eps,
                       void *out) {
-  KernelScope scope(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_rms_norm");
-  if (rows == 0 || h == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    norm::rmsNormRows<Portable<E>>
-        <<<norm::normGrid(rows), norm::kNormThreads, 0, scope.stream()>>>(
-            asPortable<E>(x), asPortable<E>(weight), rows, h, eps,
-            asPortable<E>(out));
-  });
+  launchFloat(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_rms_norm", dtype,
+              rows == 0 || h == 0, [&](auto e, cudaStream_t s) {
+                using E = decltype(e);
+                norm::rmsNormRows<Portable<E>>
+                    <<<norm::normGrid(rows), norm::kNormThreads, 0, s>>>(
+                        asPortable<E>(x), asPortable<E>(weight), rows, h, eps,
+                        asPortable<E>(out));
+              });
 }
 
 void fsdp_rt_layer_norm(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                         const void *x, const void *weight, const void *bias,
                         int64_t rows, int64_t h, double eps, void *out) {
-  KernelScope scope(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_layer_norm");
-  if (rows == 0 || h == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    layerNormKernel<E><<<rowGrid(rows), kThreads, 0, scope.stream()>>>(
-        asIn<E>(x), asIn<E>(weight), asIn<E>(bias), rows, h, eps,
-        asOut<E>(out));
-  });
+  launchFloat(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_layer_norm", dtype,
+              rows == 0 || h == 0, [&](auto e, cudaStream_t s) {
+                using E = decltype(e);
+                layerNormKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
+                    asIn<E>(x), asIn<E>(weight), asIn<E>(bias), rows, h, eps,
+                    asOut<E>(out));
+              });
 }
 
 void fsdp_rt_rms_norm_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                            const void *x, const void *weight, const void *dy,
                            int64_t rows, int64_t h, double eps, void *dx,
                            void *dweight) {
-  KernelScope scope(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_rms_norm_grad");
-  if (h == 0)
-    return;
-  cudaStream_t s = scope.stream();
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    Temp<double> rowInv(rows, s, scope.name());
-    if (rows > 0)
-      norm::rmsNormGradRows<Portable<E>>
-          <<<norm::normGrid(rows), norm::kNormThreads, 0, s>>>(
-              asPortable<E>(x), asPortable<E>(weight), asPortable<E>(dy), rows,
-              h, eps, asPortable<E>(dx), rowInv.get());
-    columnSum<E>(rows, h,
-                 RmsWeightTerm<E>{asIn<E>(x), asIn<E>(dy), rowInv.get(), h},
-                 asOut<E>(dweight), s, scope.name());
-  });
+  launchFloat(
+      FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_rms_norm_grad", dtype, h == 0,
+      [&](auto e, cudaStream_t s) {
+        using E = decltype(e);
+        Temp<double> rowInv(rows, s, "fsdp_rt_rms_norm_grad");
+        if (rows > 0)
+          norm::rmsNormGradRows<Portable<E>>
+              <<<norm::normGrid(rows), norm::kNormThreads, 0, s>>>(
+                  asPortable<E>(x), asPortable<E>(weight), asPortable<E>(dy),
+                  rows, h, eps, asPortable<E>(dx), rowInv.get());
+        columnSum<E>(rows, h,
+                     RmsWeightTerm<E>{asIn<E>(x), asIn<E>(dy), rowInv.get(), h},
+                     asOut<E>(dweight), s, "fsdp_rt_rms_norm_grad");
+      });
 }
 
 void fsdp_rt_layer_norm_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                              const void *x, const void *weight, const void *dy,
                              int64_t rows, int64_t h, double eps, void *dx,
                              void *dweight, void *dbias) {
-  KernelScope scope(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_layer_norm_grad");
-  if (h == 0)
-    return;
-  cudaStream_t s = scope.stream();
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    Temp<double> rowMean(rows, s, scope.name()), rowInv(rows, s, scope.name());
-    if (rows > 0)
-      layerNormGradKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
-          asIn<E>(x), asIn<E>(weight), asIn<E>(dy), rows, h, eps, asOut<E>(dx),
-          rowMean.get(), rowInv.get());
-    columnSum<E>(rows, h,
-                 LayerWeightTerm<E>{asIn<E>(x), asIn<E>(dy), rowMean.get(),
-                                    rowInv.get(), h},
-                 asOut<E>(dweight), s, scope.name());
-    if (dbias)
-      columnSum<E>(rows, h, BiasTerm<E>{asIn<E>(dy), h}, asOut<E>(dbias), s,
-                   scope.name());
-  });
+  launchFloat(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_layer_norm_grad", dtype,
+              h == 0, [&](auto e, cudaStream_t s) {
+                using E = decltype(e);
+                Temp<double> rowMean(rows, s, "fsdp_rt_layer_norm_grad"),
+                    rowInv(rows, s, "fsdp_rt_layer_norm_grad");
+                if (rows > 0)
+                  layerNormGradKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
+                      asIn<E>(x), asIn<E>(weight), asIn<E>(dy), rows, h, eps,
+                      asOut<E>(dx), rowMean.get(), rowInv.get());
+                columnSum<E>(rows, h,
+                             LayerWeightTerm<E>{asIn<E>(x), asIn<E>(dy),
+                                                rowMean.get(), rowInv.get(), h},
+                             asOut<E>(dweight), s, "fsdp_rt_layer_norm_grad");
+                if (dbias)
+                  columnSum<E>(rows, h, BiasTerm<E>{asIn<E>(dy), h},
+                               asOut<E>(dbias), s, "fsdp_rt_layer_norm_grad");
+              });
 }

@@ -119,53 +119,48 @@ __global__ void reduceMaxKernel(const typename E::T *x, int64_t rows, int64_t n,
 
 void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                      const int64_t *shape, int rank, int dim, void *out) {
-  KernelScope scope(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_softmax");
   AxisView v = viewAround(shape, rank, dim);
   int64_t outer = v.outer, len = v.len, inner = v.inner;
-  if (outer * len * inner == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    if (inner == 1)
-      softmaxRowsKernel<E><<<rowGrid(outer), kThreads, 0, scope.stream()>>>(
-          asIn<E>(x), outer, len, asOut<E>(out));
-    else
-      softmaxColumnsKernel<E>
-          <<<gridFor(outer * inner), kThreads, 0, scope.stream()>>>(
-              asIn<E>(x), outer, len, inner, asOut<E>(out));
-  });
+  launchFloat(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_softmax", dtype,
+              outer * len * inner == 0, [&](auto e, cudaStream_t s) {
+                using E = decltype(e);
+                if (inner == 1)
+                  softmaxRowsKernel<E><<<rowGrid(outer), kThreads, 0, s>>>(
+                      asIn<E>(x), outer, len, asOut<E>(out));
+                else
+                  softmaxColumnsKernel<E>
+                      <<<gridFor(outer * inner), kThreads, 0, s>>>(
+                          asIn<E>(x), outer, len, inner, asOut<E>(out));
+              });
 }
 
 void fsdp_rt_softmax_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                           const void *y, const void *dy, const int64_t *shape,
                           int rank, int dim, void *dx) {
-  KernelScope scope(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_softmax_grad");
   AxisView v = viewAround(shape, rank, dim);
   int64_t outer = v.outer, len = v.len, inner = v.inner;
-  if (outer * len * inner == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    if (inner == 1)
-      softmaxGradRowsKernel<E><<<rowGrid(outer), kThreads, 0, scope.stream()>>>(
-          asIn<E>(y), asIn<E>(dy), outer, len, asOut<E>(dx));
-    else
-      softmaxGradColumnsKernel<E>
-          <<<gridFor(outer * inner), kThreads, 0, scope.stream()>>>(
-              asIn<E>(y), asIn<E>(dy), outer, len, inner, asOut<E>(dx));
-  });
+  launchFloat(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_softmax_grad", dtype,
+              outer * len * inner == 0, [&](auto e, cudaStream_t s) {
+                using E = decltype(e);
+                if (inner == 1)
+                  softmaxGradRowsKernel<E><<<rowGrid(outer), kThreads, 0, s>>>(
+                      asIn<E>(y), asIn<E>(dy), outer, len, asOut<E>(dx));
+                else
+                  softmaxGradColumnsKernel<E>
+                      <<<gridFor(outer * inner), kThreads, 0, s>>>(
+                          asIn<E>(y), asIn<E>(dy), outer, len, inner,
+                          asOut<E>(dx));
+              });
 }
 
 void fsdp_rt_reduce_max(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                         const void *x, int64_t rows, int64_t n, void *out) {
   // The CPU backend counts reduce_max, the vocabulary-parallel loss's row
   // maximum, as a loss kernel.
-  KernelScope scope(FSDP_RT_KERNEL_LOSS, stream, "fsdp_rt_reduce_max");
-  if (rows == 0 || n == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    reduceMaxKernel<E><<<rowGrid(rows), kThreads, 0, scope.stream()>>>(
-        asIn<E>(x), rows, n, asOut<E>(out));
-  });
+  launchFloat(FSDP_RT_KERNEL_LOSS, stream, "fsdp_rt_reduce_max", dtype,
+              rows == 0 || n == 0, [&](auto e, cudaStream_t s) {
+                using E = decltype(e);
+                reduceMaxKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
+                    asIn<E>(x), rows, n, asOut<E>(out));
+              });
 }

@@ -46,6 +46,16 @@ struct Check {
                                     ", expected element type " +
                                     dtypeName(want.dtype));
   }
+  /// Float operands `lhs` and `rhs` and result type `r` of one element
+  /// type.
+  void floatOperands(const fsdp_tensor *a, const fsdp_tensor *b,
+                     const fsdp_type &r) const {
+    present(a, "lhs");
+    present(b, "rhs");
+    isFloat(a->type, "lhs");
+    sameDtype(b->type, a->type, "rhs");
+    sameDtype(r, a->type, "result");
+  }
   void rankAtLeast(const fsdp_type &t, int64_t rank, const char *what) const {
     that(t.rank >= rank, std::string(what) + " is " + typeString(t) +
                              ", expected rank >= " + std::to_string(rank));

@@ -84,11 +84,7 @@ using BinaryKernel = void (*)(fsdp_rt_stream, fsdp_rt_dtype, const void *,
 fsdp_tensor *binary(const char *op, BinaryKernel kernel, fsdp_type r,
                     fsdp_tensor *a, fsdp_tensor *b) {
   Check c{op};
-  c.present(a, "lhs");
-  c.present(b, "rhs");
-  c.isFloat(a->type, "lhs");
-  c.sameDtype(b->type, a->type, "rhs");
-  c.sameDtype(r, a->type, "result");
+  c.floatOperands(a, b, r);
   c.that(a->type.rank <= 8 && b->type.rank <= 8, "rank above 8");
   // NumPy trailing broadcast.
   int64_t rank = std::max(a->type.rank, b->type.rank);
@@ -180,11 +176,7 @@ static fsdp_tensor *matmulLike(const char *op, bool batchedB, fsdp_type r,
                                fsdp_tensor *a, fsdp_tensor *b, bool ta,
                                bool tb) {
   Check c{op};
-  c.present(a, "lhs");
-  c.present(b, "rhs");
-  c.isFloat(a->type, "lhs");
-  c.sameDtype(b->type, a->type, "rhs");
-  c.sameDtype(r, a->type, "result");
+  c.floatOperands(a, b, r);
   c.rankAtLeast(a->type, 2, "lhs");
   int64_t ar = a->type.rank;
   int64_t m = a->type.dims[ar - (ta ? 1 : 2)],
