@@ -84,6 +84,19 @@ struct Geometry {
   __device__ int64_t stat(int64_t bi, int64_t h, int64_t i) const {
     return (bi * nq + h) * s + i;
   }
+
+  /// The query a warp of the query-side kernels handles: query i of head h
+  /// (its key-value head kvh) of batch bi; `i >= s` past the end.
+  struct WarpQuery {
+    int warp;
+    int64_t i, h, bi, kvh;
+  };
+  __device__ WarpQuery warpQuery() const {
+    int warp = threadIdx.x / 32;
+    int64_t h = blockIdx.y;
+    return {warp, int64_t(blockIdx.x) * kWarps + warp, h, blockIdx.z,
+            h / group()};
+  }
 };
 
 /// Σ_dd a[dd] · b[dd] over a length-n vector split among the lanes (a in
@@ -115,9 +128,7 @@ __global__ void attentionKernel(const typename E::T *q, const typename E::T *k,
                                 const typename E::T *v, Geometry g,
                                 typename E::T *out, float *lse) {
   extern __shared__ float shared[];
-  int warp = threadIdx.x / 32;
-  int64_t i = int64_t(blockIdx.x) * kWarps + warp, h = blockIdx.y,
-          bi = blockIdx.z, kvh = h / g.group();
+  auto [warp, i, h, bi, kvh] = g.warpQuery();
   // Warp-uniform exit: the kernel has no block-wide barrier.
   if (i >= g.s)
     return;
@@ -157,9 +168,7 @@ attentionQueryGradKernel(const typename E::T *q, const typename E::T *k,
                          const float *lse, const typename E::T *dout,
                          Geometry g, typename E::T *dq, float *delta) {
   extern __shared__ float shared[];
-  int warp = threadIdx.x / 32;
-  int64_t i = int64_t(blockIdx.x) * kWarps + warp, h = blockIdx.y,
-          bi = blockIdx.z, kvh = h / g.group();
+  auto [warp, i, h, bi, kvh] = g.warpQuery();
   if (i >= g.s)
     return;
   float *qs = shared + warp * (2 * g.d + g.dv), *dos = qs + g.d,
