@@ -8,6 +8,8 @@ import argparse
 import re
 import sys
 
+import checks
+
 STEP = re.compile(r"^step (\d+) loss (\S+)")
 
 
@@ -28,10 +30,7 @@ def main():
         return 1
     worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
     print(f"{len(a)} steps max_rel_diff {worst:.2e}")
-    if not worst <= args.rtol:
-        print(f"FAIL max_rel_diff {worst:.2e} > {args.rtol:g}")
-        return 1
-    return 0
+    return checks.verdict("max_rel_diff", worst, args.rtol)
 
 
 if __name__ == "__main__":

@@ -21,25 +21,7 @@ import argparse
 import json
 import sys
 
-
-def rows_of(path, table):
-    """{(kind, group): (calls, bytes)} of a report."""
-    out = {}
-    if not table:
-        with open(path) as f:
-            for row in json.load(f)["communication"]["collectives"]:
-                out[(row["kind"], row["group"])] = (row["calls"], row["bytes"])
-        return out
-    with open(path) as f:
-        lines = f.read().splitlines()
-    start = next(i for i, line in enumerate(lines)
-                 if line.startswith("collective"))
-    for line in lines[start + 1:]:
-        words = line.split()
-        if len(words) != 4 or not words[2].isdigit():
-            break
-        out[(words[0], words[1])] = (int(words[2]), int(words[3]))
-    return out
+import checks
 
 
 def main():
@@ -72,7 +54,8 @@ def main():
                                         2 * layers * block * (cp - 1)),
                 ("reduce_scatter", "{cp}"): (2 * layers,
                                             2 * layers * block * (cp - 1))}
-    got = {k: v for k, v in rows_of(args.report, args.table).items()
+    got = {k: v for k, v in checks.collectives(args.report,
+                                              args.table).items()
            if k[1] == "{cp}"}
     print(f"cp={cp} {args.comm}: per layer {blocks * block * (cp - 1)} bytes "
           f"over cp; report {sorted(got.items())}")

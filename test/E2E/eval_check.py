@@ -21,6 +21,8 @@ import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file
 
+import checks
+
 EVAL = re.compile(r"^eval after step (\d+) loss (\S+) \((\d+) batches\)",
                   re.M)
 
@@ -65,10 +67,7 @@ def main():
     err = abs(ours - theirs) / abs(theirs)
     print(f"eval after step {step}: {batches} batches, loss {ours:.6f} "
           f"transformers {theirs:.6f} rel_err {err:.2e}")
-    if not err <= args.rtol:
-        print(f"FAIL rel_err {err:.2e} > {args.rtol:g}")
-        return 1
-    return 0
+    return checks.verdict("rel_err", err, args.rtol)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import json
 import re
 import sys
 
+import checks
+
 LAYER = re.compile(r"^(.*\.(layers|h)\.[0-9]+)\.")
 
 
@@ -51,8 +53,6 @@ def main():
     args = parser.parse_args()
     with open(args.graph) as f:
         units = units_of(json.load(f))
-    with open(args.report) as f:
-        report = json.load(f)["communication"]
     n = args.ranks
     layers = [u for u in units if u]
     last = max(layers, key=lambda u: int(u.rsplit(".", 1)[1])) if layers \
@@ -68,11 +68,7 @@ def main():
     rs_bytes = sum(units[u] * args.reduce_bytes * (n - 1) // n for u in units)
     want = {"all_gather": (ag_calls, ag_bytes),
             "reduce_scatter": (rs_calls, rs_bytes)}
-    got = {}
-    for entry in report["collectives"]:
-        key = (entry["kind"], entry["group"])
-        calls, sent = got.get(key, (0, 0))
-        got[key] = (calls + entry["calls"], sent + entry["bytes"])
+    got = checks.collectives(args.report)
     failed = False
     print(f"N={n} reshard={args.reshard}: {len(units)} units, "
           f"Psi={psi}, {len(resharded)} resharded")

@@ -23,14 +23,12 @@ import reference  # noqa: E402
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True)
-    parser.add_argument("--dump", required=True)
-    parser.add_argument("--rank", type=int, default=0)
-    parser.add_argument("--rtol", type=float, default=1e-5)
+    reference.add_dump_arguments(parser)
     args = parser.parse_args()
 
     with open(args.config) as f:
         spec = reference.ModelSpec(json.load(f))
-    directory = os.path.join(args.dump, f"rank{args.rank}")
+    directory = reference.rank_directory(args)
     manifest = reference.read_manifest(directory)
     tensors = {name: reference.load_tensor(directory, name, *manifest[name])
                for name in manifest}

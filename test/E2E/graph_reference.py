@@ -117,14 +117,12 @@ def loss_of(graph, values):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--graph", required=True)
-    parser.add_argument("--dump", required=True)
-    parser.add_argument("--rank", type=int, default=0)
-    parser.add_argument("--rtol", type=float, default=1e-5)
+    reference.add_dump_arguments(parser)
     parser.add_argument("--fd-rtol", type=float, default=1e-6)
     args = parser.parse_args()
     with open(args.graph) as f:
         graph = json.load(f)
-    directory = os.path.join(args.dump, f"rank{args.rank}")
+    directory = reference.rank_directory(args)
     manifest = reference.read_manifest(directory)
     load = lambda n: reference.load_tensor(directory, n, *manifest[n])  # noqa
 

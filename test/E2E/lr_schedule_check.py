@@ -16,6 +16,8 @@ import sys
 import torch
 import transformers
 
+import checks
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
@@ -43,10 +45,7 @@ def main():
         sched.step()
     print(f"{args.name}: {len(ours)} steps, lr {ours[0]:.4g} .. "
           f"{max(ours):.4g} .. {ours[-1]:.4g}, max_abs_err {worst:.2e}")
-    if not worst <= args.atol:
-        print(f"FAIL max_abs_err {worst:.2e} > {args.atol:g}")
-        return 1
-    return 0
+    return checks.verdict("max_abs_err", worst, args.atol)
 
 
 if __name__ == "__main__":

@@ -461,6 +461,20 @@ def forward(spec, params, input_ids, position_ids, labels):
 #===------------------------------------------------------------------------===#
 
 
+def add_dump_arguments(parser):
+    """Adds --dump (a program's --dump-dir), --rank (whose tensors: 0) and
+    --rtol (1e-5) to `parser`."""
+    parser.add_argument("--dump", required=True,
+                        help="the program's --dump-dir")
+    parser.add_argument("--rank", type=int, default=0)
+    parser.add_argument("--rtol", type=float, default=1e-5)
+
+
+def rank_directory(args):
+    """The folder of --rank's tensors in --dump."""
+    return os.path.join(args.dump, f"rank{args.rank}")
+
+
 def load_dump(spec, directory):
     """Returns (params, inputs, outputs) as {name: tensor}, after checking
     that the dump's parameters are exactly the ones the model has."""
@@ -548,10 +562,7 @@ def main():
         "PyTorch float64 reference forward.")
     parser.add_argument("--config", required=True,
                         help="the Hugging Face config.json the graph came from")
-    parser.add_argument("--dump", required=True,
-                        help="the program's --dump-dir")
-    parser.add_argument("--rank", type=int, default=0)
-    parser.add_argument("--rtol", type=float, default=1e-5)
+    add_dump_arguments(parser)
     args = parser.parse_args()
 
     try:
@@ -561,8 +572,7 @@ def main():
             spec = ModelSpec(config)
         except KeyError as e:
             raise DumpError(f"'{args.config}' lacks field {e}") from None
-        directory = os.path.join(args.dump, f"rank{args.rank}")
-        params, inputs, outputs = load_dump(spec, directory)
+        params, inputs, outputs = load_dump(spec, rank_directory(args))
         failures = compare(spec, params, inputs, outputs, args.rtol)
     except (DumpError, OSError, json.JSONDecodeError) as e:
         for line in str(e).splitlines():

@@ -28,6 +28,8 @@ import argparse
 import json
 import sys
 
+import checks
+
 
 def expected(cfg, tp, sp, b, s):
     gpt2 = cfg.get("model_type") == "gpt2"
@@ -80,18 +82,17 @@ def main():
     args = parser.parse_args()
     with open(args.config) as f:
         cfg = json.load(f)
-    with open(args.report) as f:
-        report = json.load(f)["communication"]
     calls, sent, per_layer, layers = expected(cfg, args.tp, args.sp,
                                               args.batch, args.seq)
     got_calls = {k: 0 for k in calls}
     got_sent = {k: 0 for k in sent}
-    for entry in report["collectives"]:
-        if entry["group"] != "{tp}" or entry["kind"] not in got_calls:
-            print(f"FAIL unexpected {entry['kind']} over {entry['group']}")
+    for (kind, group), (n_calls, n_bytes) in checks.collectives(
+            args.report).items():
+        if group != "{tp}" or kind not in got_calls:
+            print(f"FAIL unexpected {kind} over {group}")
             return 1
-        got_calls[entry["kind"]] += entry["calls"]
-        got_sent[entry["kind"]] += entry["bytes"]
+        got_calls[kind] += n_calls
+        got_sent[kind] += n_bytes
     layer = ", ".join(f"{n} {kind} x {int(b)} B" for kind, (n, b)
                       in per_layer.items())
     layer_bytes = sum(n * int(b) for n, b in per_layer.values())

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checks  # noqa: E402
 import reference  # noqa: E402
 
 STEP = re.compile(r"^step (\d+) loss (\S+) time")
@@ -153,9 +154,7 @@ def main():
               f"rel_err {err:.2e}")
     print(f"{args.optimizer} {args.steps} steps: loss {ours[0]:.6f} -> "
           f"{ours[-1]:.6f}, max_rel_err {worst:.2e}")
-    failed = not worst <= args.rtol
-    if failed:
-        print(f"FAIL max_rel_err {worst:.2e} > {args.rtol:g}")
+    failed = checks.verdict("max_rel_err", worst, args.rtol) != 0
     if args.hf:
         failed |= compare_params(args, prog, tokens_path, params)
     return 1 if failed else 0

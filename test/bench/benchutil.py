@@ -1,10 +1,13 @@
 """What the interleaved benchmarks share: running a tool, their command
-line, the graph they compile, f32 mixed precision, and reading a program's
-step times."""
+line, the graph they compile, f32 mixed precision, reading a program's
+step times, and timing parallel variants of one training step and
+printing their table."""
 
 import argparse
+import json
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 
@@ -70,3 +73,65 @@ def simulate(cmd, hardware, source, group):
                     r"\s+\S+(?:\s+\S+)?\s+\S+\s+\S+\s+(\S+)$", out, re.M)
     return (float(re.search(r"^step time\s+(\S+) ms", out, re.M).group(1)),
             float(row.group(1)) if row else 0.0)
+
+
+def exposed(out, group):
+    """The waited communication of `group` (e.g. "{tp}") per step of a
+    --report, ms."""
+    row = re.search(r"^" + re.escape(group) + r"\s+\S+\s+\S+\s+(\S+)$", out,
+                    re.M)
+    return float(row.group(1)) if row else 0.0
+
+
+def interleaved(args, graph, variants, group):
+    """Compiles the training step of `graph` for each (key, ranks, parallel,
+    exe) of `variants`, on `ranks` ranks with the parallel config `parallel`
+    (written to exe.json), into `exe`, then runs the programs --rounds
+    times, interleaved, with --report. Returns {key: step times}, {key:
+    exposed `group` ms of each run} and, with --simulate, {key: the
+    simulator's (step ms, exposed `group` ms)}."""
+    predicted = {}
+    for key, ranks, parallel, exe in variants:
+        with open(exe + ".json", "w") as f:
+            json.dump(parallel, f)
+        cmd = [os.path.join(args.bin_dir, "fsdp-compile"), graph,
+               "--parallel", exe + ".json", "--world-size", str(ranks),
+               "--passes=fsdp-build-train-step"]
+        run(cmd + ["-o", exe])
+        if args.simulate:
+            predicted[key] = simulate(cmd, args.simulate, exe + ".cpp", group)
+    times = {key: [] for key, _, _, _ in variants}
+    waits = {key: [] for key, _, _, _ in variants}
+    for _ in range(args.rounds):
+        for key, ranks, _, exe in variants:
+            out = run(["mpirun", "--allow-run-as-root", "--oversubscribe",
+                       "-np", str(ranks), exe, "--steps", str(args.steps),
+                       "--report"])
+            times[key] += step_times(out)
+            waits[key].append(exposed(out, group))
+    return times, waits, predicted
+
+
+def header(args, axis, versus, width):
+    """The titles of `columns`: step ms, the speedup `versus` (`width`
+    wide), the exposed `axis` communication and, with --simulate, the
+    predictions."""
+    line = (f"{'step ms':>9} {versus:>{width}} "
+            f"{'exposed ' + axis + ' ms/step':>19}")
+    if args.simulate:
+        line += (f" {'predicted ms':>13} "
+                 f"{'pred. exposed ' + axis + ' ms':>20}")
+    return line
+
+
+def columns(timed, key, base, width):
+    """`key`'s columns of an `interleaved` result `timed`: the median step
+    ms, the speedup over `base` (`width` wide), the median exposed ms and,
+    when simulated, the predicted step and exposed ms."""
+    times, exposed, predicted = timed
+    t = statistics.median(times[key])
+    line = (f"{t:9.1f} {statistics.median(times[base]) / t:{width}.3f} "
+            f"{statistics.median(exposed[key]):19.1f}")
+    if predicted:
+        line += f" {predicted[key][0]:13.3f} {predicted[key][1]:20.3f}"
+    return line

@@ -20,7 +20,6 @@
 import json
 import os
 import re
-import statistics
 import sys
 import time
 
@@ -31,49 +30,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
 
-def exposed_cp(out):
-    """The waited cp communication per step of a --report, ms."""
-    row = re.search(r"^\{cp\}\s+\S+\s+\S+\s+(\S+)$", out, re.M)
-    return float(row.group(1)) if row else 0.0
-
-
 def ring_against_gather(args, tmp, graph):
-    variants, predicted = [], {}
-    for comm in ("p2p", "all_gather"):
-        parallel = os.path.join(tmp, f"{comm}.json")
-        json.dump(dict(F32, cp_size=2, cp_comm_type=comm),
-                  open(parallel, "w"))
-        exe = os.path.join(tmp, comm)
-        cmd = [os.path.join(args.bin_dir, "fsdp-compile"), graph,
-               "--parallel", parallel, "--world-size", "2",
-               "--passes=fsdp-build-train-step"]
-        run(cmd + ["-o", exe])
-        variants.append((comm, exe))
-        if args.simulate:
-            predicted[comm] = benchutil.simulate(cmd, args.simulate,
-                                                 exe + ".cpp", "{cp}")
-    times = {comm: [] for comm, _ in variants}
-    exposed = {comm: [] for comm, _ in variants}
-    for _ in range(args.rounds):
-        for comm, exe in variants:
-            out = run(["mpirun", "--allow-run-as-root", "--oversubscribe",
-                       "-np", "2", exe, "--steps", str(args.steps),
-                       "--report"])
-            times[comm] += benchutil.step_times(out)
-            exposed[comm].append(exposed_cp(out))
-    sim = (f" {'predicted ms':>13} {'pred. exposed cp ms':>20}"
-           if args.simulate else "")
+    comms = ("p2p", "all_gather")
+    timed = benchutil.interleaved(
+        args, graph, [(comm, 2, dict(F32, cp_size=2, cp_comm_type=comm),
+                       os.path.join(tmp, comm)) for comm in comms], "{cp}")
     print(f"cp 2, batch {args.batch} x {args.seq} tokens, {args.model}")
-    print(f"{'cp_comm_type':>12} {'step ms':>9} {'vs all_gather':>14} "
-          f"{'exposed cp ms/step':>19}" + sim)
-    base = statistics.median(times["all_gather"])
-    for comm, _ in variants:
-        t = statistics.median(times[comm])
-        line = (f"{comm:>12} {t:9.1f} {base / t:14.3f} "
-                f"{statistics.median(exposed[comm]):19.1f}")
-        if args.simulate:
-            line += f" {predicted[comm][0]:13.3f} {predicted[comm][1]:20.3f}"
-        print(line)
+    print(f"{'cp_comm_type':>12} " +
+          benchutil.header(args, "cp", "vs all_gather", 14))
+    for comm in comms:
+        print(f"{comm:>12} " +
+              benchutil.columns(timed, comm, "all_gather", 14))
 
 
 def long_context(args, tmp):

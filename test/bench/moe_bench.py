@@ -18,7 +18,6 @@
 import json
 import os
 import re
-import statistics
 import sys
 import time
 
@@ -31,46 +30,16 @@ SMALL_MOE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                          "small-moe.json")
 
 
-def exposed(out, group):
-    """The waited communication of `group` per step of a --report, ms."""
-    row = re.search(r"^" + re.escape(group) + r"\s+\S+\s+\S+\s+(\S+)$", out,
-                    re.M)
-    return float(row.group(1)) if row else 0.0
-
-
 def ep_against_replicated(args, tmp, graph, ranks):
-    variants, predicted = [], {}
-    for ep in (ranks, 1):
-        name = f"ep{ep}-of-{ranks}"
-        parallel = os.path.join(tmp, name + ".json")
-        json.dump(dict(F32, ep_size=ep), open(parallel, "w"))
-        exe = os.path.join(tmp, name)
-        cmd = [os.path.join(args.bin_dir, "fsdp-compile"), graph,
-               "--parallel", parallel, "--world-size", str(ranks),
-               "--passes=fsdp-build-train-step"]
-        run(cmd + ["-o", exe])
-        variants.append((ep, exe))
-        if args.simulate:
-            predicted[ep] = benchutil.simulate(cmd, args.simulate,
-                                               exe + ".cpp", "{ep}")
-    times = {ep: [] for ep, _ in variants}
-    waits = {ep: [] for ep, _ in variants}
-    for _ in range(args.rounds):
-        for ep, exe in variants:
-            out = run(["mpirun", "--allow-run-as-root", "--oversubscribe",
-                       "-np", str(ranks), exe, "--steps", str(args.steps),
-                       "--report"])
-            times[ep] += benchutil.step_times(out)
-            waits[ep].append(exposed(out, "{ep}"))
-    base = statistics.median(times[1])
-    for ep, _ in variants:
-        t = statistics.median(times[ep])
+    eps = (ranks, 1)
+    timed = benchutil.interleaved(
+        args, graph, [(ep, ranks, dict(F32, ep_size=ep),
+                       os.path.join(tmp, f"ep{ep}-of-{ranks}"))
+                      for ep in eps], "{ep}")
+    for ep in eps:
         label = "experts replicated" if ep == 1 else f"ep {ep}"
-        line = (f"{ranks:>5} {label:>19} {t:9.1f} {base / t:15.3f} "
-                f"{statistics.median(waits[ep]):19.1f}")
-        if args.simulate:
-            line += f" {predicted[ep][0]:13.3f} {predicted[ep][1]:20.3f}"
-        print(line)
+        print(f"{ranks:>5} {label:>19} " +
+              benchutil.columns(timed, ep, 1, 15))
 
 
 def published(args, tmp):
@@ -111,12 +80,10 @@ def main():
     parser.add_argument("--ranks", default="2,4")
     args = benchutil.parse_steps(parser)
     tmp, graph = benchutil.graph(args, "moe-bench-")
-    sim = (f" {'predicted ms':>13} {'pred. exposed ep ms':>20}"
-           if args.simulate else "")
     print(f"small Qwen3-MoE (16 experts, top-2), batch {args.batch} x "
           f"{args.seq} tokens, f32")
-    print(f"{'ranks':>5} {'experts':>19} {'step ms':>9} {'vs replicated':>15} "
-          f"{'exposed ep ms/step':>19}" + sim)
+    print(f"{'ranks':>5} {'experts':>19} " +
+          benchutil.header(args, "ep", "vs replicated", 15))
     for ranks in map(int, args.ranks.split(",")):
         ep_against_replicated(args, tmp, graph, ranks)
     if args.published:

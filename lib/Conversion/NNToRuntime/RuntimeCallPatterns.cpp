@@ -172,32 +172,30 @@ template <typename OpTy> struct StatePattern : OpConversionPattern<OpTy> {
   LoweringState &state;
 };
 
-/// dist.copy is the identity: another reference to the same tensor.
-struct CopyPattern : StatePattern<dist::CopyOp> {
-  using StatePattern::StatePattern;
-  LogicalResult
-  matchAndRewrite(dist::CopyOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    Value v = Call(state.context, "fsdp_retain")
-                  .value(adaptor.getInput())
-                  .emit(rewriter, op.getLoc(), state.tensorType);
-    state.finish(rewriter, op, adaptor.getOperands(), v, 1);
-    return success();
-  }
-};
+/// An op whose value is one runtime call on its one operand: dist.copy is
+/// the identity (`fsdp_retain`: another reference to the same tensor),
+/// dist.wait the started collective's result (`fsdp_wait`, which takes the
+/// program).
+template <typename OpTy> struct OneCallPattern : StatePattern<OpTy> {
+  OneCallPattern(const TypeConverter &converter, LoweringState &state,
+                 StringRef callee, bool takesProgram)
+      : StatePattern<OpTy>(converter, state), callee(callee),
+        takesProgram(takesProgram) {}
 
-/// dist.wait: the started collective's result.
-struct WaitPattern : StatePattern<dist::WaitOp> {
-  using StatePattern::StatePattern;
   LogicalResult
-  matchAndRewrite(dist::WaitOp op, OpAdaptor adaptor,
+  matchAndRewrite(OpTy op, typename OpTy::Adaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Value v = call("fsdp_wait", op)
-                  .value(adaptor.getFuture())
+    LoweringState &state = this->state;
+    Call call =
+        takesProgram ? this->call(callee, op) : Call(state.context, callee);
+    Value v = call.value(adaptor.getOperands().front())
                   .emit(rewriter, op.getLoc(), state.tensorType);
     state.finish(rewriter, op, adaptor.getOperands(), v, 1);
     return success();
   }
+
+  StringRef callee;
+  bool takesProgram;
 };
 
 /// nn.split: each piece is a slice of the input.
@@ -345,9 +343,12 @@ struct ReturnPattern : StatePattern<func::ReturnOp> {
 void fsdp::populateNNToRuntimePatterns(const TypeConverter &converter,
                                        RewritePatternSet &patterns,
                                        LoweringState &state) {
-  patterns.add<RuntimeCallPattern, CopyPattern, WaitPattern, SplitPattern,
-               ConcatPattern, RollPattern, LayerCallPattern, ReturnPattern>(
-      converter, state);
+  patterns.add<RuntimeCallPattern, SplitPattern, ConcatPattern, RollPattern,
+               LayerCallPattern, ReturnPattern>(converter, state);
+  patterns.add<OneCallPattern<dist::CopyOp>>(converter, state, "fsdp_retain",
+                                             /*takesProgram=*/false);
+  patterns.add<OneCallPattern<dist::WaitOp>>(converter, state, "fsdp_wait",
+                                             /*takesProgram=*/true);
 }
 
 LogicalResult fsdp::prepareLiterals(Block &body, LoweringState &state,
