@@ -23,25 +23,16 @@ typedef int MPI_Datatype;
 typedef int MPI_Op;
 typedef int MPI_Info;
 
-constexpr MPI_Comm MPI_COMM_NULL = 0;
-constexpr MPI_Comm MPI_COMM_WORLD = 1;
+constexpr MPI_Comm MPI_COMM_NULL = 0, MPI_COMM_WORLD = 1;
 constexpr MPI_Info MPI_INFO_NULL = 0;
-constexpr int MPI_COMM_TYPE_SHARED = 1;
-constexpr int MPI_THREAD_SINGLE = 0;
-constexpr int MPI_THREAD_MULTIPLE = 3;
-constexpr int MPI_SUCCESS = 0;
+constexpr int MPI_COMM_TYPE_SHARED = 1, MPI_THREAD_SINGLE = 0,
+              MPI_THREAD_MULTIPLE = 3, MPI_SUCCESS = 0;
 
 // Datatypes are their sizes in bytes, which is all a copy needs.
-constexpr MPI_Datatype MPI_BYTE = 1;
-constexpr MPI_Datatype MPI_INT = int(sizeof(int));
-constexpr MPI_Datatype MPI_FLOAT = 4;
-constexpr MPI_Datatype MPI_INT32_T = 4;
-constexpr MPI_Datatype MPI_INT64_T = 8;
-constexpr MPI_Datatype MPI_DOUBLE = 8;
+constexpr MPI_Datatype MPI_BYTE = 1, MPI_INT = int(sizeof(int)), MPI_FLOAT = 4,
+                       MPI_INT32_T = 4, MPI_INT64_T = 8, MPI_DOUBLE = 8;
 
-constexpr MPI_Op MPI_SUM = 1;
-constexpr MPI_Op MPI_MAX = 2;
-constexpr MPI_Op MPI_MIN = 3;
+constexpr MPI_Op MPI_SUM = 1, MPI_MAX = 2, MPI_MIN = 3;
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
 int MPI_Initialized(int *flag);
