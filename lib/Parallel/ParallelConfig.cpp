@@ -143,32 +143,30 @@ TPLayout parseLayout(const json &value, const std::string &where) {
 
 /// Checks the layouts a style supports.
 void checkLayouts(const TPStyle &s, const std::string &where) {
-  auto is = [](TPLayout l, TPLayout want) { return l == want; };
   TPLayout rep = TPLayout::replicate(), seq = TPLayout::sharded(1),
            last = TPLayout::sharded(-1);
+  // `layout` (the style's field `field`) must be `a` or `b` (`names`).
+  auto require = [&](const char *style, const char *field, TPLayout layout,
+                     TPLayout a, TPLayout b, const char *names) {
+    if (!(layout == a) && !(layout == b))
+      reject(where, std::string(style) + " " + field + " must be " + names +
+                        ", got " + layout.str());
+  };
   switch (s.kind) {
   case TPStyle::Colwise:
-    if (!is(s.input, rep) && !is(s.input, seq))
-      reject(where, "ColwiseParallel input_layouts must be Replicate() or "
-                    "Shard(1), got " +
-                        s.input.str());
-    if (!is(s.output, last) && !is(s.output, rep))
-      reject(where, "ColwiseParallel output_layouts must be Shard(-1) or "
-                    "Replicate(), got " +
-                        s.output.str());
+    require("ColwiseParallel", "input_layouts", s.input, rep, seq,
+            "Replicate() or Shard(1)");
+    require("ColwiseParallel", "output_layouts", s.output, last, rep,
+            "Shard(-1) or Replicate()");
     return;
   case TPStyle::Rowwise:
-    if (!is(s.input, last) && !is(s.input, rep))
-      reject(where, "RowwiseParallel input_layouts must be Shard(-1) or "
-                    "Replicate(), got " +
-                        s.input.str());
-    if (!is(s.output, rep) && !is(s.output, seq))
-      reject(where, "RowwiseParallel output_layouts must be Replicate() or "
-                    "Shard(1), got " +
-                        s.output.str());
+    require("RowwiseParallel", "input_layouts", s.input, last, rep,
+            "Shard(-1) or Replicate()");
+    require("RowwiseParallel", "output_layouts", s.output, rep, seq,
+            "Replicate() or Shard(1)");
     return;
   case TPStyle::SequenceParallel:
-    if (!is(s.input, seq) || !is(s.output, seq))
+    if (!(s.input == seq) || !(s.output == seq))
       reject(where, "SequenceParallel shards the sequence dim: its layouts "
                     "must be Shard(1), got " +
                         s.input.str() + " -> " + s.output.str());

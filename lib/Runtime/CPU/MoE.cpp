@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../Common/Routing.h"
 #include "Internal.h"
 
 #include <cmath>
@@ -52,17 +53,7 @@ void softmaxBackward(const float *p, const float *dp, int64_t experts,
 
 /// The `topK` largest of p, descending, ties to the lower index.
 void topK(const float *p, int64_t experts, int64_t k, int64_t *chosen) {
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < experts; ++e) {
-      bool taken = false;
-      for (int64_t i = 0; i < j && !taken; ++i)
-        taken = chosen[i] == e;
-      if (!taken && (best < 0 || p[e] > p[best]))
-        best = e;
-    }
-    chosen[j] = best;
-  }
+  topExperts([p](int64_t e) { return p[e]; }, experts, k, chosen, nullptr);
 }
 
 /// The row in expert order of every slot: slots ordered by expert, then by
@@ -307,13 +298,7 @@ void fsdp_rt_grouped_linear_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
 void fsdp_rt_moe_rank_counts(fsdp_rt_stream, const int64_t *counts, int64_t n,
                              int64_t ranks, int64_t *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
-  int64_t block = n / ranks;
-  for (int64_t r = 0; r < ranks; ++r) {
-    int64_t sum = 0;
-    for (int64_t i = 0; i < block; ++i)
-      sum += counts[r * block + i];
-    out[r] = sum;
-  }
+  sumBlocks(counts, n, ranks, out);
 }
 
 void fsdp_rt_moe_aux_stats(fsdp_rt_stream, fsdp_rt_dtype dtype,

@@ -23,6 +23,7 @@
 #ifndef FSDP_LIB_RUNTIME_CUDA_MOEKERNELS_CUH
 #define FSDP_LIB_RUNTIME_CUDA_MOEKERNELS_CUH
 
+#include "../Common/Routing.h"
 #include "Portable.cuh"
 
 namespace fsdp::rt::cuda::moe {
@@ -61,22 +62,8 @@ template <typename E>
 PORTABLE_DEVICE void topK(const typename E::T *logits, int64_t experts,
                           int64_t k, float max, float inv, int64_t *chosen,
                           float *value) {
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    float bestP = 0;
-    for (int64_t e = 0; e < experts; ++e) {
-      bool taken = false;
-      for (int64_t i = 0; i < j; ++i)
-        taken = taken || chosen[i] == e;
-      float p = prob<E>(logits, e, max, inv);
-      if (!taken && (best < 0 || p > bestP)) {
-        best = e;
-        bestP = p;
-      }
-    }
-    chosen[j] = best;
-    value[j] = bestP;
-  }
+  topExperts([&](int64_t e) { return prob<E>(logits, e, max, inv); }, experts,
+             k, chosen, value);
 }
 
 template <typename E>
@@ -325,15 +312,8 @@ void groupedWeightGrad(const typename E::T *x, const typename E::T *dy,
 PORTABLE_KERNEL(1)
 void rankCounts(const int64_t *counts, int64_t total, int64_t ranks,
                 int64_t *out) {
-  if (threadIdx.x != 0 || blockIdx.x != 0)
-    return;
-  int64_t block = total / ranks;
-  for (int64_t r = 0; r < ranks; ++r) {
-    int64_t sum = 0;
-    for (int64_t i = 0; i < block; ++i)
-      sum += counts[r * block + i];
-    out[r] = sum;
-  }
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    sumBlocks(counts, total, ranks, out);
 }
 
 /// Per token: the softmax statistics (max, 1 / sum) and the top-k.
