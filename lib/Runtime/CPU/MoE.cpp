@@ -346,20 +346,12 @@ void fsdp_rt_moe_aux_stats_grad(fsdp_rt_stream, fsdp_rt_dtype dtype,
 void fsdp_rt_moe_aux_combine(fsdp_rt_stream, const float *stats,
                              int64_t experts, float *out) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
-  double rows = stats[2 * experts], sum = 0;
-  for (int64_t e = 0; e < experts; ++e)
-    sum += double(stats[e]) * stats[experts + e];
-  out[0] = rows > 0 ? float(double(experts) * sum / (rows * rows)) : 0.0f;
+  out[0] = auxLoss(stats, experts);
 }
 
 void fsdp_rt_moe_aux_combine_grad(fsdp_rt_stream, const float *stats,
                                   int64_t experts, const float *dy,
                                   float *dstats) {
   KernelTimer timer(FSDP_RT_KERNEL_LOSS);
-  double rows = stats[2 * experts];
-  double scale = rows > 0 ? double(dy[0]) * double(experts) / (rows * rows) : 0;
-  for (int64_t e = 0; e < 2 * experts + 1; ++e)
-    dstats[e] = 0.0f;
-  for (int64_t e = 0; e < experts; ++e)
-    dstats[experts + e] = float(scale * stats[e]);
+  auxLossGrad(stats, experts, dy[0], dstats);
 }

@@ -181,24 +181,18 @@ struct F32 {
   __device__ static float load(const T *p, int64_t i) { return p[i]; }
   __device__ static void store(T *p, int64_t i, float v) { p[i] = v; }
 };
-struct BF16 {
+/// bf16 (`IsF16` false) or f16, stored as their bits.
+template <bool IsF16> struct Float16Bits {
   using T = uint16_t;
   __device__ static float load(const T *p, int64_t i) {
-    return bf16ToFloat(p[i]);
+    return IsF16 ? f16ToFloat(p[i]) : bf16ToFloat(p[i]);
   }
   __device__ static void store(T *p, int64_t i, float v) {
-    p[i] = floatToBf16(v);
+    p[i] = IsF16 ? floatToF16(v) : floatToBf16(v);
   }
 };
-struct F16 {
-  using T = uint16_t;
-  __device__ static float load(const T *p, int64_t i) {
-    return f16ToFloat(p[i]);
-  }
-  __device__ static void store(T *p, int64_t i, float v) {
-    p[i] = floatToF16(v);
-  }
-};
+using BF16 = Float16Bits<false>;
+using F16 = Float16Bits<true>;
 
 /// The same element type for the kernels written against Portable.cuh
 /// (which use CUDA's bf16/f16 types rather than raw bits).

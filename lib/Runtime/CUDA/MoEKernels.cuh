@@ -377,23 +377,14 @@ PORTABLE_KERNEL(1)
 void auxCombine(const float *stats, int64_t experts, float *out) {
   if (threadIdx.x != 0 || blockIdx.x != 0)
     return;
-  double rows = stats[2 * experts], sum = 0;
-  for (int64_t e = 0; e < experts; ++e)
-    sum += double(stats[e]) * stats[experts + e];
-  out[0] = rows > 0 ? float(double(experts) * sum / (rows * rows)) : 0.0f;
+  out[0] = auxLoss(stats, experts);
 }
 
 PORTABLE_KERNEL(1)
 void auxCombineGrad(const float *stats, int64_t experts, const float *dy,
                     float *dstats) {
-  if (threadIdx.x != 0 || blockIdx.x != 0)
-    return;
-  double rows = stats[2 * experts];
-  double scale = rows > 0 ? double(dy[0]) * double(experts) / (rows * rows) : 0;
-  for (int64_t e = 0; e < 2 * experts + 1; ++e)
-    dstats[e] = 0.0f;
-  for (int64_t e = 0; e < experts; ++e)
-    dstats[experts + e] = float(scale * stats[e]);
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    auxLossGrad(stats, experts, dy[0], dstats);
 }
 
 /// Blocks for a grid-stride loop over `n` items of kThreads each.

@@ -58,18 +58,13 @@
 namespace fsdp::rt::cuda::portable {
 
 /// The element types. bf16 and f16 have tensor-core products (mma).
-struct F32 {
-  using T = float;
-  static constexpr bool kFloat = true, kHalf = false;
+template <typename Storage, bool Float, bool Half> struct Element {
+  using T = Storage;
+  static constexpr bool kFloat = Float, kHalf = Half;
 };
-struct BF16 {
-  using T = __nv_bfloat16;
-  static constexpr bool kFloat = false, kHalf = false;
-};
-struct F16 {
-  using T = __half;
-  static constexpr bool kFloat = false, kHalf = true;
-};
+using F32 = Element<float, true, false>;
+using BF16 = Element<__nv_bfloat16, false, false>;
+using F16 = Element<__half, false, true>;
 
 template <typename E> PORTABLE_DEVICE float toFloat(typename E::T x) {
   if constexpr (E::kFloat)

@@ -57,6 +57,28 @@ FSDP_HOST_DEVICE void sumBlocks(const int64_t *counts, int64_t total,
   }
 }
 
+/// The load-balancing loss from its statistics [2E+1] (the rows each expert
+/// got, the probabilities each gathered, the tokens):
+/// E · Σ_e rows_e · prob_e / tokens², 0 without tokens.
+FSDP_HOST_DEVICE float auxLoss(const float *stats, int64_t experts) {
+  double rows = stats[2 * experts], sum = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    sum += double(stats[e]) * stats[experts + e];
+  return rows > 0 ? float(double(experts) * sum / (rows * rows)) : 0.0f;
+}
+
+/// auxLoss's gradient `dstats` [2E+1] for the loss's gradient `dy`: only the
+/// probabilities' part; the counts and tokens are not differentiable.
+FSDP_HOST_DEVICE void auxLossGrad(const float *stats, int64_t experts, float dy,
+                                  float *dstats) {
+  double rows = stats[2 * experts];
+  double scale = rows > 0 ? double(dy) * double(experts) / (rows * rows) : 0;
+  for (int64_t e = 0; e < 2 * experts + 1; ++e)
+    dstats[e] = 0.0f;
+  for (int64_t e = 0; e < experts; ++e)
+    dstats[experts + e] = float(scale * stats[e]);
+}
+
 } // namespace fsdp::rt
 
 #endif // FSDP_LIB_RUNTIME_COMMON_ROUTING_H
