@@ -67,6 +67,22 @@ bool isInt64(const json &value) {
               static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
 }
 
+/// The elements of array `value` as Ts when each passes `ok`, else nullopt
+/// (also when `value` is no array).
+template <typename T>
+std::optional<SmallVector<T>>
+elementsOf(const json &value, llvm::function_ref<bool(const json &)> ok) {
+  if (!value.is_array())
+    return std::nullopt;
+  SmallVector<T> elements;
+  for (const json &v : value) {
+    if (!ok(v))
+      return std::nullopt;
+    elements.push_back(v.get<T>());
+  }
+  return elements;
+}
+
 /// The largest element count a tensor may have: its byte size must stay
 /// well inside int64_t.
 constexpr int64_t kMaxElements = int64_t(1) << 56;
@@ -445,25 +461,19 @@ LogicalResult GraphImporter::importAttr(const std::string &key,
   case AttrKind::I64Array: {
     if (!value.is_array())
       return fail(loc, field + " must be an array of integers");
-    SmallVector<int64_t> ints;
-    for (const json &v : value) {
-      if (!isInt64(v))
-        return fail(loc, field + " must be an array of int64 integers");
-      ints.push_back(v.get<int64_t>());
-    }
-    attrs.append(key, builder.getDenseI64ArrayAttr(ints));
+    std::optional<SmallVector<int64_t>> ints =
+        elementsOf<int64_t>(value, isInt64);
+    if (!ints)
+      return fail(loc, field + " must be an array of int64 integers");
+    attrs.append(key, builder.getDenseI64ArrayAttr(*ints));
     return success();
   }
   case AttrKind::F64Array: {
-    if (!value.is_array())
+    std::optional<SmallVector<double>> numbers =
+        elementsOf<double>(value, [](const json &v) { return v.is_number(); });
+    if (!numbers)
       return fail(loc, field + " must be an array of numbers");
-    SmallVector<double> numbers;
-    for (const json &v : value) {
-      if (!v.is_number())
-        return fail(loc, field + " must be an array of numbers");
-      numbers.push_back(v.get<double>());
-    }
-    attrs.append(key, builder.getDenseF64ArrayAttr(numbers));
+    attrs.append(key, builder.getDenseF64ArrayAttr(*numbers));
     return success();
   }
   case AttrKind::String:

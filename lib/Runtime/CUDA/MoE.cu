@@ -1,4 +1,5 @@
-//===- MoE.cu - Mixture-of-experts calls of the runtime ABI ----------------===//
+//===- MoE.cu - Mixture-of-experts calls of the runtime ABI
+//----------------===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -48,17 +49,14 @@ void fsdp_rt_moe_router(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                         const void *logits, int64_t tokens, int64_t experts,
                         int64_t top_k, int normalize, void *weights,
                         int64_t *indices) {
-  KernelScope scope(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_moe_router");
-  requireTopK(top_k, scope.name());
-  if (tokens == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    moe::router<P<E>><<<moe::gridOf(tokens), moe::kThreads, 0,
-                         scope.stream()>>>(asPortable<E>(logits), tokens,
-                                           experts, top_k, normalize,
-                                           asPortable<E>(weights), indices);
-  });
+  requireTopK(top_k, "fsdp_rt_moe_router");
+  launchFloat(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_moe_router", dtype,
+              tokens == 0, [&](auto e, cudaStream_t s) {
+                using E = decltype(e);
+                moe::router<P<E>><<<moe::gridOf(tokens), moe::kThreads, 0, s>>>(
+                    asPortable<E>(logits), tokens, experts, top_k, normalize,
+                    asPortable<E>(weights), indices);
+              });
 }
 
 void fsdp_rt_moe_router_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
@@ -66,17 +64,15 @@ void fsdp_rt_moe_router_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                              const void *dweights, int64_t tokens,
                              int64_t experts, int64_t top_k, int normalize,
                              void *dlogits) {
-  KernelScope scope(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_moe_router_grad");
-  requireTopK(top_k, scope.name());
-  if (tokens == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    moe::routerGrad<P<E>><<<moe::gridOf(tokens), moe::kThreads, 0,
-                             scope.stream()>>>(
-        asPortable<E>(logits), indices, asPortable<E>(dweights), tokens,
-        experts, top_k, normalize, asPortable<E>(dlogits));
-  });
+  requireTopK(top_k, "fsdp_rt_moe_router_grad");
+  launchFloat(
+      FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_moe_router_grad", dtype,
+      tokens == 0, [&](auto e, cudaStream_t s) {
+        using E = decltype(e);
+        moe::routerGrad<P<E>><<<moe::gridOf(tokens), moe::kThreads, 0, s>>>(
+            asPortable<E>(logits), indices, asPortable<E>(dweights), tokens,
+            experts, top_k, normalize, asPortable<E>(dlogits));
+      });
 }
 
 void fsdp_rt_moe_permute(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
@@ -86,16 +82,15 @@ void fsdp_rt_moe_permute(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   KernelScope scope(FSDP_RT_KERNEL_DATA_MOVEMENT, stream,
                     "fsdp_rt_moe_permute");
   int64_t slots = tokens * top_k;
-  SlotRows order(indices, slots, experts, counts, scope.stream(),
-                 scope.name());
+  SlotRows order(indices, slots, experts, counts, scope.stream(), scope.name());
   if (slots * hidden == 0)
     return;
   dispatchFloat(dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
-    moe::permute<P<E>><<<moe::gridOf(slots * hidden), moe::kThreads, 0,
-                          scope.stream()>>>(asPortable<E>(x), order.row.get(),
-                                            slots, hidden, top_k,
-                                            asPortable<E>(rows));
+    moe::permute<P<E>>
+        <<<moe::gridOf(slots * hidden), moe::kThreads, 0, scope.stream()>>>(
+            asPortable<E>(x), order.row.get(), slots, hidden, top_k,
+            asPortable<E>(rows));
   });
 }
 
@@ -111,10 +106,10 @@ void fsdp_rt_moe_unpermute(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     return;
   dispatchFloat(dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
-    moe::unpermute<P<E>><<<moe::gridOf(tokens * hidden), moe::kThreads, 0,
-                            scope.stream()>>>(
-        asPortable<E>(rows), order.row.get(), asPortable<E>(weights), tokens,
-        hidden, top_k, asPortable<E>(out));
+    moe::unpermute<P<E>>
+        <<<moe::gridOf(tokens * hidden), moe::kThreads, 0, scope.stream()>>>(
+            asPortable<E>(rows), order.row.get(), asPortable<E>(weights),
+            tokens, hidden, top_k, asPortable<E>(out));
   });
 }
 
@@ -133,14 +128,14 @@ void fsdp_rt_moe_unpermute_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   dispatchFloat(dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
     if (hidden > 0)
-      moe::unpermuteGradRows<P<E>><<<moe::gridOf(slots * hidden),
-                                      moe::kThreads, 0, scope.stream()>>>(
-          order.row.get(), asPortable<E>(weights), asPortable<E>(dy), slots,
-          hidden, top_k, asPortable<E>(drows));
-    moe::unpermuteGradWeights<P<E>><<<moe::gridOf(slots), moe::kThreads, 0,
-                                       scope.stream()>>>(
-        asPortable<E>(rows), order.row.get(), asPortable<E>(dy), slots, hidden,
-        top_k, asPortable<E>(dweights));
+      moe::unpermuteGradRows<P<E>>
+          <<<moe::gridOf(slots * hidden), moe::kThreads, 0, scope.stream()>>>(
+              order.row.get(), asPortable<E>(weights), asPortable<E>(dy), slots,
+              hidden, top_k, asPortable<E>(drows));
+    moe::unpermuteGradWeights<P<E>>
+        <<<moe::gridOf(slots), moe::kThreads, 0, scope.stream()>>>(
+            asPortable<E>(rows), order.row.get(), asPortable<E>(dy), slots,
+            hidden, top_k, asPortable<E>(dweights));
   });
 }
 
@@ -160,14 +155,14 @@ void fsdp_rt_grouped_linear(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
     if (segments > 0) {
       dim3 grid(unsigned((n + moe::kTile - 1) / moe::kTile),
                 moe::rowTiles(rows), unsigned(segments));
-      moe::groupedProduct<P<E>><<<grid, moe::kTile * moe::kTile, 0,
-                                   scope.stream()>>>(
-          asPortable<E>(x), counts, start.get(), asPortable<E>(w), experts, k,
-          n, /*transB=*/true, asPortable<E>(out));
+      moe::groupedProduct<P<E>>
+          <<<grid, moe::kTile * moe::kTile, 0, scope.stream()>>>(
+              asPortable<E>(x), counts, start.get(), asPortable<E>(w), experts,
+              k, n, /*transB=*/true, asPortable<E>(out));
     }
-    moe::zeroTail<P<E>><<<moe::gridOf(rows * n), moe::kThreads, 0,
-                           scope.stream()>>>(start.get(), segments, rows, n,
-                                             asPortable<E>(out));
+    moe::zeroTail<P<E>>
+        <<<moe::gridOf(rows * n), moe::kThreads, 0, scope.stream()>>>(
+            start.get(), segments, rows, n, asPortable<E>(out));
   });
 }
 
@@ -176,8 +171,7 @@ void fsdp_rt_grouped_linear_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                  const int64_t *counts, int64_t segments,
                                  const void *w, int64_t experts, int64_t n,
                                  const void *dy, void *dx, void *dw) {
-  KernelScope scope(FSDP_RT_KERNEL_GEMM, stream,
-                    "fsdp_rt_grouped_linear_grad");
+  KernelScope scope(FSDP_RT_KERNEL_GEMM, stream, "fsdp_rt_grouped_linear_grad");
   Temp<int64_t> start(segments + 1, scope.stream(), scope.name());
   moe::segmentStarts<<<1, 1, 0, scope.stream()>>>(counts, segments,
                                                   start.get());
@@ -188,23 +182,22 @@ void fsdp_rt_grouped_linear_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
         // dx = dy · w[e]: w [E, n, k] untransposed.
         dim3 grid(unsigned((k + moe::kTile - 1) / moe::kTile),
                   moe::rowTiles(rows), unsigned(segments));
-        moe::groupedProduct<P<E>><<<grid, moe::kTile * moe::kTile, 0,
-                                     scope.stream()>>>(
-            asPortable<E>(dy), counts, start.get(), asPortable<E>(w), experts,
-            n, k, /*transB=*/false, asPortable<E>(dx));
+        moe::groupedProduct<P<E>>
+            <<<grid, moe::kTile * moe::kTile, 0, scope.stream()>>>(
+                asPortable<E>(dy), counts, start.get(), asPortable<E>(w),
+                experts, n, k, /*transB=*/false, asPortable<E>(dx));
       }
-      moe::zeroTail<P<E>><<<moe::gridOf(rows * k), moe::kThreads, 0,
-                             scope.stream()>>>(start.get(), segments, rows, k,
-                                               asPortable<E>(dx));
+      moe::zeroTail<P<E>>
+          <<<moe::gridOf(rows * k), moe::kThreads, 0, scope.stream()>>>(
+              start.get(), segments, rows, k, asPortable<E>(dx));
     }
     if (experts * n * k > 0) {
       dim3 grid(unsigned((k + moe::kTile - 1) / moe::kTile),
-                unsigned((n + moe::kTile - 1) / moe::kTile),
-                unsigned(experts));
-      moe::groupedWeightGrad<P<E>><<<grid, moe::kTile * moe::kTile, 0,
-                                      scope.stream()>>>(
-          asPortable<E>(x), asPortable<E>(dy), counts, start.get(), segments,
-          experts, k, n, asPortable<E>(dw));
+                unsigned((n + moe::kTile - 1) / moe::kTile), unsigned(experts));
+      moe::groupedWeightGrad<P<E>>
+          <<<grid, moe::kTile * moe::kTile, 0, scope.stream()>>>(
+              asPortable<E>(x), asPortable<E>(dy), counts, start.get(),
+              segments, experts, k, n, asPortable<E>(dw));
     }
   });
 }
@@ -226,14 +219,14 @@ void fsdp_rt_moe_aux_stats(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   dispatchFloat(dtype, scope.name(), [&](auto e) {
     using E = decltype(e);
     if (tokens > 0)
-      moe::routeStats<P<E>><<<moe::gridOf(tokens), moe::kThreads, 0,
-                               scope.stream()>>>(asPortable<E>(logits), tokens,
-                                                 experts, top_k, softmax.get(),
-                                                 chosen.get());
-    moe::auxStats<P<E>><<<moe::gridOf(experts), moe::kThreads, 0,
-                           scope.stream()>>>(asPortable<E>(logits),
-                                             softmax.get(), chosen.get(),
-                                             tokens, experts, top_k, stats);
+      moe::routeStats<P<E>>
+          <<<moe::gridOf(tokens), moe::kThreads, 0, scope.stream()>>>(
+              asPortable<E>(logits), tokens, experts, top_k, softmax.get(),
+              chosen.get());
+    moe::auxStats<P<E>>
+        <<<moe::gridOf(experts), moe::kThreads, 0, scope.stream()>>>(
+            asPortable<E>(logits), softmax.get(), chosen.get(), tokens, experts,
+            top_k, stats);
   });
 }
 
@@ -241,16 +234,14 @@ void fsdp_rt_moe_aux_stats_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                 const void *logits, int64_t tokens,
                                 int64_t experts, const float *dstats,
                                 void *dlogits) {
-  KernelScope scope(FSDP_RT_KERNEL_LOSS, stream, "fsdp_rt_moe_aux_stats_grad");
-  if (tokens == 0)
-    return;
-  dispatchFloat(dtype, scope.name(), [&](auto e) {
-    using E = decltype(e);
-    moe::auxStatsGrad<P<E>><<<moe::gridOf(tokens), moe::kThreads, 0,
-                               scope.stream()>>>(
-        asPortable<E>(logits), dstats, tokens, experts,
-        asPortable<E>(dlogits));
-  });
+  launchFloat(FSDP_RT_KERNEL_LOSS, stream, "fsdp_rt_moe_aux_stats_grad", dtype,
+              tokens == 0, [&](auto e, cudaStream_t s) {
+                using E = decltype(e);
+                moe::auxStatsGrad<P<E>>
+                    <<<moe::gridOf(tokens), moe::kThreads, 0, s>>>(
+                        asPortable<E>(logits), dstats, tokens, experts,
+                        asPortable<E>(dlogits));
+              });
 }
 
 void fsdp_rt_moe_aux_combine(fsdp_rt_stream stream, const float *stats,

@@ -246,9 +246,3 @@ LogicalResult PadOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult SumSquaresOp::inferTypes(MLIRContext *context,
-                                       std::optional<Location>, Adaptor,
-                                       SmallVectorImpl<Type> &results) {
-  results.push_back(RankedTensorType::get({}, Float32Type::get(context)));
-  return success();
-}

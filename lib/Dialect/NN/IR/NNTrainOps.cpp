@@ -45,13 +45,6 @@ LogicalResult FillOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult TokenCountOp::inferTypes(MLIRContext *context,
-                                       std::optional<Location>, Adaptor,
-                                       SmallVectorImpl<Type> &results) {
-  results.push_back(RankedTensorType::get({}, Float32Type::get(context)));
-  return success();
-}
-
 LogicalResult ClipCoefficientOp::inferTypes(MLIRContext *context,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,

@@ -89,6 +89,19 @@ defvar NN_SameTypeRule = [{
   }
 }];
 
+/// The shape rule of an op whose result is an f32 scalar, whatever its
+/// operands.
+defvar NN_F32ScalarRule = NN_InferReturnTypes # [{
+  ::llvm::LogicalResult
+  $cppClass::inferTypes(::mlir::MLIRContext *context,
+                        std::optional<::mlir::Location>, Adaptor,
+                        ::llvm::SmallVectorImpl<::mlir::Type> &results) {
+    results.push_back(::mlir::RankedTensorType::get(
+        {}, ::mlir::Float32Type::get(context)));
+    return ::mlir::success();
+  }
+}];
+
 /// An op whose result has its operand's type (ODS writes its
 /// InferTypeOpInterface from AllTypesMatch).
 class NN_SameTypeOp<string mnemonic, list<Trait> traits = []>
@@ -934,6 +947,7 @@ def NN_SumSquaresOp : NN_Op<"sum_squares", [
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat =
       "$input attr-dict `:` type($input) `->` type($result)";
+  let extraClassDefinition = NN_F32ScalarRule;
 }
 
 //===----------------------------------------------------------------------===//
@@ -973,6 +987,7 @@ def NN_TokenCountOp : NN_Op<"token_count", [
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat =
       "$labels attr-dict `:` type($labels) `->` type($result)";
+  let extraClassDefinition = NN_F32ScalarRule;
 }
 
 def NN_ClipCoefficientOp : NN_Op<"clip_coefficient", [
