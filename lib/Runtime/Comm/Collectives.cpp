@@ -126,8 +126,14 @@ struct Start {
         uint32_t mask)
       : op(accounting::nameOf(kind)), g(groupOf(*p, op, mask)) {
     checkOperand(op, r, x);
+    // Reductions, shifts and broadcasts keep their operand's shape.
+    accounting::Traffic traffic = accounting::trafficOf(kind);
+    if (traffic == accounting::Traffic::Reduce ||
+        traffic == accounting::Traffic::Shift ||
+        traffic == accounting::Traffic::Root)
+      checkScaledDim(op, r, x->type, -1, 1);
     f = comm::open(op, g, mask, r, x);
-    if (accounting::trafficOf(kind) != accounting::Traffic::Routed)
+    if (traffic != accounting::Traffic::Routed)
       count(kind, mask, accounting::bytesSent(kind, byteSize(x->type), g.size));
   }
 
@@ -178,7 +184,6 @@ fsdp_future *fsdp_op_all_reduce_start(fsdp_program *p, fsdp_type r,
                                       fsdp_tensor *x, uint32_t axis_mask,
                                       fsdp_reduction reduction) {
   Start s(p, Collective::AllReduce, r, x, axis_mask);
-  checkScaledDim(s.op, r, x->type, -1, 1);
   comm::allReduce(s.f, x, reduction);
   return comm::started(*p, s.f);
 }
@@ -221,7 +226,6 @@ fsdp_future *fsdp_op_all_to_all_start(fsdp_program *p, fsdp_type r,
 fsdp_future *fsdp_op_permute_start(fsdp_program *p, fsdp_type r, fsdp_tensor *x,
                                    uint32_t axis_mask, int64_t offset) {
   Start s(p, Collective::Permute, r, x, axis_mask);
-  checkScaledDim(s.op, r, x->type, -1, 1);
   int64_t bytes = byteSize(x->type), n = s.g.size;
   int64_t shift = ((offset % n) + n) % n;
   int to = int((s.g.rank + shift) % n), from = int((s.g.rank - shift + n) % n);
@@ -238,7 +242,6 @@ fsdp_future *fsdp_op_broadcast_start(fsdp_program *p, fsdp_type r,
                                      fsdp_tensor *x, uint32_t axis_mask,
                                      int64_t root) {
   Start s(p, Collective::Broadcast, r, x, axis_mask);
-  checkScaledDim(s.op, r, x->type, -1, 1);
   if (root < 0 || root >= s.g.size)
     fail(s.op, "root " + std::to_string(root) + " is not in a group of " +
                    std::to_string(s.g.size));
