@@ -854,6 +854,30 @@ std::vector<std::string> attentionInputs(const std::string &q,
   return inputs;
 }
 
+/// A dense SwiGLU MLP's parameters, `<mlp>.gate_proj`, `up_proj` and
+/// `down_proj`, in registration order.
+void addGatedMlpParameters(GraphBuilder &builder, const ModelConfig &model,
+                           const std::string &mlp) {
+  const int64_t h = model.hidden, w = model.intermediate;
+  for (auto [proj, in, out] :
+       {std::tuple("gate_proj", h, w), std::tuple("up_proj", h, w),
+        std::tuple("down_proj", w, h)})
+    builder.addLinearParameters(mlp + "." + proj, in, out, model.mlpBias,
+                                model.initStd);
+}
+
+/// down_proj(silu(gate_proj(x)) · up_proj(x)).
+std::string addGatedMlp(GraphBuilder &builder, const ModelConfig &model,
+                        const std::string &mlp, const std::string &x) {
+  std::string gate = builder.addLinear(mlp + ".gate_proj", x, model.mlpBias);
+  std::string up = builder.addLinear(mlp + ".up_proj", x, model.mlpBias);
+  gate = builder.addNode(mlp + ".act_fn", "silu", {gate}, ojson::object(),
+                         mlp + ".act_fn");
+  std::string m =
+      builder.addNode(mlp + ".mul", "mul", {gate, up}, ojson::object(), mlp);
+  return builder.addLinear(mlp + ".down_proj", m, model.mlpBias);
+}
+
 ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
   const int64_t b = options.batch, s = options.seq, h = model.hidden;
   const int64_t n = model.heads, kv = model.kvHeads, d = model.headDim;
@@ -888,16 +912,10 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
       builder.addParameter(attn + ".k_norm.weight", {d}, onesInit());
     }
     const bool sparse = model.isSparse(l);
-    if (sparse) {
+    if (sparse)
       addExpertParameters(builder, model, mlp);
-    } else {
-      builder.addLinearParameters(mlp + ".gate_proj", h, model.intermediate,
-                                  model.mlpBias, initStd);
-      builder.addLinearParameters(mlp + ".up_proj", h, model.intermediate,
-                                  model.mlpBias, initStd);
-      builder.addLinearParameters(mlp + ".down_proj", model.intermediate, h,
-                                  model.mlpBias, initStd);
-    }
+    else
+      addGatedMlpParameters(builder, model, mlp);
     builder.addParameter(layer + ".input_layernorm.weight", {h}, onesInit());
     builder.addParameter(layer + ".post_attention_layernorm.weight", {h},
                          onesInit());
@@ -949,20 +967,9 @@ ojson buildLlamaLike(const ModelConfig &model, const GraphGenOptions &options) {
     normed = builder.addNode(layer + ".post_attention_layernorm", "rms_norm",
                              {x, layer + ".post_attention_layernorm.weight"},
                              eps, layer + ".post_attention_layernorm");
-    std::string m;
-    if (sparse) {
-      m = addExpertBlock(builder, model, mlp, normed, routerLogits);
-    } else {
-      std::string gate =
-          builder.addLinear(mlp + ".gate_proj", normed, model.mlpBias);
-      std::string up =
-          builder.addLinear(mlp + ".up_proj", normed, model.mlpBias);
-      gate = builder.addNode(mlp + ".act_fn", "silu", {gate}, ojson::object(),
-                             mlp + ".act_fn");
-      m = builder.addNode(mlp + ".mul", "mul", {gate, up}, ojson::object(),
-                          mlp);
-      m = builder.addLinear(mlp + ".down_proj", m, model.mlpBias);
-    }
+    std::string m =
+        sparse ? addExpertBlock(builder, model, mlp, normed, routerLogits)
+               : addGatedMlp(builder, model, mlp, normed);
     x = builder.addNode(layer + ".mlp_residual", "add", {x, m}, ojson::object(),
                         layer);
   }

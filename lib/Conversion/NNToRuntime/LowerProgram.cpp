@@ -55,6 +55,13 @@ private:
   LogicalResult emitArgument(BlockArgument arg, Location loc);
   /// The declaration of `arg` by its kind (input, state or parameter).
   LogicalResult emitArgumentKind(BlockArgument arg, Location loc);
+  /// An input's split over data-parallel and context-parallel ranks.
+  LogicalResult emitInputSplit(BlockArgument arg, StringRef name, Location loc);
+  /// What the data loader needs of an input: its value range, whether it
+  /// holds positions in documents, its ignored label.
+  void emitInputRoles(BlockArgument arg, StringRef name, Location loc);
+  /// A parameter: its initializer and, sharded, the block this rank holds.
+  LogicalResult emitParam(BlockArgument arg, StringRef name, Location loc);
   /// The number of blocks a vocabulary-parallel op's `shard_index` (a
   /// dist.axis_index) counts, or 1.
   int64_t numBlocks(Value shardIndex);
@@ -103,97 +110,9 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
         .literal(stringLiteral(name.getValue()))
         .literal(typeLiteral(type))
         .emit(builder, loc);
-    // A data-parallel input: its batch dim is split over mesh axes; a
-    // context-parallel one: its sequence dim, in load-balanced chunks.
-    if (auto sharding =
-            entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName)) {
-      auto splitsSequence = [&] {
-        return type.getRank() == 2 && !sharding.getDimAxes(1).empty() &&
-               dist::ShardingAttr::isLoadBalanced(sharding.getDimGroups(1));
-      };
-      if (!state.mesh || type.getRank() == 0 ||
-          !sharding.getPartial().empty() || sharding.getDimGroups(0) != 1 ||
-          llvm::any_of(llvm::seq<int64_t>(1, type.getRank()), [&](int64_t d) {
-            return !sharding.getDimAxes(d).empty() &&
-                   !(d == 1 && splitsSequence());
-          }))
-        return entry.emitOpError("input #")
-               << i
-               << " may only be split along its batch dim (0) and, "
-                  "load-balanced, its sequence dim (1)";
-      auto maskOf = [&](int64_t d) {
-        uint32_t mask = 0;
-        for (StringRef listed : sharding.getDimAxes(d))
-          for (StringRef axis : state.mesh.expandAxis(listed))
-            mask |= 1u << state.axisIndex.lookup(axis);
-        return mask;
-      };
-      if (uint32_t mask = maskOf(0))
-        call("fsdp_prog_input_split")
-            .literal(stringLiteral(name.getValue()))
-            .literal(maskLiteral(mask))
-            .emit(builder, loc);
-      if (splitsSequence()) {
-        call("fsdp_prog_input_sequence_split")
-            .literal(stringLiteral(name.getValue()))
-            .literal(maskLiteral(maskOf(1)))
-            .emit(builder, loc);
-        if (int64_t rounds = -sharding.getDimGroups(1) / 2; rounds > 1)
-          call("fsdp_prog_input_sequence_rounds")
-              .literal(stringLiteral(name.getValue()))
-              .literal(intLiteral(rounds))
-              .emit(builder, loc);
-      }
-    }
-    // Token ids feed an embedding; labels feed a loss: both ranges are
-    // known from the vocabulary, which the data generator needs.
-    // Through the slices and reshapes that microbatching adds.
-    // Position_ids a packed attention reads are positions in documents;
-    // the loss's ignored label is what the data loader writes where none
-    // counts.
-    std::optional<int64_t> high, ignore;
-    bool documents = false;
-    SmallVector<Value> worklist = {arg};
-    while (!worklist.empty()) {
-      Value v = worklist.pop_back_val();
-      for (Operation *user : v.getUsers()) {
-        if (isa<nn::SliceOp, nn::ReshapeOp>(user))
-          worklist.push_back(user->getResult(0));
-        if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
-            embedding && embedding.getIds() == v)
-          high = embedding.getTable().getType().getDimSize(0) *
-                 numBlocks(embedding.getShardIndex());
-        if (auto attention = dyn_cast<nn::AttentionOp>(user))
-          documents |= attention.getDocumentPositions() == v;
-        if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
-            loss && loss.getLabels() == v) {
-          high = loss.getLogits().getType().getShape().back();
-          ignore = loss.getIgnoreIndex();
-        }
-        if (auto loss = dyn_cast<nn::CrossEntropyPartialOp>(user);
-            loss && loss.getLabels() == v) {
-          high = loss.getNumClasses()
-                     ? int64_t(*loss.getNumClasses())
-                     : loss.getLogits().getType().getShape().back() *
-                           numBlocks(loss.getShardIndex());
-          ignore = loss.getIgnoreIndex();
-        }
-      }
-    }
-    if (high)
-      call("fsdp_prog_input_range")
-          .literal(stringLiteral(name.getValue()))
-          .literal(intLiteral(*high))
-          .emit(builder, loc);
-    if (documents)
-      call("fsdp_prog_input_documents")
-          .literal(stringLiteral(name.getValue()))
-          .emit(builder, loc);
-    if (ignore)
-      call("fsdp_prog_input_ignore")
-          .literal(stringLiteral(name.getValue()))
-          .literal(intLiteral(*ignore))
-          .emit(builder, loc);
+    if (failed(emitInputSplit(arg, name.getValue(), loc)))
+      return failure();
+    emitInputRoles(arg, name.getValue(), loc);
     return success();
   }
   if (auto state = entry.getArgAttrOfType<StringAttr>(
@@ -209,6 +128,115 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
   if (!name)
     return entry.emitOpError("argument #")
            << i << " has neither nn.input, nn.param nor nn.state";
+  return emitParam(arg, name.getValue(), loc);
+}
+
+LogicalResult Describer::emitInputSplit(BlockArgument arg, StringRef name,
+                                        Location loc) {
+  // A data-parallel input: its batch dim is split over mesh axes; a
+  // context-parallel one: its sequence dim, in load-balanced chunks.
+  unsigned i = arg.getArgNumber();
+  auto type = cast<RankedTensorType>(arg.getType());
+  auto sharding =
+      entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName);
+  if (!sharding)
+    return success();
+  auto splitsSequence = [&] {
+    return type.getRank() == 2 && !sharding.getDimAxes(1).empty() &&
+           dist::ShardingAttr::isLoadBalanced(sharding.getDimGroups(1));
+  };
+  if (!state.mesh || type.getRank() == 0 || !sharding.getPartial().empty() ||
+      sharding.getDimGroups(0) != 1 ||
+      llvm::any_of(llvm::seq<int64_t>(1, type.getRank()), [&](int64_t d) {
+        return !sharding.getDimAxes(d).empty() && !(d == 1 && splitsSequence());
+      }))
+    return entry.emitOpError("input #")
+           << i
+           << " may only be split along its batch dim (0) and, "
+              "load-balanced, its sequence dim (1)";
+  auto maskOf = [&](int64_t d) {
+    uint32_t mask = 0;
+    for (StringRef listed : sharding.getDimAxes(d))
+      for (StringRef axis : state.mesh.expandAxis(listed))
+        mask |= 1u << state.axisIndex.lookup(axis);
+    return mask;
+  };
+  if (uint32_t mask = maskOf(0))
+    call("fsdp_prog_input_split")
+        .literal(stringLiteral(name))
+        .literal(maskLiteral(mask))
+        .emit(builder, loc);
+  if (!splitsSequence())
+    return success();
+  call("fsdp_prog_input_sequence_split")
+      .literal(stringLiteral(name))
+      .literal(maskLiteral(maskOf(1)))
+      .emit(builder, loc);
+  if (int64_t rounds = -sharding.getDimGroups(1) / 2; rounds > 1)
+    call("fsdp_prog_input_sequence_rounds")
+        .literal(stringLiteral(name))
+        .literal(intLiteral(rounds))
+        .emit(builder, loc);
+  return success();
+}
+
+void Describer::emitInputRoles(BlockArgument arg, StringRef name,
+                               Location loc) {
+  // Token ids feed an embedding; labels feed a loss: both ranges are
+  // known from the vocabulary, which the data generator needs.
+  // Through the slices and reshapes that microbatching adds.
+  // Position_ids a packed attention reads are positions in documents;
+  // the loss's ignored label is what the data loader writes where none
+  // counts.
+  std::optional<int64_t> high, ignore;
+  bool documents = false;
+  SmallVector<Value> worklist = {arg};
+  while (!worklist.empty()) {
+    Value v = worklist.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      if (isa<nn::SliceOp, nn::ReshapeOp>(user))
+        worklist.push_back(user->getResult(0));
+      if (auto embedding = dyn_cast<nn::EmbeddingOp>(user);
+          embedding && embedding.getIds() == v)
+        high = embedding.getTable().getType().getDimSize(0) *
+               numBlocks(embedding.getShardIndex());
+      if (auto attention = dyn_cast<nn::AttentionOp>(user))
+        documents |= attention.getDocumentPositions() == v;
+      if (auto loss = dyn_cast<nn::CrossEntropyOp>(user);
+          loss && loss.getLabels() == v) {
+        high = loss.getLogits().getType().getShape().back();
+        ignore = loss.getIgnoreIndex();
+      }
+      if (auto loss = dyn_cast<nn::CrossEntropyPartialOp>(user);
+          loss && loss.getLabels() == v) {
+        high = loss.getNumClasses()
+                   ? int64_t(*loss.getNumClasses())
+                   : loss.getLogits().getType().getShape().back() *
+                         numBlocks(loss.getShardIndex());
+        ignore = loss.getIgnoreIndex();
+      }
+    }
+  }
+  if (high)
+    call("fsdp_prog_input_range")
+        .literal(stringLiteral(name))
+        .literal(intLiteral(*high))
+        .emit(builder, loc);
+  if (documents)
+    call("fsdp_prog_input_documents")
+        .literal(stringLiteral(name))
+        .emit(builder, loc);
+  if (ignore)
+    call("fsdp_prog_input_ignore")
+        .literal(stringLiteral(name))
+        .literal(intLiteral(*ignore))
+        .emit(builder, loc);
+}
+
+LogicalResult Describer::emitParam(BlockArgument arg, StringRef name,
+                                   Location loc) {
+  unsigned i = arg.getArgNumber();
+  auto type = cast<RankedTensorType>(arg.getType());
   auto init =
       entry.getArgAttrOfType<nn::InitAttr>(i, nn::NNDialect::kInitAttrName);
   static const char *kinds[] = {"FSDP_INIT_ZEROS", "FSDP_INIT_ONES",
@@ -217,7 +245,7 @@ LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
       entry.getArgAttrOfType<dist::ShardingAttr>(i, kShardingAttrName);
   Call c =
       call(sharding ? "fsdp_prog_param_shard" : "fsdp_prog_param")
-          .literal(stringLiteral(name.getValue()))
+          .literal(stringLiteral(name))
           .literal(typeLiteral(type))
           .literal(kinds[init ? static_cast<unsigned>(init.getKind()) : 0])
           .literal(doubleLiteral(init ? init.getA().convertToDouble() : 0.0))
