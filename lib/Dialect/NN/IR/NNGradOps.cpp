@@ -35,25 +35,6 @@ LogicalResult GeluGradOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult RMSNormGradOp::inferTypes(MLIRContext *context,
-                                        std::optional<Location> loc,
-                                        Adaptor adaptor,
-                                        SmallVectorImpl<Type> &results) {
-  return gradientRule<RMSNormOp, RMSNormGradOp>(
-      context, loc, {adaptor.getInput(), adaptor.getWeight()}, adaptor,
-      {adaptor.getInput().getType(), adaptor.getWeight().getType()}, results);
-}
-
-LogicalResult LayerNormGradOp::inferTypes(MLIRContext *context,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
-  Type weight = adaptor.getWeight().getType();
-  return gradientRule<LayerNormOp, LayerNormGradOp>(
-      context, loc, {adaptor.getInput(), adaptor.getWeight()}, adaptor,
-      {adaptor.getInput().getType(), weight, weight}, results);
-}
-
 LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
                                           std::optional<Location> loc,
                                           Adaptor adaptor,
@@ -161,15 +142,6 @@ LogicalResult EmbeddingGradOp::inferTypes(MLIRContext *,
   results.push_back(RankedTensorType::get({rows, grad.getShape().back()},
                                           grad.getElementType()));
   return success();
-}
-
-LogicalResult CrossEntropyGradOp::inferTypes(MLIRContext *context,
-                                             std::optional<Location> loc,
-                                             Adaptor adaptor,
-                                             SmallVectorImpl<Type> &results) {
-  return gradientRule<CrossEntropyOp, CrossEntropyGradOp>(
-      context, loc, {adaptor.getLogits(), adaptor.getLabels()}, adaptor,
-      {adaptor.getLogits().getType()}, results);
 }
 
 LogicalResult CrossEntropyPartialGradOp::inferTypes(

@@ -233,26 +233,6 @@ LogicalResult MoeRouterGradOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult MoeUnpermuteGradOp::inferTypes(MLIRContext *context,
-                                             std::optional<Location> loc,
-                                             Adaptor adaptor,
-                                             SmallVectorImpl<Type> &results) {
-  return gradientRule<MoeUnpermuteOp, MoeUnpermuteGradOp>(
-      context, loc,
-      {adaptor.getRows(), adaptor.getIndices(), adaptor.getWeights()}, adaptor,
-      {adaptor.getRows().getType(), adaptor.getWeights().getType()}, results);
-}
-
-LogicalResult GroupedLinearGradOp::inferTypes(MLIRContext *context,
-                                              std::optional<Location> loc,
-                                              Adaptor adaptor,
-                                              SmallVectorImpl<Type> &results) {
-  return gradientRule<GroupedLinearOp, GroupedLinearGradOp>(
-      context, loc,
-      {adaptor.getInput(), adaptor.getCounts(), adaptor.getWeight()}, adaptor,
-      {adaptor.getInput().getType(), adaptor.getWeight().getType()}, results);
-}
-
 LogicalResult MoeAuxStatsGradOp::inferTypes(MLIRContext *context,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,

@@ -187,6 +187,9 @@ def NN_MoeUnpermuteGradOp : NN_Op<"moe_unpermute_grad", [
   let assemblyFormat = [{
     $rows `,` $indices `,` $weights `,` $grad attr-dict `:` functional-type(operands, results)
   }];
+  let extraClassDefinition = NN_GradientRule<"MoeUnpermuteOp",
+      ["getRows", "getIndices", "getWeights"],
+      ["getRows", "getWeights"]>.body;
 }
 
 def NN_GroupedLinearGradOp : NN_Op<"grouped_linear_grad", [
@@ -200,6 +203,9 @@ def NN_GroupedLinearGradOp : NN_Op<"grouped_linear_grad", [
   let assemblyFormat = [{
     $input `,` $counts `,` $weight `,` $grad attr-dict `:` functional-type(operands, results)
   }];
+  let extraClassDefinition = NN_GradientRule<"GroupedLinearOp",
+      ["getInput", "getCounts", "getWeight"],
+      ["getInput", "getWeight"]>.body;
 }
 
 def NN_MoeAuxStatsGradOp : NN_Op<"moe_aux_stats_grad", [

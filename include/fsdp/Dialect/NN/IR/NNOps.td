@@ -89,6 +89,27 @@ defvar NN_SameTypeRule = [{
   }
 }];
 
+/// The shape rule of a backward op whose `grad` is the gradient of op
+/// `forward`'s first result on the operands `operands` (their getters): its
+/// results have the types of the operands `gradients` (getters), by
+/// ShapeRules.h's gradientRule.
+class NN_GradientRule<string forward, list<string> operands,
+                      list<string> gradients> {
+  code body = NN_InferReturnTypes # [{
+  ::llvm::LogicalResult
+  $cppClass::inferTypes(::mlir::MLIRContext *context,
+                        std::optional<::mlir::Location> loc, Adaptor adaptor,
+                        ::llvm::SmallVectorImpl<::mlir::Type> &results) {
+    return ::fsdp::nn::detail::gradientRule<::fsdp::nn::}] # forward #
+      [{, $cppClass>(context, loc, {}] #
+      !interleave(!foreach(o, operands, "adaptor." # o # "()"), ", ") #
+      [{}, adaptor, {}] #
+      !interleave(!foreach(g, gradients, "adaptor." # g # "().getType()"),
+                  ", ") # [{}, results);
+  }
+}];
+}
+
 /// The shape rule of an op whose result is an f32 scalar, whatever its
 /// operands.
 defvar NN_F32ScalarRule = NN_InferReturnTypes # [{
@@ -747,6 +768,9 @@ def NN_RMSNormGradOp : NN_Op<"rms_norm_grad", [
   let results = (outs NN_FloatTensor:$input_grad, NN_FloatTensor:$weight_grad);
   let assemblyFormat =
       "$input `,` $weight `,` $grad attr-dict `:` functional-type(operands, results)";
+  let extraClassDefinition = NN_GradientRule<"RMSNormOp",
+      ["getInput", "getWeight"],
+      ["getInput", "getWeight"]>.body;
 }
 
 def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
@@ -758,6 +782,9 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
                       NN_FloatTensor:$bias_grad);
   let assemblyFormat =
       "$input `,` $weight `,` $grad attr-dict `:` functional-type(operands, results)";
+  let extraClassDefinition = NN_GradientRule<"LayerNormOp",
+      ["getInput", "getWeight"],
+      ["getInput", "getWeight", "getWeight"]>.body;
 }
 
 def NN_AttentionGradOp : NN_Op<"attention_grad", [
@@ -870,6 +897,9 @@ def NN_CrossEntropyGradOp : NN_Op<"cross_entropy_grad", [
   let assemblyFormat = [{
     $logits `,` $labels `,` $grad attr-dict `:` functional-type(operands, results)
   }];
+  let extraClassDefinition = NN_GradientRule<"CrossEntropyOp",
+      ["getLogits", "getLabels"],
+      ["getLogits"]>.body;
 }
 
 def NN_CrossEntropyPartialGradOp : NN_Op<"cross_entropy_partial_grad", [
