@@ -20,9 +20,7 @@ using namespace mlir;
 using namespace fsdp::nn;
 using namespace fsdp::nn::detail;
 
-LogicalResult GeluGradOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                     Adaptor adaptor,
-                                     SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(GeluGradOp) {
   StringRef approximate = adaptor.getApproximate();
   if (approximate != "none" && approximate != "tanh")
     return reject<GeluGradOp>(
@@ -35,10 +33,7 @@ LogicalResult GeluGradOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(AttentionGradOp) {
   SmallVector<Type> forward;
   // The forward's operands, its positions among them.
   SmallVector<Value, 5> operands = {adaptor.getQuery(), adaptor.getKey(),
@@ -81,10 +76,7 @@ LogicalResult AttentionGradOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult
-AttentionCombineGradOp::inferTypes(MLIRContext *context,
-                                   std::optional<Location> loc, Adaptor adaptor,
-                                   SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(AttentionCombineGradOp) {
   SmallVector<Type> forward;
   if (failed(forwardResults<AttentionCombineOp, AttentionCombineGradOp>(
           context, loc,
@@ -107,10 +99,7 @@ AttentionCombineGradOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult SoftmaxGradOp::inferTypes(MLIRContext *,
-                                        std::optional<Location> loc,
-                                        Adaptor adaptor,
-                                        SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(SoftmaxGradOp) {
   RankedTensorType output = tensorOf(adaptor.getOutput());
   if (failed(normalizeDim<SoftmaxGradOp>(loc, adaptor.getDim(),
                                          output.getRank())) ||
@@ -120,10 +109,7 @@ LogicalResult SoftmaxGradOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult EmbeddingGradOp::inferTypes(MLIRContext *,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(EmbeddingGradOp) {
   RankedTensorType ids = tensorOf(adaptor.getIds());
   RankedTensorType grad = tensorOf(adaptor.getGrad());
   int64_t rows = static_cast<int64_t>(adaptor.getNumEmbeddings());
@@ -144,9 +130,7 @@ LogicalResult EmbeddingGradOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult CrossEntropyPartialGradOp::inferTypes(
-    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(CrossEntropyPartialGradOp) {
   SmallVector<Type> forward;
   CrossEntropyPartialOp::Properties properties;
   if (failed(CrossEntropyPartialOp::inferTypes(
@@ -166,9 +150,7 @@ LogicalResult CrossEntropyPartialGradOp::inferTypes(
   return success();
 }
 
-LogicalResult CrossEntropyCombineGradOp::inferTypes(
-    MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(CrossEntropyCombineGradOp) {
   Value sumExp = adaptor.getSumExp();
   SmallVector<Type> forward;
   CrossEntropyCombineOp::Properties properties;
@@ -185,10 +167,7 @@ LogicalResult CrossEntropyCombineGradOp::inferTypes(
   return success();
 }
 
-LogicalResult ReduceSumToOp::inferTypes(MLIRContext *,
-                                        std::optional<Location> loc,
-                                        Adaptor adaptor,
-                                        SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(ReduceSumToOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   ArrayRef<int64_t> shape = adaptor.getShape();
   SmallVector<int64_t> broadcast;
@@ -200,9 +179,7 @@ LogicalResult ReduceSumToOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult PadOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                Adaptor adaptor,
-                                SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(PadOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   FailureOr<int64_t> dim =
       normalizeDim<PadOp>(loc, adaptor.getDim(), input.getRank());
@@ -217,4 +194,3 @@ LogicalResult PadOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   results.push_back(RankedTensorType::get(shape, input.getElementType()));
   return success();
 }
-

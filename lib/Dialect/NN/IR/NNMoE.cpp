@@ -85,10 +85,7 @@ FailureOr<int64_t> checkStats(std::optional<Location> loc, Value stats) {
 // Shape rules
 //===----------------------------------------------------------------------===//
 
-LogicalResult MoeRouterOp::inferTypes(MLIRContext *context,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoeRouterOp) {
   RankedTensorType logits = tensorOf(adaptor.getLogits());
   int64_t topK = static_cast<int64_t>(adaptor.getTopK());
   if (failed(checkLogits<MoeRouterOp>(loc, adaptor.getLogits(), topK)))
@@ -100,10 +97,7 @@ LogicalResult MoeRouterOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult MoePermuteOp::inferTypes(MLIRContext *context,
-                                       std::optional<Location> loc,
-                                       Adaptor adaptor,
-                                       SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoePermuteOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   RankedTensorType indices = tensorOf(adaptor.getIndices());
   int64_t experts = static_cast<int64_t>(adaptor.getNumExperts());
@@ -121,10 +115,7 @@ LogicalResult MoePermuteOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult MoeUnpermuteOp::inferTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor adaptor,
-                                         SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoeUnpermuteOp) {
   RankedTensorType rows = tensorOf(adaptor.getRows());
   RankedTensorType indices = tensorOf(adaptor.getIndices());
   if (adaptor.getNumExperts() < 1)
@@ -150,10 +141,7 @@ LogicalResult MoeUnpermuteOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult GroupedLinearOp::inferTypes(MLIRContext *,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(GroupedLinearOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   RankedTensorType counts = tensorOf(adaptor.getCounts());
   RankedTensorType weight = tensorOf(adaptor.getWeight());
@@ -174,10 +162,7 @@ LogicalResult GroupedLinearOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult MoeRankCountsOp::inferTypes(MLIRContext *context,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoeRankCountsOp) {
   RankedTensorType counts = tensorOf(adaptor.getCounts());
   int64_t ranks = static_cast<int64_t>(adaptor.getRanks());
   if (ranks < 1 || counts.getRank() != 1 || counts.getDimSize(0) % ranks != 0)
@@ -187,10 +172,7 @@ LogicalResult MoeRankCountsOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult MoeAuxStatsOp::inferTypes(MLIRContext *context,
-                                        std::optional<Location> loc,
-                                        Adaptor adaptor,
-                                        SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoeAuxStatsOp) {
   FailureOr<int64_t> experts = checkLogits<MoeAuxStatsOp>(
       loc, adaptor.getLogits(), static_cast<int64_t>(adaptor.getTopK()));
   if (failed(experts))
@@ -199,10 +181,7 @@ LogicalResult MoeAuxStatsOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult MoeAuxCombineOp::inferTypes(MLIRContext *context,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoeAuxCombineOp) {
   if (failed(checkStats<MoeAuxCombineOp>(loc, adaptor.getStats())))
     return failure();
   if (adaptor.getCoef().convertToDouble() < 0)
@@ -211,10 +190,7 @@ LogicalResult MoeAuxCombineOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult MoeRouterGradOp::inferTypes(MLIRContext *context,
-                                          std::optional<Location> loc,
-                                          Adaptor adaptor,
-                                          SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoeRouterGradOp) {
   RankedTensorType indices = tensorOf(adaptor.getIndices());
   if (failed(checkLogits<MoeRouterGradOp>(
           loc, adaptor.getLogits(),
@@ -233,10 +209,7 @@ LogicalResult MoeRouterGradOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult MoeAuxStatsGradOp::inferTypes(MLIRContext *context,
-                                            std::optional<Location> loc,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoeAuxStatsGradOp) {
   RankedTensorType logits = tensorOf(adaptor.getLogits());
   int64_t experts = logits.getRank() ? logits.getShape().back() : 0;
   if (failed(checkGrad<MoeAuxStatsGradOp>(
@@ -246,10 +219,7 @@ LogicalResult MoeAuxStatsGradOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult MoeAuxCombineGradOp::inferTypes(MLIRContext *context,
-                                              std::optional<Location> loc,
-                                              Adaptor adaptor,
-                                              SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MoeAuxCombineGradOp) {
   if (failed(checkStats<MoeAuxCombineGradOp>(loc, adaptor.getStats())) ||
       failed(checkGrad<MoeAuxCombineGradOp>(loc, adaptor.getGrad(),
                                             f32Tensor(context, {}))))

@@ -129,10 +129,7 @@ LogicalResult fsdp::nn::verifyShapeRule(Operation *op) {
 // Embedding and linear algebra
 //===----------------------------------------------------------------------===//
 
-LogicalResult EmbeddingOp::inferTypes(MLIRContext *,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(EmbeddingOp) {
   RankedTensorType table = tensorOf(adaptor.getTable());
   if (table.getRank() != 2)
     return reject<EmbeddingOp>(loc, "table must be [V, H], got ", table);
@@ -145,9 +142,7 @@ LogicalResult EmbeddingOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult LinearOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                   Adaptor adaptor,
-                                   SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(LinearOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   RankedTensorType weight = tensorOf(adaptor.getWeight());
   if (input.getRank() < 1)
@@ -176,9 +171,7 @@ LogicalResult LinearOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult MatmulOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                   Adaptor adaptor,
-                                   SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(MatmulOp) {
   RankedTensorType lhs = tensorOf(adaptor.getLhs());
   RankedTensorType rhs = tensorOf(adaptor.getRhs());
   if (lhs.getRank() < 2)
@@ -200,10 +193,7 @@ LogicalResult MatmulOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult BatchMatmulOp::inferTypes(MLIRContext *,
-                                        std::optional<Location> loc,
-                                        Adaptor adaptor,
-                                        SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(BatchMatmulOp) {
   RankedTensorType lhs = tensorOf(adaptor.getLhs());
   RankedTensorType rhs = tensorOf(adaptor.getRhs());
   if (lhs.getRank() < 3 || lhs.getRank() != rhs.getRank())
@@ -241,9 +231,7 @@ LogicalResult GeluOp::verify() {
 // Normalization, rotary embedding, attention, softmax
 //===----------------------------------------------------------------------===//
 
-LogicalResult RMSNormOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                    Adaptor adaptor,
-                                    SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(RMSNormOp) {
   if (adaptor.getEps().convertToDouble() < 0.0)
     return reject<RMSNormOp>(loc, "eps must be >= 0");
   if (failed(checkFeatureVector<RMSNormOp>(loc, "weight", adaptor.getInput(),
@@ -253,10 +241,7 @@ LogicalResult RMSNormOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult LayerNormOp::inferTypes(MLIRContext *,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(LayerNormOp) {
   if (adaptor.getEps().convertToDouble() < 0.0)
     return reject<LayerNormOp>(loc, "eps must be >= 0");
   if (failed(checkFeatureVector<LayerNormOp>(loc, "weight", adaptor.getInput(),
@@ -268,9 +253,7 @@ LogicalResult LayerNormOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult RotaryOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                   Adaptor adaptor,
-                                   SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(RotaryOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   RankedTensorType pos = tensorOf(adaptor.getPositions());
   if (input.getRank() != 4)
@@ -299,10 +282,7 @@ LogicalResult RotaryOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult AttentionOp::inferTypes(MLIRContext *,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(AttentionOp) {
   RankedTensorType q = tensorOf(adaptor.getQuery());
   RankedTensorType k = tensorOf(adaptor.getKey());
   RankedTensorType v = tensorOf(adaptor.getValue());
@@ -375,10 +355,7 @@ LogicalResult AttentionOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult AttentionCombineOp::inferTypes(MLIRContext *,
-                                             std::optional<Location> loc,
-                                             Adaptor adaptor,
-                                             SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(AttentionCombineOp) {
   RankedTensorType o = tensorOf(adaptor.getResultA());
   RankedTensorType lse = tensorOf(adaptor.getLogsumexpA());
   if (o.getRank() != 4)
@@ -411,9 +388,7 @@ LogicalResult SoftmaxOp::verify() {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-LogicalResult ReshapeOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                    Adaptor adaptor,
-                                    SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(ReshapeOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   ArrayRef<int64_t> shape = adaptor.getShape();
   int64_t count = 1;
@@ -430,10 +405,7 @@ LogicalResult ReshapeOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult TransposeOp::inferTypes(MLIRContext *,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(TransposeOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   ArrayRef<int64_t> perm = adaptor.getPerm();
   if (static_cast<int64_t>(perm.size()) != input.getRank())
@@ -452,9 +424,7 @@ LogicalResult TransposeOp::inferTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SliceOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                  Adaptor adaptor,
-                                  SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(SliceOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   FailureOr<int64_t> dim =
       normalizeDim<SliceOp>(loc, adaptor.getDim(), input.getRank());
@@ -472,9 +442,7 @@ LogicalResult SliceOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult SplitOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                  Adaptor adaptor,
-                                  SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(SplitOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   FailureOr<int64_t> dim =
       normalizeDim<SplitOp>(loc, adaptor.getDim(), input.getRank());
@@ -527,9 +495,7 @@ joinedShape(std::optional<Location> loc, ValueRange inputs, int64_t &dim) {
   return shape;
 }
 
-LogicalResult ConcatOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                   Adaptor adaptor,
-                                   SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(ConcatOp) {
   int64_t dim = adaptor.getDim();
   FailureOr<SmallVector<int64_t>> shape =
       joinedShape<ConcatOp>(loc, adaptor.getInputs(), dim);
@@ -540,9 +506,7 @@ LogicalResult ConcatOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult RollOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                 Adaptor adaptor,
-                                 SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(RollOp) {
   int64_t dim = adaptor.getDim();
   FailureOr<SmallVector<int64_t>> shape =
       joinedShape<RollOp>(loc, adaptor.getInputs(), dim);
@@ -568,9 +532,7 @@ LogicalResult RollOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult CastOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                 Adaptor adaptor,
-                                 SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(CastOp) {
   Type dtype = adaptor.getDtype();
   if (!dtype.isF32() && !dtype.isBF16() && !dtype.isF16())
     return reject<CastOp>(loc, "dtype must be f32, bf16 or f16, got ", dtype);
@@ -602,10 +564,7 @@ LogicalResult lossResult(MLIRContext *context, std::optional<Location> loc,
 }
 } // namespace
 
-LogicalResult CrossEntropyOp::inferTypes(MLIRContext *context,
-                                         std::optional<Location> loc,
-                                         Adaptor adaptor,
-                                         SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(CrossEntropyOp) {
   RankedTensorType logits = tensorOf(adaptor.getLogits());
   RankedTensorType labels = tensorOf(adaptor.getLabels());
   if (logits.getRank() < 1)
@@ -619,10 +578,7 @@ LogicalResult CrossEntropyOp::inferTypes(MLIRContext *context,
                                     labels.getShape(), results);
 }
 
-LogicalResult ReduceMaxOp::inferTypes(MLIRContext *,
-                                      std::optional<Location> loc,
-                                      Adaptor adaptor,
-                                      SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(ReduceMaxOp) {
   RankedTensorType input = tensorOf(adaptor.getInput());
   if (input.getRank() < 1)
     return reject<ReduceMaxOp>(loc, "input must have rank >= 1");
@@ -657,10 +613,7 @@ LogicalResult checkPerPosition(std::optional<Location> loc, StringRef what,
 }
 } // namespace
 
-LogicalResult
-CrossEntropyPartialOp::inferTypes(MLIRContext *context,
-                                  std::optional<Location> loc, Adaptor adaptor,
-                                  SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(CrossEntropyPartialOp) {
   RankedTensorType logits = tensorOf(adaptor.getLogits());
   if (failed(checkLabels<CrossEntropyPartialOp>(loc, logits,
                                                 adaptor.getLabels())) ||
@@ -675,10 +628,7 @@ CrossEntropyPartialOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult
-CrossEntropyCombineOp::inferTypes(MLIRContext *context,
-                                  std::optional<Location> loc, Adaptor adaptor,
-                                  SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(CrossEntropyCombineOp) {
   Value labels = adaptor.getLabels();
   if (failed(checkPerPosition<CrossEntropyCombineOp>(
           loc, "sum_exp", adaptor.getSumExp(), labels)) ||

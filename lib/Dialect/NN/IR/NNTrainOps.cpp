@@ -32,9 +32,7 @@ LogicalResult checkUpdate(std::optional<Location> loc, Value param, Value grad,
 }
 } // namespace
 
-LogicalResult FillOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                 Adaptor adaptor,
-                                 SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(FillOp) {
   Type dtype = adaptor.getDtype();
   if (!dtype.isF32() && !dtype.isBF16() && !dtype.isF16())
     return reject<FillOp>(loc, "dtype must be f32, bf16 or f16, got ", dtype);
@@ -45,10 +43,7 @@ LogicalResult FillOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult ClipCoefficientOp::inferTypes(MLIRContext *context,
-                                            std::optional<Location> loc,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(ClipCoefficientOp) {
   if (failed(checkScalar<ClipCoefficientOp>(loc, "sum_of_squares",
                                             adaptor.getSumOfSquares())))
     return failure();
@@ -58,10 +53,7 @@ LogicalResult ClipCoefficientOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult LrScheduleOp::inferTypes(MLIRContext *context,
-                                       std::optional<Location> loc,
-                                       Adaptor adaptor,
-                                       SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(LrScheduleOp) {
   if (failed(checkScalar<LrScheduleOp>(loc, "step", adaptor.getStep())))
     return failure();
   int64_t warmup = adaptor.getWarmupSteps(), total = adaptor.getTotalSteps();
@@ -78,9 +70,7 @@ LogicalResult LrScheduleOp::inferTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult AdamWOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                  Adaptor adaptor,
-                                  SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(AdamWOp) {
   if (failed(checkUpdate<AdamWOp>(loc, adaptor.getParam(), adaptor.getGrad(),
                                   {{"exp_avg", adaptor.getExpAvg()},
                                    {"exp_avg_sq", adaptor.getExpAvgSq()}},
@@ -92,9 +82,7 @@ LogicalResult AdamWOp::inferTypes(MLIRContext *, std::optional<Location> loc,
   return success();
 }
 
-LogicalResult SGDOp::inferTypes(MLIRContext *, std::optional<Location> loc,
-                                Adaptor adaptor,
-                                SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(SGDOp) {
   if (failed(checkUpdate<SGDOp>(
           loc, adaptor.getParam(), adaptor.getGrad(),
           {{"momentum_buffer", adaptor.getMomentumBuffer()}}, adaptor.getStep(),
@@ -117,16 +105,12 @@ OpOperand &SGDOp::getUpdatedOperand(unsigned result) {
 }
 
 // The placement copies keep the type.
-LogicalResult ToDeviceOp::inferTypes(MLIRContext *, std::optional<Location>,
-                                     Adaptor adaptor,
-                                     SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(ToDeviceOp) {
   results.push_back(adaptor.getInput().getType());
   return success();
 }
 
-LogicalResult ToHostOp::inferTypes(MLIRContext *, std::optional<Location>,
-                                   Adaptor adaptor,
-                                   SmallVectorImpl<Type> &results) {
+NN_SHAPE_RULE(ToHostOp) {
   results.push_back(adaptor.getInput().getType());
   return success();
 }

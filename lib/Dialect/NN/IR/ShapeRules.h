@@ -12,6 +12,13 @@
 
 #include "mlir/Dialect/Traits.h"
 
+/// The head of op `Op`'s shape rule, as NNOps.td's NN_ShapeRuleDeclaration
+/// declares it: `context`, `loc`, `adaptor` and `results` are in scope.
+#define NN_SHAPE_RULE(Op)                                                      \
+  ::llvm::LogicalResult Op::inferTypes(                                        \
+      ::mlir::MLIRContext *context, std::optional<::mlir::Location> loc,       \
+      Op::Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type> &results)
+
 namespace fsdp::nn::detail {
 
 using namespace mlir;
