@@ -279,6 +279,20 @@ bool report(const char *name, const char *tensor, double err, double bound) {
   return pass;
 }
 
+/// Seeded uniform values in [-bound, bound], rounded to element type E.
+template <typename E> struct RandomElements {
+  std::mt19937 rng;
+  std::uniform_real_distribution<float> dist;
+  RandomElements(unsigned seed, float bound) : rng(seed), dist(-bound, bound) {}
+  float scalar() { return dist(rng); }
+  std::vector<typename E::T> operator()(size_t count) {
+    std::vector<typename E::T> v(count);
+    for (auto &x : v)
+      x = portable::fromFloat<E>(dist(rng));
+    return v;
+  }
+};
+
 struct LossCase {
   const char *name;
   fsdp_rt_dtype dtype;
@@ -358,15 +372,8 @@ std::vector<float> widenAs(const std::vector<typename E::T> &v) {
 /// Emulated rms_norm rows against the CPU backend's.
 template <typename E> bool runNorm(const NormCase &c) {
   using T = typename E::T;
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  RandomElements<E> fill(7, 2.0f);
   size_t n = size_t(c.rows * c.h);
-  auto fill = [&](size_t count) {
-    std::vector<T> v(count);
-    for (T &x : v)
-      x = portable::fromFloat<E>(dist(rng));
-    return v;
-  };
   std::vector<T> x = fill(n), w = fill(size_t(c.h)), dy = fill(n);
   const double eps = 1e-5;
   std::vector<T> outCpu(n), outEmu(n), dxCpu(n), dxEmu(n), dw(size_t(c.h));
@@ -409,21 +416,14 @@ template <typename E> bool runNorm(const NormCase &c) {
 template <typename E> bool runCombine(const char *name, fsdp_rt_dtype dtype) {
   using T = typename E::T;
   const int64_t b = 2, s = 33, nq = 3, dv = 16, rows = b * s * nq;
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  auto fill = [&](size_t count) {
-    std::vector<T> v(count);
-    for (T &x : v)
-      x = portable::fromFloat<E>(dist(rng));
-    return v;
-  };
+  RandomElements<E> fill(11, 2.0f);
   const size_t n = size_t(rows * dv), nr = size_t(rows);
   std::vector<T> a = fill(n), bb = fill(n), dout = fill(n);
   std::vector<float> la(nr), lb(nr), dlse(nr);
   for (int64_t r = 0; r < rows; ++r) {
-    la[size_t(r)] = r % 7 == 0 ? -INFINITY : dist(rng);
-    lb[size_t(r)] = r % 5 == 0 ? -INFINITY : dist(rng);
-    dlse[size_t(r)] = dist(rng);
+    la[size_t(r)] = r % 7 == 0 ? -INFINITY : fill.scalar();
+    lb[size_t(r)] = r % 5 == 0 ? -INFINITY : fill.scalar();
+    dlse[size_t(r)] = fill.scalar();
   }
   std::vector<T> outCpu(n), outEmu(n), daCpu(n), daEmu(n), dbCpu(n), dbEmu(n);
   std::vector<float> lseCpu(nr), lseEmu(nr), dlaCpu(nr), dlaEmu(nr), dlbCpu(nr),
@@ -567,20 +567,7 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   using T = typename E::T;
   const int64_t tokens = 37, experts = 6, k = 2, hidden = 20, n = 24;
   const int64_t slots = tokens * k, segments = 2 * experts, rows = slots + 19;
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  auto fill = [&](size_t count) {
-    std::vector<T> v(count);
-    for (T &x : v)
-      x = portable::fromFloat<E>(dist(rng));
-    return v;
-  };
-  auto widen = [](const std::vector<T> &x) {
-    std::vector<float> out(x.size());
-    for (size_t i = 0; i < x.size(); ++i)
-      out[i] = portable::toFloat<E>(x[i]);
-    return out;
-  };
+  RandomElements<E> fill(7, 2.0f);
   auto asFloat = [](const std::vector<int64_t> &x) {
     return std::vector<float>(x.begin(), x.end());
   };
@@ -603,9 +590,9 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   });
   bool ok =
       report(name, "router_indices", relError(asFloat(iEmu), asFloat(iCpu)), 0);
-  ok =
-      report(name, "router_weights", relError(widen(wEmu), widen(wCpu)), tol) &&
-      ok;
+  ok = report(name, "router_weights",
+              relError(widenAs<E>(wEmu), widenAs<E>(wCpu)), tol) &&
+       ok;
   std::vector<T> dw = fill(static_cast<size_t>(slots));
   std::vector<T> dlCpu(logits.size()), dlEmu(logits.size());
   fsdp_rt_moe_router_grad(nullptr, dtype, logits.data(), iCpu.data(), dw.data(),
@@ -614,7 +601,8 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
     moe::routerGrad<E>(logits.data(), iCpu.data(), dw.data(), tokens, experts,
                        k, normalize, dlEmu.data());
   });
-  ok = report(name, "router_grad", relError(widen(dlEmu), widen(dlCpu)), tol) &&
+  ok = report(name, "router_grad",
+              relError(widenAs<E>(dlEmu), widenAs<E>(dlCpu)), tol) &&
        ok;
 
   // Expert order and back.
@@ -635,8 +623,8 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   ok = report(name, "permute_counts", relError(asFloat(cEmu), asFloat(cCpu)),
               0) &&
        ok;
-  ok = report(name, "permute_rows", relError(widen(rowsEmu), widen(rowsCpu)),
-              0) &&
+  ok = report(name, "permute_rows",
+              relError(widenAs<E>(rowsEmu), widenAs<E>(rowsCpu)), 0) &&
        ok;
   std::vector<T> yCpu(x.size()), yEmu(x.size());
   fsdp_rt_moe_unpermute(nullptr, dtype, rowsCpu.data(), iCpu.data(),
@@ -645,7 +633,9 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
     moe::unpermute<E>(rowsCpu.data(), row.data(), wCpu.data(), tokens, hidden,
                       k, yEmu.data());
   });
-  ok = report(name, "unpermute", relError(widen(yEmu), widen(yCpu)), tol) && ok;
+  ok = report(name, "unpermute", relError(widenAs<E>(yEmu), widenAs<E>(yCpu)),
+              tol) &&
+       ok;
   std::vector<T> dy = fill(x.size());
   std::vector<T> drCpu(rowsCpu.size()), drEmu(rowsCpu.size()),
       dwCpu(static_cast<size_t>(slots)), dwEmu(static_cast<size_t>(slots));
@@ -660,11 +650,11 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
     moe::unpermuteGradWeights<E>(rowsCpu.data(), row.data(), dy.data(), slots,
                                  hidden, k, dwEmu.data());
   });
-  ok = report(name, "unpermute_grad_rows", relError(widen(drEmu), widen(drCpu)),
-              tol) &&
+  ok = report(name, "unpermute_grad_rows",
+              relError(widenAs<E>(drEmu), widenAs<E>(drCpu)), tol) &&
        ok;
   ok = report(name, "unpermute_grad_weights",
-              relError(widen(dwEmu), widen(dwCpu)), tol) &&
+              relError(widenAs<E>(dwEmu), widenAs<E>(dwCpu)), tol) &&
        ok;
 
   // Grouped products on a buffer of `rows`: two sources' segments per
@@ -699,9 +689,9 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
     });
   };
   product(a.data(), hidden, n, true, oEmu.data());
-  ok =
-      report(name, "grouped_linear", relError(widen(oEmu), widen(oCpu)), tol) &&
-      ok;
+  ok = report(name, "grouped_linear",
+              relError(widenAs<E>(oEmu), widenAs<E>(oCpu)), tol) &&
+       ok;
   std::vector<T> g = fill(oCpu.size());
   std::vector<T> dxCpu(a.size()), dxEmu(a.size(), fill(1)[0]), dwtCpu(w.size()),
       dwtEmu(w.size());
@@ -716,11 +706,11 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
                                           starts.data(), segments, experts,
                                           hidden, n, dwtEmu.data());
               });
-  ok = report(name, "grouped_linear_dx", relError(widen(dxEmu), widen(dxCpu)),
-              tol) &&
+  ok = report(name, "grouped_linear_dx",
+              relError(widenAs<E>(dxEmu), widenAs<E>(dxCpu)), tol) &&
        ok;
-  ok = report(name, "grouped_linear_dw", relError(widen(dwtEmu), widen(dwtCpu)),
-              tol) &&
+  ok = report(name, "grouped_linear_dw",
+              relError(widenAs<E>(dwtEmu), widenAs<E>(dwtCpu)), tol) &&
        ok;
 
   // Load-balancing statistics and their gradient.
@@ -740,7 +730,7 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
   ok = report(name, "aux_stats", relError(sEmu, sCpu), 1e-6) && ok;
   std::vector<float> ds(sCpu.size());
   for (float &v : ds)
-    v = dist(rng);
+    v = fill.scalar();
   std::vector<T> daCpu(logits.size()), daEmu(logits.size());
   fsdp_rt_moe_aux_stats_grad(nullptr, dtype, logits.data(), tokens, experts,
                              ds.data(), daCpu.data());
@@ -748,8 +738,8 @@ bool runMoE(const char *name, fsdp_rt_dtype dtype, bool normalize) {
     moe::auxStatsGrad<E>(logits.data(), ds.data(), tokens, experts,
                          daEmu.data());
   });
-  ok = report(name, "aux_stats_grad", relError(widen(daEmu), widen(daCpu)),
-              tol) &&
+  ok = report(name, "aux_stats_grad",
+              relError(widenAs<E>(daEmu), widenAs<E>(daCpu)), tol) &&
        ok;
   float lossCpu = 0, lossEmu = 0, one = 1.5f;
   std::vector<float> dcCpu(sCpu.size()), dcEmu(sCpu.size());
