@@ -18,6 +18,24 @@
 
 using namespace fsdp::rt;
 
+/// In each block of the dims before `dim` of x (`shape`), rows
+/// [from, from + count) of the dim go to rows [to, to + count) of out's,
+/// which has `outLen` rows there; out's other rows become zero bits, which
+/// are zero in every element type. A row is the dims after `dim`.
+static void copyAlongDim(size_t elt, const void *x, const int64_t *shape,
+                         int rank, int dim, int64_t from, int64_t count,
+                         int64_t outLen, int64_t to, void *out) {
+  AxisView v = viewAround(shape, rank, dim);
+  size_t row = size_t(v.inner) * elt;
+  const char *src = static_cast<const char *>(x);
+  char *block = static_cast<char *>(out);
+  for (int64_t o = 0; o < v.outer; ++o, block += outLen * row) {
+    std::memset(block, 0, to * row);
+    std::memcpy(block + to * row, src + (o * v.len + from) * row, count * row);
+    std::memset(block + (to + count) * row, 0, (outLen - to - count) * row);
+  }
+}
+
 void fsdp_rt_embedding(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *table,
                        int64_t vocab, int64_t hidden, int64_t first_id,
                        fsdp_rt_dtype ids_dtype, const void *ids,
@@ -64,16 +82,8 @@ void fsdp_rt_slice(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                    const int64_t *shape, int rank, int dim, int64_t start,
                    int64_t size, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
-  // A slice is `outer` contiguous chunks of size·inner elements.
-  size_t elt = fsdp_rt_dtype_size(dtype);
-  AxisView v = viewAround(shape, rank, dim);
-  int64_t outer = v.outer, inner = v.inner;
-  size_t chunk = size * inner * elt;
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(static_cast<char *>(out) + o * chunk,
-                static_cast<const char *>(x) +
-                    (o * v.len + start) * inner * elt,
-                chunk);
+  copyAlongDim(fsdp_rt_dtype_size(dtype), x, shape, rank, dim, start, size,
+               size, 0, out);
 }
 
 void fsdp_rt_concat(fsdp_rt_stream, fsdp_rt_dtype dtype, int num_inputs,
@@ -180,17 +190,7 @@ void fsdp_rt_pad(fsdp_rt_stream, fsdp_rt_dtype dtype, const void *x,
                  const int64_t *shape, int rank, int dim, int64_t before,
                  int64_t after, void *out) {
   KernelTimer timer(FSDP_RT_KERNEL_DATA_MOVEMENT);
-  // Zero bits are zero in every element type.
-  size_t elt = fsdp_rt_dtype_size(dtype);
-  AxisView v = viewAround(shape, rank, dim);
-  int64_t outer = v.outer, inner = v.inner;
-  size_t chunk = v.len * inner * elt, head = before * inner * elt,
-         tail = after * inner * elt;
-  char *o = static_cast<char *>(out);
-  for (int64_t r = 0; r < outer; ++r) {
-    std::memset(o, 0, head);
-    std::memcpy(o + head, static_cast<const char *>(x) + r * chunk, chunk);
-    std::memset(o + head + chunk, 0, tail);
-    o += head + chunk + tail;
-  }
+  int64_t len = shape[dim < 0 ? dim + rank : dim];
+  copyAlongDim(fsdp_rt_dtype_size(dtype), x, shape, rank, dim, 0, len,
+               before + len + after, before, out);
 }
