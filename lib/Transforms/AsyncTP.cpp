@@ -267,9 +267,9 @@ struct AsyncTPPass : fsdp::impl::AsyncTPPassBase<AsyncTPPass> {
     func::FuncOp step = lookupEntry(module, entry, "decompose");
     if (!step)
       return signalPassFailure();
-    dist::MeshOp mesh = dist::findMesh(module);
-    int64_t tp = mesh ? mesh.getAxisSize("tp").value_or(1) : 1;
-    if (tp <= 1)
+    int64_t tp;
+    dist::MeshOp mesh = meshSplitting(module, "tp", tp);
+    if (!mesh)
       return markAllAnalysesPreserved();
     Decomposer decomposer(mesh, tp, step);
     SmallVector<Operation *> collectives;

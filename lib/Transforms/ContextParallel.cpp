@@ -83,12 +83,7 @@ public:
         meshRef(FlatSymbolRefAttr::get(mesh.getSymNameAttr())),
         cpAxes(b.getStrArrayAttr({"cp"})), body(forward.getBody().front()) {}
 
-  LogicalResult run() {
-    if (failed(splitArguments()) || failed(rewriteBody()))
-      return failure();
-    finish();
-    return success();
-  }
+  LogicalResult run();
 
 private:
   /// The token inputs' per-rank types; the positions input.
@@ -131,6 +126,13 @@ private:
   DenseMap<Value, Value> gathered;  // a rank's keys → the whole sequence's
   SmallVector<Value> ringPositions; // per ring step, its block's positions
 };
+
+LogicalResult SequenceSplitter::run() {
+  if (failed(splitArguments()) || failed(rewriteBody()))
+    return failure();
+  finish();
+  return success();
+}
 
 dist::ShardingAttr SequenceSplitter::sequenceSharding(int64_t rank, int64_t dim,
                                                       Attribute old) {
@@ -291,14 +293,8 @@ LogicalResult SequenceSplitter::rebuild(Operation &op) {
     // operand's (the sequence's, by cp).
     return followOperandSplit(&op, b.clone(op, map));
   }
-  if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>())
-    return op.emitOpError("cannot be context-parallel (not an nn op)");
-  Operation *copy =
-      nn::rebuildWithShapeRule(b, op, operands, attrs.getDictionary(context));
-  if (!copy)
-    return failure();
-  map.map(op.getResults(), copy->getResults());
-  return success();
+  return rebuildOnRanks(b, op, operands, attrs.getDictionary(context), map,
+                        "context-parallel");
 }
 
 LogicalResult SequenceSplitter::rewriteBody() {
@@ -422,13 +418,10 @@ void SequenceSplitter::finish() {
 
 void ContextParallelPass::runOnOperation() {
   ModuleOp module = getOperation();
-  dist::MeshOp mesh = dist::findMesh(module);
-  int64_t cp = mesh ? mesh.getAxisSize("cp").value_or(1) : 1;
-  if (cp == 1)
+  int64_t cp;
+  dist::MeshOp mesh = meshSplitting(module, "cp", cp);
+  if (!mesh)
     return; // No context parallelism.
-  func::FuncOp forward = lookupEntry(module, entry, "split over cp");
-  if (!forward)
-    return signalPassFailure();
   // The option, else the parallel config's cp_comm_type, else p2p.
   CpCommType type = CpCommType::P2P;
   if (commType == "config") {
@@ -443,7 +436,9 @@ void ContextParallelPass::runOnOperation() {
         << commType << "'";
     return signalPassFailure();
   }
-  if (failed(SequenceSplitter(*this, forward, mesh, cp, type).run()))
+  func::FuncOp forward = lookupEntry(module, entry, "split over cp");
+  if (!forward ||
+      failed(SequenceSplitter(*this, forward, mesh, cp, type).run()))
     signalPassFailure();
 }
 

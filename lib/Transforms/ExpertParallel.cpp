@@ -266,15 +266,12 @@ LogicalResult ExpertSplitter::run() {
 }
 
 void ExpertParallelPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  dist::MeshOp mesh = dist::findMesh(module);
-  int64_t ep = mesh ? mesh.getAxisSize("ep").value_or(1) : 1;
-  if (ep == 1)
+  int64_t ep;
+  dist::MeshOp mesh = meshSplitting(getOperation(), "ep", ep);
+  if (!mesh)
     return; // No expert parallelism.
-  func::FuncOp forward = lookupEntry(module, entry, "split over ep");
-  if (!forward)
-    return signalPassFailure();
-  if (failed(ExpertSplitter(*this, forward, mesh, ep).run()))
+  func::FuncOp forward = lookupEntry(getOperation(), entry, "split over ep");
+  if (!forward || failed(ExpertSplitter(*this, forward, mesh, ep).run()))
     signalPassFailure();
 }
 

@@ -73,13 +73,7 @@ public:
         dataAxes(b.getStrArrayAttr({"dp_replicate", "dp_shard"})),
         body(forward.getBody().front()) {}
 
-  LogicalResult run() {
-    collectUnits();
-    if (failed(shardArguments()) || failed(rewriteBody()))
-      return failure();
-    finish();
-    return success();
-  }
+  LogicalResult run();
 
 private:
   /// The units, in order of first use, and which reshard after forward.
@@ -123,6 +117,14 @@ private:
   Block *entry = nullptr;
   IRMapping map;
 };
+
+LogicalResult Sharder::run() {
+  collectUnits();
+  if (failed(shardArguments()) || failed(rewriteBody()))
+    return failure();
+  finish();
+  return success();
+}
 
 void Sharder::collectUnits() {
   // Units, in order of first use.
@@ -374,14 +376,9 @@ LogicalResult Sharder::rewriteBody() {
         return failure();
       continue;
     }
-    if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>()) {
-      return op.emitOpError("cannot be data-parallel (not an nn op)");
-    }
-    Operation *copy =
-        nn::rebuildWithShapeRule(b, op, operands, attrs.getDictionary(context));
-    if (!copy)
+    if (failed(rebuildOnRanks(b, op, operands, attrs.getDictionary(context),
+                              map, "data-parallel")))
       return failure();
-    map.map(op.getResults(), copy->getResults());
   }
   return success();
 }

@@ -33,6 +33,25 @@ void fsdp::replaceFunction(OpBuilder &b, func::FuncOp old, func::FuncOp now,
   old.erase();
 }
 
+fsdp::dist::MeshOp fsdp::meshSplitting(ModuleOp module, StringRef axis,
+                                       int64_t &size) {
+  dist::MeshOp mesh = dist::findMesh(module);
+  size = mesh ? mesh.getAxisSize(axis).value_or(1) : 1;
+  return size > 1 ? mesh : dist::MeshOp();
+}
+
+LogicalResult fsdp::rebuildOnRanks(OpBuilder &b, Operation &op,
+                                   ValueRange operands, DictionaryAttr attrs,
+                                   IRMapping &map, StringRef how) {
+  if (!op.getName().hasInterface<nn::ShapeRuleOpInterface>())
+    return op.emitOpError("cannot be ") << how << " (not an nn op)";
+  Operation *copy = nn::rebuildWithShapeRule(b, op, operands, attrs);
+  if (!copy)
+    return failure();
+  map.map(op.getResults(), copy->getResults());
+  return success();
+}
+
 RebuiltFunction::RebuiltFunction(OpBuilder &b, func::FuncOp old,
                                  TypeRange argTypes)
     : b(b), old(old) {

@@ -32,6 +32,20 @@ void replaceFunction(mlir::OpBuilder &b, mlir::func::FuncOp old,
                      llvm::ArrayRef<mlir::DictionaryAttr> argAttrs,
                      llvm::ArrayRef<mlir::DictionaryAttr> resultAttrs);
 
+/// The module's dist.mesh when its axis `axis` has more than one rank (that
+/// size in `size`), else null: a pass that splits over `axis` has nothing
+/// to do.
+dist::MeshOp meshSplitting(mlir::ModuleOp module, llvm::StringRef axis,
+                           int64_t &size);
+
+/// Rebuilds `op` on `operands` with `attrs` by its shape rule (the ranks'
+/// shapes), mapping its results in `map`; an op without one "cannot be
+/// <how> (not an nn op)".
+llvm::LogicalResult rebuildOnRanks(mlir::OpBuilder &b, mlir::Operation &op,
+                                   mlir::ValueRange operands,
+                                   mlir::DictionaryAttr attrs,
+                                   mlir::IRMapping &map, llvm::StringRef how);
+
 /// The function a pass builds in place of `old`, op by op, on new argument
 /// types: created just before `old` with an entry block, at whose end `b` is
 /// set. `replace` finishes it as replaceFunction does; a rewrite that fails

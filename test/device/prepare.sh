@@ -54,7 +54,7 @@ trap 'rm -rf "$work"' EXIT
 
 cp "$src"/test/device/{run.sh,hf_step.py,bench_torch.py,table.py} \
   "$src"/test/Runtime/{check_kernels.py,compare_backends.py} \
-  "$src"/test/E2E/{reference.py,compare_dumps.py,compare_losses.py} \
+  "$src"/test/E2E/{reference.py,checks.py,compare_dumps.py,compare_losses.py} \
   "$out/scripts/"
 cp "$src"/test/device/llama-3.2-1b-small.json "$out/configs/"
 cp "$big" "$out/configs/llama-3.2-1b.json"
