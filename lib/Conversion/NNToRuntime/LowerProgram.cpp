@@ -104,23 +104,22 @@ LogicalResult Describer::emitArgument(BlockArgument arg, Location loc) {
 LogicalResult Describer::emitArgumentKind(BlockArgument arg, Location loc) {
   unsigned i = arg.getArgNumber();
   auto type = cast<RankedTensorType>(arg.getType());
-  if (auto name = entry.getArgAttrOfType<StringAttr>(
-          i, nn::NNDialect::kInputAttrName)) {
-    call("fsdp_prog_input")
-        .literal(stringLiteral(name.getValue()))
+  // An input or optimizer state: declared by its name and type.
+  auto input =
+      entry.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kInputAttrName);
+  auto state =
+      entry.getArgAttrOfType<StringAttr>(i, nn::NNDialect::kStateAttrName);
+  if (input || state) {
+    StringRef name = (input ? input : state).getValue();
+    call(input ? "fsdp_prog_input" : "fsdp_prog_state")
+        .literal(stringLiteral(name))
         .literal(typeLiteral(type))
         .emit(builder, loc);
-    if (failed(emitInputSplit(arg, name.getValue(), loc)))
+    if (!input)
+      return success();
+    if (failed(emitInputSplit(arg, name, loc)))
       return failure();
-    emitInputRoles(arg, name.getValue(), loc);
-    return success();
-  }
-  if (auto state = entry.getArgAttrOfType<StringAttr>(
-          i, nn::NNDialect::kStateAttrName)) {
-    call("fsdp_prog_state")
-        .literal(stringLiteral(state.getValue()))
-        .literal(typeLiteral(type))
-        .emit(builder, loc);
+    emitInputRoles(arg, name, loc);
     return success();
   }
   auto name =
