@@ -276,15 +276,15 @@ void fsdp_rt_attention_combine(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                int64_t s, int64_t nq, int64_t dv, void *out,
                                float *lse) {
   int64_t rows = b * s * nq;
-  launchFloat(
-      FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_combine", dtype,
-      rows == 0, [&](auto e, cudaStream_t stream) {
-        using E = decltype(e);
-        combine::forwardKernel<Portable<E>>
-            <<<combine::blocksFor(rows), combine::kThreads, 0, stream>>>(
-                asPortable<E>(out_a), lse_a, asPortable<E>(out_b), lse_b, rows,
-                s, nq, dv, asPortable<E>(out), lse);
-      });
+  launchFloat(FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_combine",
+              dtype, rows == 0, [&](auto e, const KernelScope &scope) {
+                using E = decltype(e);
+                combine::forwardKernel<Portable<E>>
+                    <<<combine::blocksFor(rows), combine::kThreads, 0,
+                       scope.stream()>>>(asPortable<E>(out_a), lse_a,
+                                         asPortable<E>(out_b), lse_b, rows, s,
+                                         nq, dv, asPortable<E>(out), lse);
+              });
 }
 
 void fsdp_rt_attention_combine_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
@@ -296,17 +296,18 @@ void fsdp_rt_attention_combine_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                     int64_t dv, void *dout_a, float *dlse_a,
                                     void *dout_b, float *dlse_b) {
   int64_t rows = b * s * nq;
-  launchFloat(
-      FSDP_RT_KERNEL_ATTENTION, stream, "fsdp_rt_attention_combine_grad", dtype,
-      rows == 0, [&](auto e, cudaStream_t stream) {
-        using E = decltype(e);
-        combine::backwardKernel<Portable<E>>
-            <<<combine::blocksFor(rows), combine::kThreads, 0, stream>>>(
-                asPortable<E>(out_a), lse_a, asPortable<E>(out_b), lse_b,
-                asPortable<E>(out), lse, asPortable<E>(dout), dlse, rows, s, nq,
-                dv, asPortable<E>(dout_a), dlse_a, asPortable<E>(dout_b),
-                dlse_b);
-      });
+  launchFloat(FSDP_RT_KERNEL_ATTENTION, stream,
+              "fsdp_rt_attention_combine_grad", dtype, rows == 0,
+              [&](auto e, const KernelScope &scope) {
+                using E = decltype(e);
+                combine::backwardKernel<Portable<E>>
+                    <<<combine::blocksFor(rows), combine::kThreads, 0,
+                       scope.stream()>>>(
+                        asPortable<E>(out_a), lse_a, asPortable<E>(out_b),
+                        lse_b, asPortable<E>(out), lse, asPortable<E>(dout),
+                        dlse, rows, s, nq, dv, asPortable<E>(dout_a), dlse_a,
+                        asPortable<E>(dout_b), dlse_b);
+              });
 }
 
 void fsdp_rt_attention(fsdp_rt_stream stream, fsdp_rt_dtype dtype,

@@ -228,7 +228,7 @@ void dispatchFloat(fsdp_rt_dtype dtype, const char *where, Fn &&fn) {
 }
 
 /// The frame of most ABI kernel calls: in the scope of call `name` (class
-/// `cls`), unless the tensors are `empty`, `launch(element, stream)` for the
+/// `cls`), unless the tensors are `empty`, `launch(element, scope)` for the
 /// element type of `dtype` (F32{}, BF16{} or F16{}).
 template <typename Launch>
 void launchFloat(fsdp_rt_kernel_class cls, fsdp_rt_stream stream,
@@ -237,7 +237,7 @@ void launchFloat(fsdp_rt_kernel_class cls, fsdp_rt_stream stream,
   KernelScope scope(cls, stream, name);
   if (empty)
     return;
-  dispatchFloat(dtype, name, [&](auto e) { launch(e, scope.stream()); });
+  dispatchFloat(dtype, name, [&](auto e) { launch(e, scope); });
 }
 
 /// The cuBLAS element type of a float dtype (f32 for any other).

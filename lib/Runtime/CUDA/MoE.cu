@@ -1,5 +1,4 @@
-//===- MoE.cu - Mixture-of-experts calls of the runtime ABI
-//----------------===//
+//===- MoE.cu - Mixture-of-experts calls of the runtime ABI ---------------===//
 //
 // Part of the fsdp-mlir project, under the Apache License v2.0 with LLVM
 // Exceptions. SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
@@ -51,11 +50,12 @@ void fsdp_rt_moe_router(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                         int64_t *indices) {
   requireTopK(top_k, "fsdp_rt_moe_router");
   launchFloat(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_moe_router", dtype,
-              tokens == 0, [&](auto e, cudaStream_t s) {
+              tokens == 0, [&](auto e, const KernelScope &scope) {
                 using E = decltype(e);
-                moe::router<P<E>><<<moe::gridOf(tokens), moe::kThreads, 0, s>>>(
-                    asPortable<E>(logits), tokens, experts, top_k, normalize,
-                    asPortable<E>(weights), indices);
+                moe::router<P<E>>
+                    <<<moe::gridOf(tokens), moe::kThreads, 0, scope.stream()>>>(
+                        asPortable<E>(logits), tokens, experts, top_k,
+                        normalize, asPortable<E>(weights), indices);
               });
 }
 
@@ -65,14 +65,15 @@ void fsdp_rt_moe_router_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                              int64_t experts, int64_t top_k, int normalize,
                              void *dlogits) {
   requireTopK(top_k, "fsdp_rt_moe_router_grad");
-  launchFloat(
-      FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_moe_router_grad", dtype,
-      tokens == 0, [&](auto e, cudaStream_t s) {
-        using E = decltype(e);
-        moe::routerGrad<P<E>><<<moe::gridOf(tokens), moe::kThreads, 0, s>>>(
-            asPortable<E>(logits), indices, asPortable<E>(dweights), tokens,
-            experts, top_k, normalize, asPortable<E>(dlogits));
-      });
+  launchFloat(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_moe_router_grad", dtype,
+              tokens == 0, [&](auto e, const KernelScope &scope) {
+                using E = decltype(e);
+                moe::routerGrad<P<E>>
+                    <<<moe::gridOf(tokens), moe::kThreads, 0, scope.stream()>>>(
+                        asPortable<E>(logits), indices, asPortable<E>(dweights),
+                        tokens, experts, top_k, normalize,
+                        asPortable<E>(dlogits));
+              });
 }
 
 void fsdp_rt_moe_permute(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
@@ -235,10 +236,10 @@ void fsdp_rt_moe_aux_stats_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                                 int64_t experts, const float *dstats,
                                 void *dlogits) {
   launchFloat(FSDP_RT_KERNEL_LOSS, stream, "fsdp_rt_moe_aux_stats_grad", dtype,
-              tokens == 0, [&](auto e, cudaStream_t s) {
+              tokens == 0, [&](auto e, const KernelScope &scope) {
                 using E = decltype(e);
                 moe::auxStatsGrad<P<E>>
-                    <<<moe::gridOf(tokens), moe::kThreads, 0, s>>>(
+                    <<<moe::gridOf(tokens), moe::kThreads, 0, scope.stream()>>>(
                         asPortable<E>(logits), dstats, tokens, experts,
                         asPortable<E>(dlogits));
               });

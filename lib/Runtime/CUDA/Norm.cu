@@ -132,25 +132,27 @@ template <typename E> struct BiasTerm {
 void fsdp_rt_rms_norm(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
                       const void *weight, int64_t rows, int64_t h, double eps,
                       void *out) {
-  launchFloat(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_rms_norm", dtype,
-              rows == 0 || h == 0, [&](auto e, cudaStream_t s) {
-                using E = decltype(e);
-                norm::rmsNormRows<Portable<E>>
-                    <<<norm::normGrid(rows), norm::kNormThreads, 0, s>>>(
-                        asPortable<E>(x), asPortable<E>(weight), rows, h, eps,
-                        asPortable<E>(out));
-              });
+  launchFloat(
+      FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_rms_norm", dtype,
+      rows == 0 || h == 0, [&](auto e, const KernelScope &scope) {
+        using E = decltype(e);
+        norm::rmsNormRows<Portable<E>>
+            <<<norm::normGrid(rows), norm::kNormThreads, 0, scope.stream()>>>(
+                asPortable<E>(x), asPortable<E>(weight), rows, h, eps,
+                asPortable<E>(out));
+      });
 }
 
 void fsdp_rt_layer_norm(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                         const void *x, const void *weight, const void *bias,
                         int64_t rows, int64_t h, double eps, void *out) {
   launchFloat(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_layer_norm", dtype,
-              rows == 0 || h == 0, [&](auto e, cudaStream_t s) {
+              rows == 0 || h == 0, [&](auto e, const KernelScope &scope) {
                 using E = decltype(e);
-                layerNormKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
-                    asIn<E>(x), asIn<E>(weight), asIn<E>(bias), rows, h, eps,
-                    asOut<E>(out));
+                layerNormKernel<E>
+                    <<<rowGrid(rows), kThreads, 0, scope.stream()>>>(
+                        asIn<E>(x), asIn<E>(weight), asIn<E>(bias), rows, h,
+                        eps, asOut<E>(out));
               });
 }
 
@@ -160,17 +162,17 @@ void fsdp_rt_rms_norm_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                            void *dweight) {
   launchFloat(
       FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_rms_norm_grad", dtype, h == 0,
-      [&](auto e, cudaStream_t s) {
+      [&](auto e, const KernelScope &scope) {
         using E = decltype(e);
-        Temp<double> rowInv(rows, s, "fsdp_rt_rms_norm_grad");
+        Temp<double> rowInv(rows, scope.stream(), scope.name());
         if (rows > 0)
           norm::rmsNormGradRows<Portable<E>>
-              <<<norm::normGrid(rows), norm::kNormThreads, 0, s>>>(
+              <<<norm::normGrid(rows), norm::kNormThreads, 0, scope.stream()>>>(
                   asPortable<E>(x), asPortable<E>(weight), asPortable<E>(dy),
                   rows, h, eps, asPortable<E>(dx), rowInv.get());
         columnSum<E>(rows, h,
                      RmsWeightTerm<E>{asIn<E>(x), asIn<E>(dy), rowInv.get(), h},
-                     asOut<E>(dweight), s, "fsdp_rt_rms_norm_grad");
+                     asOut<E>(dweight), scope.stream(), scope.name());
       });
 }
 
@@ -179,20 +181,21 @@ void fsdp_rt_layer_norm_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
                              int64_t rows, int64_t h, double eps, void *dx,
                              void *dweight, void *dbias) {
   launchFloat(FSDP_RT_KERNEL_NORM, stream, "fsdp_rt_layer_norm_grad", dtype,
-              h == 0, [&](auto e, cudaStream_t s) {
+              h == 0, [&](auto e, const KernelScope &scope) {
                 using E = decltype(e);
-                Temp<double> rowMean(rows, s, "fsdp_rt_layer_norm_grad"),
-                    rowInv(rows, s, "fsdp_rt_layer_norm_grad");
+                Temp<double> rowMean(rows, scope.stream(), scope.name()),
+                    rowInv(rows, scope.stream(), scope.name());
                 if (rows > 0)
-                  layerNormGradKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
-                      asIn<E>(x), asIn<E>(weight), asIn<E>(dy), rows, h, eps,
-                      asOut<E>(dx), rowMean.get(), rowInv.get());
+                  layerNormGradKernel<E>
+                      <<<rowGrid(rows), kThreads, 0, scope.stream()>>>(
+                          asIn<E>(x), asIn<E>(weight), asIn<E>(dy), rows, h,
+                          eps, asOut<E>(dx), rowMean.get(), rowInv.get());
                 columnSum<E>(rows, h,
                              LayerWeightTerm<E>{asIn<E>(x), asIn<E>(dy),
                                                 rowMean.get(), rowInv.get(), h},
-                             asOut<E>(dweight), s, "fsdp_rt_layer_norm_grad");
+                             asOut<E>(dweight), scope.stream(), scope.name());
                 if (dbias)
                   columnSum<E>(rows, h, BiasTerm<E>{asIn<E>(dy), h},
-                               asOut<E>(dbias), s, "fsdp_rt_layer_norm_grad");
+                               asOut<E>(dbias), scope.stream(), scope.name());
               });
 }

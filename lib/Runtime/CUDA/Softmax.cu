@@ -122,14 +122,15 @@ void fsdp_rt_softmax(fsdp_rt_stream stream, fsdp_rt_dtype dtype, const void *x,
   AxisView v = viewAround(shape, rank, dim);
   int64_t outer = v.outer, len = v.len, inner = v.inner;
   launchFloat(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_softmax", dtype,
-              outer * len * inner == 0, [&](auto e, cudaStream_t s) {
+              outer * len * inner == 0, [&](auto e, const KernelScope &scope) {
                 using E = decltype(e);
                 if (inner == 1)
-                  softmaxRowsKernel<E><<<rowGrid(outer), kThreads, 0, s>>>(
-                      asIn<E>(x), outer, len, asOut<E>(out));
+                  softmaxRowsKernel<E>
+                      <<<rowGrid(outer), kThreads, 0, scope.stream()>>>(
+                          asIn<E>(x), outer, len, asOut<E>(out));
                 else
                   softmaxColumnsKernel<E>
-                      <<<gridFor(outer * inner), kThreads, 0, s>>>(
+                      <<<gridFor(outer * inner), kThreads, 0, scope.stream()>>>(
                           asIn<E>(x), outer, len, inner, asOut<E>(out));
               });
 }
@@ -140,14 +141,15 @@ void fsdp_rt_softmax_grad(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   AxisView v = viewAround(shape, rank, dim);
   int64_t outer = v.outer, len = v.len, inner = v.inner;
   launchFloat(FSDP_RT_KERNEL_SOFTMAX, stream, "fsdp_rt_softmax_grad", dtype,
-              outer * len * inner == 0, [&](auto e, cudaStream_t s) {
+              outer * len * inner == 0, [&](auto e, const KernelScope &scope) {
                 using E = decltype(e);
                 if (inner == 1)
-                  softmaxGradRowsKernel<E><<<rowGrid(outer), kThreads, 0, s>>>(
-                      asIn<E>(y), asIn<E>(dy), outer, len, asOut<E>(dx));
+                  softmaxGradRowsKernel<E>
+                      <<<rowGrid(outer), kThreads, 0, scope.stream()>>>(
+                          asIn<E>(y), asIn<E>(dy), outer, len, asOut<E>(dx));
                 else
                   softmaxGradColumnsKernel<E>
-                      <<<gridFor(outer * inner), kThreads, 0, s>>>(
+                      <<<gridFor(outer * inner), kThreads, 0, scope.stream()>>>(
                           asIn<E>(y), asIn<E>(dy), outer, len, inner,
                           asOut<E>(dx));
               });
@@ -158,9 +160,10 @@ void fsdp_rt_reduce_max(fsdp_rt_stream stream, fsdp_rt_dtype dtype,
   // The CPU backend counts reduce_max, the vocabulary-parallel loss's row
   // maximum, as a loss kernel.
   launchFloat(FSDP_RT_KERNEL_LOSS, stream, "fsdp_rt_reduce_max", dtype,
-              rows == 0 || n == 0, [&](auto e, cudaStream_t s) {
+              rows == 0 || n == 0, [&](auto e, const KernelScope &scope) {
                 using E = decltype(e);
-                reduceMaxKernel<E><<<rowGrid(rows), kThreads, 0, s>>>(
-                    asIn<E>(x), rows, n, asOut<E>(out));
+                reduceMaxKernel<E>
+                    <<<rowGrid(rows), kThreads, 0, scope.stream()>>>(
+                        asIn<E>(x), rows, n, asOut<E>(out));
               });
 }
