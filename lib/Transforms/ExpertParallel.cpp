@@ -188,11 +188,10 @@ LogicalResult ExpertSplitter::distribute(Dispatch &dispatch) {
       attrs.set("active_share",
                 b.getF64FloatAttr(double(slots) /
                                   double(std::max<int64_t>(bound, 1))));
-    Operation *copy = nn::rebuildWithShapeRule(
-        b, *op, operands, attrs.getDictionary(b.getContext()));
-    if (!copy)
+    if (failed(rebuildOnRanks(b, *op, operands,
+                              attrs.getDictionary(b.getContext()), map,
+                              "expert-parallel")))
       return failure();
-    map.map(op->getResults(), copy->getResults());
   }
   nn::MoeUnpermuteOp unpermute = dispatch.unpermute;
   b.setInsertionPoint(unpermute);
