@@ -128,10 +128,10 @@ def columns(timed, key, base, width):
     """`key`'s columns of an `interleaved` result `timed`: the median step
     ms, the speedup over `base` (`width` wide), the median exposed ms and,
     when simulated, the predicted step and exposed ms."""
-    times, exposed, predicted = timed
+    times, waits, predicted = timed
     t = statistics.median(times[key])
     line = (f"{t:9.1f} {statistics.median(times[base]) / t:{width}.3f} "
-            f"{statistics.median(exposed[key]):19.1f}")
+            f"{statistics.median(waits[key]):19.1f}")
     if predicted:
         line += f" {predicted[key][0]:13.3f} {predicted[key][1]:20.3f}"
     return line
